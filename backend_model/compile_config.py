@@ -1,0 +1,77 @@
+"""compile_config.json: the seed's keys, their types, ranges and defaults.
+
+Defaults are QEfficient's compile defaults; they apply when a key (or the whole file) is absent.
+``full_batch_size`` turns on continuous batching.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# key: (type, default, check, rule shown in errors)
+SCHEMA: dict[str, tuple[type, Any, Any, str]] = {
+    "onnx_path": (str, None, lambda v: bool(v), "a non-empty path"),
+    "prefill_seq_len": (int, 32, lambda v: 1 <= v <= 32768, "an integer in [1, 32768]"),
+    "ctx_len": (int, 128, lambda v: 2 <= v <= 131072, "an integer in [2, 131072]"),
+    "batch_size": (int, 1, lambda v: 1 <= v <= 1024, "an integer in [1, 1024]"),
+    "full_batch_size": (int, None, lambda v: 1 <= v <= 1024, "an integer in [1, 1024]"),
+    "num_cores": (int, 16, lambda v: 1 <= v <= 16, "an integer in [1, 16]"),
+    "mxfp6_matmul": (bool, False, lambda v: True, "true or false"),
+    "mxint8_kv_cache": (bool, False, lambda v: True, "true or false"),
+    "aic_enable_depth_first": (bool, False, lambda v: True, "true or false"),
+    "mos": (int, -1, lambda v: v == -1 or 1 <= v <= 16, "-1 or an integer in [1, 16]"),
+}
+KEYS = tuple(SCHEMA)
+
+
+class CompileConfigError(ValueError):
+    """A compile config that cannot be used; the message names the key."""
+
+
+def validate(raw: Any, source: str = "compile config") -> dict[str, Any]:
+    """Check ``raw`` against the schema; return it with defaults filled in."""
+    if not isinstance(raw, dict):
+        raise CompileConfigError(f"{source}: must be a JSON object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(SCHEMA))
+    if unknown:
+        raise CompileConfigError(
+            f"{source}: unknown key {unknown[0]!r} (supported: {', '.join(KEYS)})"
+        )
+    out: dict[str, Any] = {}
+    for key, (typ, default, check, rule) in SCHEMA.items():
+        if key not in raw or raw[key] is None:
+            out[key] = default
+            continue
+        value = raw[key]
+        ok_type = isinstance(value, typ) and (typ is bool or not isinstance(value, bool))
+        if not ok_type or not check(value):
+            raise CompileConfigError(f"{source}: {key!r} must be {rule}, got {value!r}")
+        out[key] = value
+    if out["prefill_seq_len"] > out["ctx_len"]:
+        raise CompileConfigError(
+            f"{source}: 'prefill_seq_len' ({out['prefill_seq_len']}) must not exceed 'ctx_len' ({out['ctx_len']})"
+        )
+    return out
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read and validate a compile_config.json."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CompileConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompileConfigError(f"{path}: cannot read ({exc})") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CompileConfigError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    return validate(raw, str(path))
+
+
+def explicit(config: dict[str, Any]) -> dict[str, Any]:
+    """The keys that differ from their defaults (what a written file needs to say)."""
+    return {k: v for k, v in config.items() if v != SCHEMA[k][1]}

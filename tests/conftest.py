@@ -1,0 +1,67 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ECHO_CONFIG = """\
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+ECHO_MODEL = """\
+import os
+import sys
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]))
+        return responses
+
+    def finalize(self):
+        marker = os.environ.get("ECHO_FINALIZE_MARKER")
+        if marker:
+            with open(marker, "w") as f:
+                f.write(sys.prefix)
+"""
+
+WriteModel = Callable[[Path, str, str], Path]
+
+
+def write_python_model(repo: Path, name: str, model_py: str) -> Path:
+    """Write a Python-backend FP32 echo-shaped model ``name`` with ``model_py`` as ``1/model.py``."""
+    folder = repo / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(ECHO_CONFIG)
+    (folder / "1" / "model.py").write_text(textwrap.dedent(model_py))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def python_model() -> WriteModel:
+    """The writer: ``python_model(repo, name, model_py) -> model dir``."""
+    return write_python_model
+
+
+@pytest.fixture(scope="session")
+def echo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository with one Python-backend model, ``echo`` (FP32 INPUT0 -> OUTPUT0).
+
+    Its ``finalize`` writes the stub's ``sys.prefix`` to ``$ECHO_FINALIZE_MARKER`` when set.
+    """
+    repo = tmp_path_factory.mktemp("echo_repo")
+    write_python_model(repo, "echo", ECHO_MODEL)
+    return repo

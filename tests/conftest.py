@@ -65,3 +65,24 @@ def echo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("echo_repo")
     write_python_model(repo, "echo", ECHO_MODEL)
     return repo
+
+
+@pytest.fixture(scope="session")
+def embedded_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository with the four embedded SmolLM2 samples, written by the repo generator."""
+    from repo_gen.samples import EMBEDDED_SAMPLES, write_samples
+
+    repo = tmp_path_factory.mktemp("llm_model_dir")
+    write_samples(EMBEDDED_SAMPLES, repo)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def embedded_server(embedded_repo: Path):
+    """One real tritonserver serving the four embedded samples for the whole session."""
+    from console.server import TritonServer
+
+    server = TritonServer(embedded_repo)
+    server.start(timeout=600)
+    yield server
+    server.stop()

@@ -1,0 +1,39 @@
+"""The seed's four sample models and four embedded SmolLM2 samples that run anywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .writer import ModelSpec, RepoError, write_model
+
+EMBEDDED_KV = {"prefill_seq_len": 32, "ctx_len": 512, "full_batch_size": 8}
+EMBEDDED_CAUSAL = {"ctx_len": 256, "batch_size": 1}
+MISTRAL = {"num_cores": 16, "prefill_seq_len": 32, "ctx_len": 256, "full_batch_size": 3, "mxfp6_matmul": True}
+STARCODER = {"num_cores": 16, "prefill_seq_len": 32, "ctx_len": 1024, "batch_size": 1, "mxfp6_matmul": True}
+
+SAMPLES: dict[str, ModelSpec] = {
+    spec.model_name: spec
+    for spec in (
+        ModelSpec("starcoder_15b", "causal", False, hf_model_name="bigcode/starcoder", compile=STARCODER),
+        ModelSpec("starcoder_decoupled", "causal", True, hf_model_name="bigcode/starcoder", compile=STARCODER),
+        ModelSpec("mistral_7b", "kv_cache", False, hf_model_name="mistralai/Mistral-7B-v0.1", compile=MISTRAL),
+        ModelSpec("mistral_decoupled", "kv_cache", True, hf_model_name="mistralai/Mistral-7B-v0.1", compile=MISTRAL),
+        ModelSpec("smollm2_kv", "kv_cache", False, hf_model_name="embedded", compile=EMBEDDED_KV),
+        ModelSpec("smollm2_decoupled", "kv_cache", True, hf_model_name="embedded", compile=EMBEDDED_KV),
+        ModelSpec("smollm2_causal", "causal", False, hf_model_name="embedded", compile=EMBEDDED_CAUSAL),
+        ModelSpec("smollm2_causal_decoupled", "causal", True, hf_model_name="embedded", compile=EMBEDDED_CAUSAL),
+    )
+}
+EMBEDDED_SAMPLES = tuple(name for name, spec in SAMPLES.items() if spec.hf_model_name == "embedded")
+SEED_SAMPLES = tuple(name for name in SAMPLES if name not in EMBEDDED_SAMPLES)
+
+
+def write_samples(names: tuple[str, ...], out_dir: str | Path, force: bool = False) -> list[Path]:
+    """Write the named samples into ``out_dir``; when one is unknown or exists (without force), none."""
+    unknown = [name for name in names if name not in SAMPLES]
+    if unknown:
+        raise RepoError(f"unknown sample {unknown[0]!r} (samples: {', '.join(SAMPLES)})")
+    existing = [name for name in names if (Path(out_dir) / name).exists()]
+    if existing and not force:
+        raise RepoError(f"{Path(out_dir) / existing[0]} already exists (use --force to replace it)")
+    return [write_model(SAMPLES[name], out_dir, force=force) for name in names]

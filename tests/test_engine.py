@@ -1,0 +1,197 @@
+"""The generation engine on the real embedded model: parity, batching modes, stops, cancellation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from backend_model.contract import Dims
+from backend_model.cpu_session import CpuKVSession, CpuRecomputeSession
+from backend_model.engine import Engine
+from backend_model.models import eos_ids, load_pretrained
+from backend_model.sampling import BadRequest, SamplingParams
+
+PROMPTS = [
+    "My name is",
+    "Maroon bells are mountains in Colorado, and",
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a faraway kingdom,",
+    "Water boils at",
+    "The three primary colours are",
+    "In 1969, the first humans",
+]
+
+
+@pytest.fixture(scope="module")
+def smol():
+    model, tokenizer = load_pretrained("embedded")
+    return model, tokenizer
+
+
+def make_engine(smol, *, slots: int = 4, continuous: bool = True, prefill: int = 4, ctx: int = 256,
+                kv: bool = True) -> Engine:
+    model, tokenizer = smol
+    dims = Dims(batch_size=1 if continuous else slots, prefill_seq_len=prefill, ctx_len=ctx,
+                vocab=model.config.vocab_size, full_batch_size=slots if continuous else 0)
+    session = (CpuKVSession if kv else CpuRecomputeSession)(model, dims)
+    return Engine(session, tokenizer, eos_ids(model, tokenizer))
+
+
+def hf_greedy(smol, prompt: str, n: int) -> list[int]:
+    """transformers' full-recompute greedy decoding (no KV cache), the parity reference."""
+    model, tokenizer = smol
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        out = model.generate(ids, max_new_tokens=n, do_sample=False, use_cache=False,
+                             pad_token_id=tokenizer.eos_token_id)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def test_continuous_batching_chunked_prefill_matches_hf_full_recompute(smol):
+    engine = make_engine(smol, slots=4, prefill=2)  # 8 prompts > 4 slots: slots are refilled
+    assert all(len(engine.encode(p)) > 2 for p in PROMPTS)  # every prompt is prefilled in chunks
+    seqs = engine.generate(PROMPTS, SamplingParams(max_tokens=32))
+    assert {s.finish_reason for s in seqs} <= {"length", "eos"}
+    for prompt, seq in zip(PROMPTS, seqs):
+        assert seq.tokens == hf_greedy(smol, prompt, 32), prompt
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_regular_mode_answers_every_prompt_like_single_runs(smol, count):
+    engine = make_engine(smol, slots=2, continuous=False, prefill=8)
+    single = make_engine(smol, slots=1, continuous=False, prefill=8)
+    params = SamplingParams(max_tokens=12)
+    prompts = PROMPTS[:count]
+    seqs = engine.generate(prompts, params)
+    assert [s.finished for s in seqs] == [True] * count
+    for prompt, seq in zip(prompts, seqs):
+        assert seq.text == single.generate([prompt], params)[0].text
+    assert engine.slots == [None, None]  # the batch ended and freed its rows
+
+
+def test_causal_recompute_session_matches_kv_session(smol):
+    params = SamplingParams(max_tokens=10)
+    kv = make_engine(smol, slots=2, prefill=16).generate(PROMPTS[:2], params)
+    causal = make_engine(smol, slots=1, continuous=False, kv=False, prefill=256).generate(PROMPTS[:2], params)
+    assert [s.tokens for s in kv] == [s.tokens for s in causal]
+
+
+def test_cancel_frees_the_slot_for_the_next_prompt(smol):
+    engine = make_engine(smol, slots=1)
+    first = engine.submit(engine.encode(PROMPTS[0]), SamplingParams(max_tokens=200))
+    second = engine.submit(engine.encode(PROMPTS[1]), SamplingParams(max_tokens=5))
+    while len(first.tokens) < 3:
+        engine.step()
+    assert engine.slots[0] is first and not second.tokens
+    engine.cancel(first)
+    updates = engine.step()
+    assert [(u.seq, u.finished) for u in updates] == [(first, True)]
+    assert first.finish_reason == "cancelled" and engine.slots[0] is None
+    while not second.finished:
+        engine.step()
+    assert second.finish_reason == "length" and len(second.tokens) == 5
+    assert len(first.tokens) == 3  # nothing ran for the cancelled sequence after its cancel
+
+
+def test_eos_length_and_ctx_len_finish_reasons(smol):
+    model, tokenizer = smol
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "Say hi."}], tokenize=False,
+                                         add_generation_prompt=True)
+    engine = make_engine(smol, slots=2, ctx=128)
+    eos, length = engine.generate([chat, PROMPTS[0]], SamplingParams(max_tokens=60))
+    assert eos.finish_reason == "eos" and eos.tokens[-1] in engine.eos_ids and len(eos.tokens) < 60
+    assert "<|im_end|>" not in eos.text
+    assert length.finish_reason == "length" and len(length.tokens) == 60
+    short = make_engine(smol, slots=1, ctx=16)
+    (seq,) = short.generate([PROMPTS[0]])
+    assert seq.finish_reason == "ctx_len"
+    assert len(seq.prompt_ids) + len(seq.tokens) == 16  # generation stops at ctx_len, as QEfficient
+
+
+def test_prompt_too_long_or_empty_is_a_clear_error(smol):
+    engine = make_engine(smol, slots=1, ctx=16)
+    with pytest.raises(BadRequest, match="ctx_len is 16"):
+        engine.submit(engine.encode("word " * 40), SamplingParams())
+    with pytest.raises(BadRequest, match="empty prompt"):
+        engine.submit([], SamplingParams())
+    assert engine.generate([PROMPTS[0]], SamplingParams(max_tokens=2))[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("prompt", ["Translate to Japanese: good morning ->", "Emoji of a cat:", "Ünïcödé façade, naïve"])
+def test_streamed_text_joins_to_the_final_text(smol, prompt):
+    model, tokenizer = smol
+    engine = make_engine(smol, slots=1)
+    updates = list(engine.stream([prompt], SamplingParams(max_tokens=24)))
+    pieces = [u.text for u in updates]
+    seq = updates[-1].seq
+    assert "".join(pieces) == seq.text
+    assert seq.text == tokenizer.decode(seq.tokens, skip_special_tokens=True)
+
+
+def test_multibyte_characters_are_never_split(smol):
+    model, tokenizer = smol
+    engine = make_engine(smol, slots=1)
+    seq = engine.submit(engine.encode("x"), SamplingParams(max_tokens=4))
+    text = "日本語 😀 ü"
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    assert len(ids) > len(text.split())  # some characters span several tokens
+    pieces = [seq.detok.add(i) for i in ids] + [seq.detok.flush()]
+    assert "".join(pieces) == text and all("\ufffd" not in p for p in pieces)
+
+
+def test_stop_strings_end_the_sequence_without_the_stop_text(smol):
+    engine = make_engine(smol, slots=1)
+    (free,) = engine.generate(["1, 2, 3,"], SamplingParams(max_tokens=20))
+    assert " 6," in free.text
+    updates = list(engine.stream(["1, 2, 3,"], SamplingParams(max_tokens=20, stop=(" 6,",))))
+    seq = updates[-1].seq
+    assert seq.finish_reason == "stop"
+    assert seq.text == free.text[: free.text.index(" 6,")]
+    assert "".join(u.text for u in updates) == seq.text
+
+
+def test_sampling_is_seeded_and_greedy_by_default(smol):
+    engine = make_engine(smol, slots=4)
+    params = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, top_k=50, seed=7)
+    a, b, greedy = engine.generate([PROMPTS[4]] * 2 + [PROMPTS[4]], params)
+    assert a.tokens == b.tokens  # same seed, same sample
+    other = engine.generate([PROMPTS[4]], SamplingParams(max_tokens=16, temperature=1.0, seed=8))[0]
+    base = engine.generate([PROMPTS[4]], SamplingParams(max_tokens=16))[0]
+    assert other.tokens != a.tokens or base.tokens != a.tokens
+
+
+@pytest.mark.parametrize("bad", [
+    {"max_tokens": 0}, {"temperature": -1.0}, {"temperature": float("nan")}, {"top_p": 0.0},
+    {"top_p": 1.5}, {"top_k": -3}, {"repetition_penalty": 0.0}, {"seed": -1}, {"stop": ("",)},
+])
+def test_bad_sampling_parameters_are_refused(bad):
+    with pytest.raises(BadRequest, match=next(iter(bad))):
+        SamplingParams(**bad)
+
+
+def test_a_failing_session_ends_its_sequences_and_the_engine_serves_on(smol):
+    engine = make_engine(smol, slots=2)
+    real_run = engine.session.run
+    calls = {"n": 0}
+
+    def flaky(inputs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("device lost")
+        return real_run(inputs)
+
+    engine.session.run = flaky
+    (broken,) = engine.generate([PROMPTS[0]], SamplingParams(max_tokens=4))
+    assert broken.finish_reason == "error" and "device lost" in broken.error
+    (ok,) = engine.generate([PROMPTS[0]], SamplingParams(max_tokens=4))
+    assert ok.finish_reason == "length" and ok.text
+
+
+def test_repetition_penalty_changes_a_repetitive_continuation(smol):
+    engine = make_engine(smol, slots=1)
+    plain = engine.generate(["1, 2, 3,"], SamplingParams(max_tokens=16))[0]
+    penalised = engine.generate(["1, 2, 3,"], SamplingParams(max_tokens=16, repetition_penalty=1.5))[0]
+    assert penalised.tokens != plain.tokens
+    assert np.isfinite(len(penalised.text))

@@ -13,6 +13,7 @@ import click
 
 from console.doctor import format_rows, run_doctor
 from console.server import ServerError, TritonServer
+from repo_gen.cli import repo_group
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -69,6 +70,9 @@ def doctor() -> None:
     click.echo(format_rows(rows))
     if not ok:
         sys.exit(1)
+
+
+main.add_command(repo_group, "repo")
 
 
 def _print_ready(server: TritonServer) -> None:

@@ -6,6 +6,7 @@ failure never leaves a half-written model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,12 +18,14 @@ from string import Template
 from typing import Any
 
 from backend_model import compile_config
+from backend_model.build import ENGINES
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
 BACKEND_SRC = ROOT / "backend_model"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MODEL_TYPES = ("kv_cache", "causal")
+PRECISIONS = ("fp32", "bf16", "int8")  # the CPU engine's (backend_model.cpu_session.DTYPES)
 
 
 class RepoError(ValueError):
@@ -53,12 +56,27 @@ class ModelSpec:
 
 
 def check_name(name: str) -> str:
-    if not NAME_RE.match(name or "") or ".." in name:
+    if not NAME_RE.fullmatch(name or "") or ".." in name:
         raise RepoError(
             f"unsafe model name {name!r}: use letters, digits, '_', '-' and '.', starting with a letter "
             "or digit (no path separators, no '..')"
         )
     return name
+
+
+def check_spec(spec: ModelSpec) -> None:
+    """RepoError / CompileConfigError naming the first bad field of ``spec``."""
+    check_name(spec.model_name)
+    for flag, value, allowed in (
+        ("--model_type", spec.model_type, MODEL_TYPES),
+        ("--engine", spec.engine, ENGINES),
+        ("--precision", spec.precision, PRECISIONS),
+    ):
+        if value not in allowed:
+            raise RepoError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
+    if spec.aic_binary_dir and not Path(spec.aic_binary_dir).expanduser().is_dir():
+        raise RepoError(f"--aic_binary_dir {spec.aic_binary_dir} is not a directory")
+    compile_config.validate(spec.compile, "compile config")
 
 
 def render_config(spec: ModelSpec) -> str:
@@ -71,11 +89,17 @@ def render_config(spec: ModelSpec) -> str:
     return template.substitute(name=spec.model_name, decoupled_block=decoupled, parameters=params)
 
 
+def check_backend_dir(python_backend_dir: str | Path) -> Path:
+    """The seed's --python_backend_dir: a backend folder holding model.py."""
+    src = Path(python_backend_dir).expanduser()
+    if not (src / "model.py").is_file():
+        raise RepoError(f"--python_backend_dir {src} has no model.py")
+    return src
+
+
 def _copy_backend(version_dir: Path, python_backend_dir: str | None) -> None:
-    if python_backend_dir:  # the seed's --python_backend_dir: a backend folder holding model.py
-        src = Path(python_backend_dir).expanduser()
-        if not (src / "model.py").is_file():
-            raise RepoError(f"--python_backend_dir {src} has no model.py")
+    if python_backend_dir:
+        src = check_backend_dir(python_backend_dir)
         shutil.copytree(src, version_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
         return
     version_dir.mkdir(parents=True, exist_ok=True)
@@ -86,29 +110,36 @@ def _copy_backend(version_dir: Path, python_backend_dir: str | None) -> None:
 def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | None = None,
                 force: bool = False) -> Path:
     """Write ``out_dir/<model_name>/`` atomically and return it."""
-    check_name(spec.model_name)
-    if spec.model_type not in MODEL_TYPES:
-        raise RepoError(f"--model_type must be one of {', '.join(MODEL_TYPES)}, got {spec.model_type!r}")
-    if spec.aic_binary_dir and not Path(spec.aic_binary_dir).expanduser().is_dir():
-        raise RepoError(f"--aic_binary_dir {spec.aic_binary_dir} is not a directory")
-    compile_config.validate(spec.compile, "compile config")
+    check_spec(spec)
     out = Path(out_dir)
     target = out / spec.model_name
     if target.exists() and not force:
         raise RepoError(f"{target} already exists (use --force to replace it)")
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.model_name}.", dir=out))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.model_name}.", dir=out))  # private (0700) holder
+    staged, old = tmp / "model", tmp / "old"  # staged by mkdir: the umask's permissions, kept by the rename
     try:
-        (tmp / "config.pbtxt").write_text(render_config(spec))
-        (tmp / "compile_config.json").write_text(json.dumps(spec.compile, indent=2) + "\n")
-        _copy_backend(tmp / "1", python_backend_dir)
+        staged.mkdir()
+        _fill(staged, spec, python_backend_dir)
         if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{spec.model_name}.old.", dir=out))
-            os.replace(target, old / "model")
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+            os.replace(target, old)
+        os.replace(staged, target)
+    except BaseException:
+        if old.exists() and not target.exists():  # put the replaced model back
+            os.replace(old, target)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created:  # leave no empty output folder behind either
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _fill(folder: Path, spec: ModelSpec, python_backend_dir: str | None) -> None:
+    """Write the model folder's contents into ``folder``."""
+    (folder / "config.pbtxt").write_text(render_config(spec))
+    (folder / "compile_config.json").write_text(json.dumps(spec.compile, indent=2) + "\n")
+    _copy_backend(folder / "1", python_backend_dir)

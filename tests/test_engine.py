@@ -119,7 +119,10 @@ def test_prompt_too_long_or_empty_is_a_clear_error(smol):
     assert engine.generate([PROMPTS[0]], SamplingParams(max_tokens=2))[0].finish_reason == "length"
 
 
-@pytest.mark.parametrize("prompt", ["Translate to Japanese: good morning ->", "Emoji of a cat:", "Ünïcödé façade, naïve"])
+STREAM_PROMPTS = ["Translate to Japanese: good morning ->", "Emoji of a cat:", "Ünïcödé façade, naïve"]
+
+
+@pytest.mark.parametrize("prompt", STREAM_PROMPTS)
 def test_streamed_text_joins_to_the_final_text(smol, prompt):
     model, tokenizer = smol
     engine = make_engine(smol, slots=1)

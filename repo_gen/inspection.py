@@ -1,0 +1,182 @@
+"""Look at what exists: the model type of a QPC, and the model folders of a generated repository."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backend_model import compile_config
+from backend_model.build import ENGINES
+from backend_model.qaic_session import _open_session, find_qpc, qaic_available
+
+from .writer import PRECISIONS, RepoError
+
+DETECT_MESSAGE = "determining model type from the QPC (loading it may take several minutes) ..."
+SPECIALIZATIONS = "specializations.json"
+BOOLEANS = ("true", "false", "1", "0", "yes", "no")  # what the backend accepts for use_kv_cache
+
+
+# --------------------------------------------------------------------------- model type of a QPC
+
+
+def detect_model_type(aic_binary_dir: str | Path, progress: Callable[[str], None]) -> str:
+    """'kv_cache' or 'causal' for a QPC: its bindings (past_key.* ⇒ KV cache), else specializations.json."""
+    root = Path(aic_binary_dir).expanduser()
+    qpc = find_qpc(root)
+    progress(DETECT_MESSAGE)
+    if qaic_available():
+        try:
+            return _type_from_session(qpc)
+        except Exception as exc:  # any runtime failure: try the specializations, then say why
+            reason = f"loading it failed ({exc})"
+    else:
+        reason = "QEfficient is not installed, so it cannot be loaded"
+    found = _type_from_specializations(qpc, root)
+    if found:
+        return found
+    raise RepoError(
+        f"cannot determine the model type of QPC {qpc}: {reason} and no {SPECIALIZATIONS} beside it says; "
+        "pass --model_type causal or --model_type kv_cache"
+    )
+
+
+def _type_from_session(qpc: Path) -> str:
+    session = _open_session(qpc, None)
+    try:
+        return "kv_cache" if any(n.startswith("past_key") for n in session.input_names) else "causal"
+    finally:
+        deactivate = getattr(session, "deactivate", None)
+        if deactivate is not None:
+            deactivate()
+
+
+def _type_from_specializations(qpc: Path, root: Path) -> str | None:
+    """A KV-cache QPC's specializations carry ``ctx_len`` (the cache length); a causal one's do not."""
+    for path in dict.fromkeys((qpc / SPECIALIZATIONS, qpc.parent / SPECIALIZATIONS, root / SPECIALIZATIONS)):
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))["specializations"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries):
+            return "kv_cache" if any("ctx_len" in e for e in entries) else "causal"
+    return None
+
+
+# --------------------------------------------------------------------------- listing a repository
+
+
+@dataclass
+class ModelInfo:
+    """One model folder as ``repo list`` reports it."""
+
+    name: str
+    path: str
+    model_type: str = "?"
+    decoupled: bool | None = None
+    source: str = "?"
+    engine: str = ""
+    precision: str = ""
+    compile: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    def compile_summary(self) -> str:
+        c = self.compile
+        if c is None:
+            return "?"
+        rows = f"fbs={c['full_batch_size']}" if c["full_batch_size"] else f"bs={c['batch_size']}"
+        return f"ctx={c['ctx_len']} prefill={c['prefill_seq_len']} {rows}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "valid": self.valid}
+
+
+def list_models(repo: str | Path) -> list[ModelInfo]:
+    """Every model folder of ``repo`` (hidden folders, e.g. an interrupted write, are skipped)."""
+    root = Path(repo)
+    if not root.is_dir():
+        raise RepoError(f"no model repository at {root}")
+    return [inspect_model(p) for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+
+
+def inspect_model(folder: Path) -> ModelInfo:
+    """Read one model folder; ``problems`` says what would keep it from loading."""
+    info = ModelInfo(folder.name, str(folder))
+    _read_config(folder, info)
+    _read_compile(folder, info)
+    if not (folder / "1" / "model.py").is_file():
+        info.problems.append("no 1/model.py")
+    return info
+
+
+def _read_config(folder: Path, info: ModelInfo) -> None:
+    path = folder / "config.pbtxt"
+    if not path.is_file():
+        info.problems.append("no config.pbtxt")
+        return
+    try:
+        config = _parse_pbtxt(path.read_text(encoding="utf-8"))
+    except Exception as exc:  # text_format.ParseError or an unreadable file
+        info.problems.append(f"config.pbtxt does not parse: {' '.join(str(exc).split())}")
+        return
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    info.decoupled = config.model_transaction_policy.decoupled
+    info.engine = params.get("engine", "auto") or "auto"
+    info.precision = params.get("precision", "fp32") or "fp32"
+    info.source = _source(params)
+    kv = params.get("use_kv_cache", "").strip().lower()
+    if kv in BOOLEANS:
+        info.model_type = "kv_cache" if kv in ("true", "1", "yes") else "causal"
+    info.problems += _config_problems(config, folder.name, params, kv)
+
+
+def _model_config_pb2():
+    from tritonclient.grpc import model_config_pb2  # lazy: tritonclient.grpc takes ~0.5 s to import
+
+    return model_config_pb2
+
+
+def _parse_pbtxt(text: str):
+    from google.protobuf import text_format
+
+    return text_format.Parse(text, _model_config_pb2().ModelConfig())
+
+
+def _source(params: dict[str, str]) -> str:
+    if params.get("aic_binary_dir"):
+        return f"qpc {params['aic_binary_dir']}"
+    name = params.get("hf_model_name", "")
+    return "embedded" if name in ("", "embedded") else f"hf {name}"
+
+
+def _config_problems(config: Any, folder_name: str, params: dict[str, str], kv: str) -> list[str]:
+    problems = []
+    if config.backend != "python":
+        problems.append(f"backend is {config.backend!r}, not 'python'")
+    if config.name and config.name != folder_name:
+        problems.append(f"config name {config.name!r} differs from the folder name")
+    if "use_kv_cache" not in params:
+        problems.append("parameter use_kv_cache is missing")
+    elif kv not in BOOLEANS:
+        problems.append(f"parameter use_kv_cache must be true or false, got {params['use_kv_cache']!r}")
+    for key, value, allowed in (("engine", params.get("engine"), ENGINES),
+                                ("precision", params.get("precision"), PRECISIONS)):
+        if value and value not in allowed:
+            problems.append(f"parameter {key} must be one of {', '.join(allowed)}, got {value!r}")
+    if not any(i.name == "prompt" and i.data_type == _model_config_pb2().TYPE_STRING for i in config.input):
+        problems.append("no TYPE_STRING input 'prompt'")
+    return problems
+
+
+def _read_compile(folder: Path, info: ModelInfo) -> None:
+    path = folder / "compile_config.json"
+    try:
+        info.compile = compile_config.load(path) if path.exists() else compile_config.validate({})
+    except compile_config.CompileConfigError as exc:
+        info.problems.append(str(exc).replace(str(path), "compile_config.json", 1))

@@ -1,0 +1,231 @@
+"""The bundled backend in a real tritonserver on the embedded model, driven with tritonclient."""
+
+from __future__ import annotations
+
+import json
+import queue
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from backend_model.build import BackendSettings, build_engine
+from backend_model.sampling import SamplingParams
+
+pytestmark = pytest.mark.server
+PROMPTS = ["My name is", "Maroon bells"]
+KV_MODELS = {"smollm2_kv": "smollm2_decoupled", "smollm2_causal": "smollm2_causal_decoupled"}
+
+
+def tensor(module, name: str, values, dtype=None):
+    arr = np.array(values, dtype=dtype or (object if isinstance(values[0], (str, bytes)) else None))
+    if arr.dtype == object:
+        arr = np.array([v.encode() if isinstance(v, str) else v for v in values], dtype=object)
+    inp = module.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+    inp.set_data_from_numpy(arr)
+    return inp
+
+
+def inputs(module, prompts, **controls):
+    out = [tensor(module, "prompt", prompts)]
+    kinds = {"max_tokens": np.int32, "temperature": np.float32, "top_k": np.int32, "seed": np.int64,
+             "exclude_input_in_output": bool}
+    for name, value in controls.items():
+        out.append(tensor(module, name, [value], kinds.get(name)))
+    return out
+
+
+def http_infer(server, model, prompts, **controls):
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=300)
+    try:
+        result = client.infer(model, inputs(httpclient, prompts, **controls))
+        return {n: result.as_numpy(n) for n in ("text_output", "finish_reason", "output_tokens")}
+    finally:
+        client.close()
+
+
+def generate(server, model, body, stream=False):
+    path = "generate_stream" if stream else "generate"
+    req = urllib.request.Request(f"http://{server.http_url}/v2/models/{model}/{path}", data=json.dumps(body).encode())
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        raw = resp.read().decode()
+    if not stream:
+        return json.loads(raw)
+    return [json.loads(line[5:]) for line in raw.splitlines() if line.startswith("data:")]
+
+
+class Stream:
+    """One gRPC stream; collects every response (and error) per request id."""
+
+    def __init__(self, server):
+        self.client = grpcclient.InferenceServerClient(server.grpc_url)
+        self.events: queue.Queue = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: self.events.put((result, error)))
+
+    def send(self, model, prompts, request_id, **controls):
+        self.client.async_stream_infer(model, inputs(grpcclient, prompts, **controls), request_id=request_id,
+                                       enable_empty_final_response=True)
+
+    def collect(self, count=1, timeout=300):
+        """Until ``count`` final responses: {request id: [(texts, final, error)]}."""
+        got: dict[str, list] = {}
+        finals = 0
+        while finals < count:
+            result, error = self.events.get(timeout=timeout)
+            if error is not None:
+                got.setdefault("error", []).append((None, True, str(error)))
+                finals += 1
+                continue
+            response = result.get_response()
+            final = response.parameters["triton_final_response"].bool_param
+            texts = result.as_numpy("text_output")
+            item = ([t.decode() for t in texts] if texts is not None else None, final, None)
+            got.setdefault(response.id, []).append(item)
+            finals += final
+        return got
+
+    def close(self, cancel=False):
+        self.client.stop_stream(cancel_requests=cancel)
+        self.client.close()
+
+
+def joined(responses):
+    texts = [r[0] for r in responses if r[0] is not None]
+    return ["".join(t[i] for t in texts) for i in range(len(texts[0]))]
+
+
+@pytest.fixture(scope="module")
+def inprocess(embedded_repo):
+    """The same engines in this process, built from the same model folders."""
+    engines = {}
+    for name in KV_MODELS:
+        params = {"use_kv_cache": "true" if name == "smollm2_kv" else "false"}
+        engine, _ = build_engine(BackendSettings.from_model_dir(embedded_repo / name, params), progress=lambda m: None)
+        engines[name] = engine
+    return engines
+
+
+@pytest.mark.parametrize("batch_model", list(KV_MODELS))
+def test_batch_stream_and_generate_agree_with_the_engine_in_process(embedded_server, inprocess, batch_model):
+    stream_model = KV_MODELS[batch_model]
+    expected = [s.text for s in inprocess[batch_model].generate(PROMPTS, SamplingParams(max_tokens=12))]
+    batch = http_infer(embedded_server, batch_model, PROMPTS, max_tokens=12, exclude_input_in_output=True)
+    assert [t.decode() for t in batch["text_output"]] == expected
+    assert list(batch["output_tokens"]) == [12, 12]
+    echo = http_infer(embedded_server, batch_model, PROMPTS[:1], max_tokens=12)
+    assert echo["text_output"][0].decode() == PROMPTS[0] + expected[0]  # the prompt is echoed by default
+    stream = Stream(embedded_server)
+    try:
+        stream.send(stream_model, PROMPTS, "s1", max_tokens=12)
+        responses = stream.collect()["s1"]
+    finally:
+        stream.close()
+    assert joined(responses) == expected
+    assert [final for _, final, _ in responses].count(True) == 1 and responses[-1][1]
+    assert len(responses) > 2  # one response per decode step, not one at the end
+    for i, prompt in enumerate(PROMPTS):
+        body = {"prompt": prompt, "id": "42", "max_tokens": 12, "exclude_input_in_output": True}
+        assert generate(embedded_server, batch_model, body)["text_output"] == expected[i]
+        events = generate(embedded_server, stream_model, {"prompt": prompt, "max_tokens": 12}, stream=True)
+        assert "".join(e["text_output"] for e in events) == expected[i]
+        assert events[-1]["finish_reason"] == "length"
+
+
+def test_the_seed_generate_call_works_as_written(embedded_server):
+    reply = generate(embedded_server, "smollm2_kv", {"prompt": "My name is", "id": "42"})
+    assert reply["id"] == "42"
+    assert reply["text_output"].startswith("My name is") and len(reply["text_output"]) > 40
+    assert reply["finish_reason"] in ("eos", "ctx_len")
+
+
+def test_concurrent_batch_requests_are_served_together(embedded_server):
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(http_infer, embedded_server, "smollm2_kv", [p], max_tokens=24,
+                               exclude_input_in_output=True) for p in PROMPTS * 2]
+        results = [f.result(timeout=300) for f in futures]
+    texts = [r["text_output"][0].decode() for r in results]
+    assert texts[0] == texts[2] and texts[1] == texts[3] and texts[0] != texts[1]
+    log = "\n".join(embedded_server.log_tail(400))
+    assert log.count("smollm2_kv: request") >= 4
+
+
+def test_more_streams_than_slots_all_complete(embedded_server):
+    stream = Stream(embedded_server)
+    try:
+        for i in range(10):  # full_batch_size is 8: two wait for a free slot
+            stream.send("smollm2_decoupled", [f"Count to {i}:"], f"r{i}", max_tokens=6)
+        got = stream.collect(count=10)
+    finally:
+        stream.close()
+    assert sorted(got) == sorted(f"r{i}" for i in range(10))
+    for responses in got.values():
+        assert [final for _, final, _ in responses].count(True) == 1
+        assert joined(responses)[0]
+
+
+def test_cancelled_stream_frees_its_slot_and_the_log_says_so(embedded_server):
+    stream = Stream(embedded_server)
+    stream.send("smollm2_decoupled", ["1, 2, 3, 4,"], "long", max_tokens=400)
+    try:
+        result, error = stream.events.get(timeout=120)  # the first token arrived: the request runs
+        assert error is None and not result.get_response().parameters["triton_final_response"].bool_param
+    finally:
+        stream.close(cancel=True)
+    follow = Stream(embedded_server)
+    try:
+        follow.send("smollm2_decoupled", ["My name is"], "after", max_tokens=5)
+        responses = follow.collect()["after"]
+    finally:
+        follow.close()
+    assert joined(responses)[0]
+    log = "\n".join(embedded_server.log_tail(400))
+    assert "request long prompts=1" in log and "finish=cancelled" in log
+
+
+def test_two_prompts_in_one_request_and_an_error_request_each_end_with_one_final(embedded_server):
+    stream = Stream(embedded_server)
+    try:
+        stream.send("smollm2_decoupled", PROMPTS, "two", max_tokens=4)
+        stream.send("smollm2_decoupled", [""], "empty", max_tokens=4)
+        got = stream.collect(count=2)
+    finally:
+        stream.close()
+    assert len(joined(got["two"])) == 2 and all(joined(got["two"]))
+    errors = got.get("error", [])
+    assert len(errors) == 1 and "prompt 0 is empty" in errors[0][2]
+
+
+@pytest.mark.parametrize(("values", "controls", "message"), [
+    ([""], {}, "prompt 0 is empty"),
+    (["word " * 600], {}, "ctx_len is 512"),
+    ([b"\xff\xfe bad bytes"], {}, "prompt[0] is not valid UTF-8"),
+    (["hi"], {"temperature": -1.0}, "temperature must be >= 0"),
+    (["hi"], {"max_tokens": -5}, "max_tokens must be a positive integer"),
+    (["hi"], {"top_k": -2}, "top_k must be an integer >= 0"),
+])
+def test_bad_requests_get_a_clear_error_and_the_model_keeps_serving(embedded_server, values, controls, message):
+    with pytest.raises(InferenceServerException, match=message.replace("[", r"\[").replace("]", r"\]")):
+        http_infer(embedded_server, "smollm2_kv", values, **controls)
+    good = http_infer(embedded_server, "smollm2_kv", ["Hello"], max_tokens=3)
+    assert good["finish_reason"][0] == b"length"
+
+
+def test_wrong_tensor_types_are_refused_by_triton(embedded_server):
+    client = httpclient.InferenceServerClient(embedded_server.http_url)
+    try:
+        bad = [tensor(httpclient, "prompt", ["hi"]), tensor(httpclient, "max_tokens", [3.5], np.float32)]
+        with pytest.raises(InferenceServerException, match="max_tokens"):
+            client.infer("smollm2_kv", bad)
+        numeric_prompt = [tensor(httpclient, "prompt", [1.0], np.float32)]
+        with pytest.raises(InferenceServerException, match="prompt"):
+            client.infer("smollm2_kv", numeric_prompt)
+    finally:
+        client.close()
+    with pytest.raises(urllib.error.HTTPError):
+        generate(embedded_server, "smollm2_kv", {"prompt": "hi", "max_tokens": "many"})
+    assert http_infer(embedded_server, "smollm2_kv", ["Hello"], max_tokens=2)["output_tokens"][0] == 2

@@ -33,9 +33,8 @@ class _Linear:
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, precision: str) -> None:
         dtype = torch_dtype(precision)
-        # Fresh copies, not views of a memory-mapped file: decode streams every weight each step.
-        self.weight = weight.detach().to(dtype, copy=True).contiguous()
-        self.bias = None if bias is None else bias.detach().to(dtype, copy=True)
+        self.weight = weight.detach().to(dtype).contiguous()
+        self.bias = None if bias is None else bias.detach().to(dtype)
         self.packed = None
         if precision == "int8":
             w = self.weight
@@ -101,7 +100,7 @@ class CpuKVSession:
 
     def _load_weights(self, model, precision: str) -> None:
         def own(t: torch.Tensor) -> torch.Tensor:
-            return t.detach().to(self.dtype, copy=True).contiguous()
+            return t.detach().to(self.dtype).contiguous()
 
         inner = model.model
         self.embed = own(inner.embed_tokens.weight)
@@ -153,9 +152,7 @@ class CpuKVSession:
 
     # -- the forward pass --------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return w * xf.to(self.dtype)
+        return F.rms_norm(x, w.shape, w, self.eps)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
@@ -175,13 +172,8 @@ class CpuKVSession:
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Grouped-query attention: q [B, nq, S, d], k/v [B, nk, L, d], mask [B, 1, S, L] bool."""
         b, nq, s, d = q.shape
-        group = nq // self.n_kv
-        qg = q.reshape(b, self.n_kv, group * s, d)
-        scores = torch.matmul(qg, k.transpose(-1, -2)) * self.scale
-        scores = scores.view(b, self.n_kv, group, s, -1).masked_fill(~mask.unsqueeze(1), float("-inf"))
-        probs = torch.softmax(scores.float(), dim=-1).to(self.dtype)
-        out = torch.matmul(probs.view(b, self.n_kv, group * s, -1), v)
-        return out.view(b, nq, s, d).transpose(1, 2).reshape(b, s, nq * d)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=True)
+        return out.transpose(1, 2).reshape(b, s, nq * d)
 
     def _mlp(self, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
         gate, up = layer.gate_up(self._rms(x, layer.post_norm)).chunk(2, dim=-1)

@@ -12,6 +12,8 @@ from pathlib import Path
 import click
 
 from console.doctor import format_rows, run_doctor
+from console.headless import client, headless_options, options_from_cli
+from console.headless import run as run_headless
 from console.server import ServerError, TritonServer
 from repo_gen.cli import repo_group
 
@@ -56,11 +58,24 @@ def _stop(server: TritonServer) -> None:
 
 
 @click.group(invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+@headless_options
 @click.pass_context
-def main(ctx: click.Context) -> None:
-    """Generate, serve and chat with LLMs on Qualcomm Cloud AI 100 through Triton."""
+def main(ctx: click.Context, **headless: object) -> None:
+    """Generate, serve and chat with LLMs on Qualcomm Cloud AI 100 through Triton.
+
+    With --prompt and no command, answer headless and exit: the embedded model is served for the
+    run unless --url names a running server; replies go to stdout, speed figures to stderr.
+    """
     if ctx.invoked_subcommand is None:
-        click.echo(ctx.get_help())
+        if headless.get("prompt") is None:
+            click.echo(ctx.get_help())
+            return
+        try:
+            with _signals_raise(signal.SIGTERM):
+                code = run_headless(options_from_cli(headless))
+        except _Terminated:
+            code = 143
+        sys.exit(code)
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
@@ -73,6 +88,7 @@ def doctor() -> None:
 
 
 main.add_command(repo_group, "repo")
+main.add_command(client, "client")
 
 
 def _print_ready(server: TritonServer) -> None:

@@ -1,0 +1,167 @@
+"""The types UIs see: request parameters, timeouts, model info, the event stream and reply stats.
+
+One call (stream, batch or generate) yields :class:`TextDelta` events (streaming only), then either
+one :class:`Reply` per prompt, in prompt order, or a single :class:`Failure`; nothing follows.
+Times are seconds since the request was sent (``time.perf_counter`` based).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+
+KV_TIMEOUT = 600.0  # the seed's client_example_kv.py network timeout
+CAUSAL_TIMEOUT = 6000.0  # the seed's client_example_causal.py network timeout
+FINISH_REASONS = ("eos", "stop", "length", "ctx_len", "cancelled")
+
+# Failure kinds
+TIMEOUT = "timeout"  # the network timeout of the whole call
+IDLE_TIMEOUT = "idle_timeout"  # streaming: no response for too long
+CANCELLED = "cancelled"  # cancelled by the caller
+CONNECTION = "connection"  # server unreachable or gone
+SERVER = "server"  # the server or model answered with an error
+BAD_REQUEST = "bad_request"  # rejected before sending
+
+
+class ClientError(RuntimeError):
+    """A request that cannot be made or answered; ``str()`` is one line, ``kind`` a Failure kind."""
+
+    def __init__(self, message: str, kind: str = BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def split_prompts(text: str) -> list[str]:
+    """``"a|b"`` -> ``["a", "b"]`` (one request, the model's batch); ``\\|`` is a literal ``|``."""
+    parts = [p.replace("\0", "|") for p in text.replace("\\|", "\0").split("|")]
+    for i, part in enumerate(parts):
+        if not part.strip():
+            where = f"prompt {i + 1} of {len(parts)}" if len(parts) > 1 else "the prompt"
+            raise ClientError(f"{where} is empty")
+    return parts
+
+
+def new_request_id() -> str:
+    return f"qc-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Optional model inputs; None (or empty ``stop``) leaves the model's default."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    repetition_penalty: float | None = None
+    stop: tuple[str, ...] = ()
+    exclude_input_in_output: bool | None = None
+    request_id: str | None = None  # sent as Triton's request id (and the generate ``id``)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """``network``: seconds for the whole call; ``idle``: streaming, seconds between responses.
+
+    None disables a timeout. :func:`default_timeout` gives the seed's network defaults.
+    """
+
+    network: float | None = KV_TIMEOUT
+    idle: float | None = None
+
+
+def default_timeout(use_kv_cache: bool) -> float:
+    """600 s for KV-cache models, 6000 s for causal ones (the seed's client defaults)."""
+    return KV_TIMEOUT if use_kv_cache else CAUSAL_TIMEOUT
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a client needs to know about a served model (from its config)."""
+
+    name: str
+    decoupled: bool
+    use_kv_cache: bool
+    hf_model_name: str = ""
+    parameters: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def default_timeout(self) -> float:
+        return default_timeout(self.use_kv_cache)
+
+    @property
+    def embedded(self) -> bool:
+        """Serves the embedded SmolLM2 (its tokenizer is local)."""
+        return self.hf_model_name == "embedded"
+
+
+@dataclass(frozen=True)
+class ReplyStats:
+    """Speed figures of one reply in seconds, named as genai-perf names them.
+
+    Batch replies arrive whole: ``time_to_first_token`` is then the request latency and the
+    inter-token latencies are None.
+    """
+
+    time_to_first_token: float | None
+    inter_token_latency: float | None  # mean, (latency - ttft) / (output_tokens - 1)
+    inter_token_latency_p90: float | None  # over the gaps between text arrivals
+    request_latency: float
+    output_token_throughput: float | None  # output_tokens / request_latency
+    input_tokens: int | None
+    output_tokens: int | None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """genai-perf names with ``_ms`` for times in milliseconds, rounded."""
+        out: dict[str, float | int | None] = {}
+        for key, value in asdict(self).items():
+            if key.endswith(("latency", "token", "_p90")):
+                out[f"{key}_ms"] = None if value is None else round(value * 1000, 3)
+            elif isinstance(value, float):
+                out[key] = round(value, 3)
+            else:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """New text for prompt ``index`` (streaming); ``first`` marks the reply's first text."""
+
+    index: int
+    text: str
+    time: float
+    first: bool = False
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The finished answer to prompt ``index``.
+
+    ``text`` is the whole reply; it starts with the prompt only when ``includes_prompt`` (batch
+    requests without ``exclude_input_in_output``, the vllm convention).
+    """
+
+    index: int
+    prompt: str
+    text: str
+    finish_reason: str
+    stats: ReplyStats
+    includes_prompt: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.finish_reason not in (CANCELLED, "error")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The call failed; ``kind`` says how (TIMEOUT, IDLE_TIMEOUT, CANCELLED, CONNECTION, SERVER...)."""
+
+    message: str
+    kind: str
+    time: float = 0.0
+
+
+Event = TextDelta | Reply | Failure

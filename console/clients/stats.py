@@ -1,0 +1,89 @@
+"""Speed figures: per reply (:func:`reply_stats`) and over many replies (:func:`aggregate`).
+
+Token counts come from the server's ``output_tokens``; arrival times only place the first token
+and spread the rest (a decode step may carry text for one token, or none while the detokenizer
+waits for a whole character).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from .events import ReplyStats
+
+METRICS = (
+    "time_to_first_token",
+    "inter_token_latency",
+    "request_latency",
+    "output_token_throughput",
+    "output_tokens",
+)
+STATISTICS = ("avg", "min", "max", "p50", "p90", "p99")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method); ``q`` in 0..100."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def reply_stats(
+    arrivals: Sequence[float],
+    latency: float,
+    output_tokens: int | None,
+    input_tokens: int | None = None,
+    streamed: bool = True,
+) -> ReplyStats:
+    """Figures of one reply from the times its text arrived and the time of the final response.
+
+    ``arrivals``: seconds since the request was sent at which non-empty text came (streaming).
+    """
+    tokens = output_tokens if output_tokens is not None else (len(arrivals) if streamed else None)
+    throughput = tokens / latency if tokens is not None and latency > 0 else None
+    if not streamed:
+        return ReplyStats(latency, None, None, latency, throughput, input_tokens, tokens)
+    ttft = arrivals[0] if arrivals else None
+    itl = p90 = None
+    if ttft is not None and tokens is not None and tokens > 1:
+        itl = max(latency - ttft, 0.0) / (tokens - 1)
+        gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+        p90 = percentile(gaps, 90) if gaps else itl
+    return ReplyStats(ttft, itl, p90, latency, throughput, input_tokens, tokens)
+
+
+def aggregate(stats: Iterable[ReplyStats]) -> dict[str, dict[str, float]]:
+    """``{metric: {avg, min, max, p50, p90, p99}}`` over the replies that have the metric."""
+    stats = list(stats)
+    out: dict[str, dict[str, float]] = {}
+    for metric in METRICS:
+        values = [float(v) for s in stats if (v := getattr(s, metric)) is not None]
+        if values:
+            out[metric] = {
+                "avg": sum(values) / len(values),
+                "min": min(values),
+                "max": max(values),
+                **{f"p{q}": percentile(values, q) for q in (50, 90, 99)},
+            }
+    return out
+
+
+def format_stats(stats: ReplyStats) -> str:
+    """One short human line: ``16 tokens · ttft 240 ms · itl 101 ms (p90 110) · 9.1 tok/s · 1.75 s``."""
+    parts = []
+    if stats.output_tokens is not None:
+        parts.append(f"{stats.output_tokens} tokens")
+    if stats.time_to_first_token is not None:
+        parts.append(f"ttft {stats.time_to_first_token * 1000:.0f} ms")
+    if stats.inter_token_latency is not None:
+        p90 = stats.inter_token_latency_p90
+        extra = f" (p90 {p90 * 1000:.0f})" if p90 is not None else ""
+        parts.append(f"itl {stats.inter_token_latency * 1000:.0f} ms{extra}")
+    if stats.output_token_throughput is not None:
+        parts.append(f"{stats.output_token_throughput:.1f} tok/s")
+    parts.append(f"{stats.request_latency:.2f} s")
+    return " · ".join(parts)

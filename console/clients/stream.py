@@ -1,0 +1,156 @@
+"""Streaming requests: gRPC decoupled streaming with tritonclient.
+
+One call opens one gRPC stream (``start_stream``), sends one request with
+``enable_empty_final_response=True`` and reads responses until the one flagged
+``triton_final_response``. Timeouts, :meth:`StreamCall.cancel` and an abandoned iteration all end
+with ``stop_stream(cancel_requests=True)``, which cancels the request on the server.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from .batch import Call, build_inputs, error_kind, error_message, read_outputs
+from .events import (
+    CANCELLED,
+    IDLE_TIMEOUT,
+    TIMEOUT,
+    ClientError,
+    Event,
+    Failure,
+    GenerationParams,
+    Reply,
+    TextDelta,
+    Timeouts,
+)
+from .stats import reply_stats
+
+CANCEL_NOTE = "request cancelled on the server"
+
+
+def _is_final(result: Any) -> bool:
+    param = result.get_response().parameters.get("triton_final_response")
+    return bool(param is not None and param.bool_param)
+
+
+class StreamCall(Call):
+    """A streaming request to a decoupled model: iterate for TextDelta events, then Reply per prompt."""
+
+    def _events(self) -> Iterator[Event]:
+        import tritonclient.grpc as grpcclient
+
+        n = len(self.prompts)
+        texts = [""] * n
+        arrivals: list[list[float]] = [[] for _ in range(n)]
+        client = grpcclient.InferenceServerClient(self.url)
+        t0 = last = time.perf_counter()
+
+        def callback(result: Any = None, error: Any = None) -> None:  # tritonclient passes keywords
+            self._queue.put((time.perf_counter(), result, error))
+
+        try:
+            network = self.timeouts.network
+            client.start_stream(callback=callback, stream_timeout=None if network is None else network + 10.0)
+            client.async_stream_infer(
+                self.model,
+                build_inputs(grpcclient, self.prompts, self.params),
+                request_id=self.request_id,
+                enable_empty_final_response=True,
+            )
+            while True:
+                stop = self._wait_limit(t0, last)
+                try:
+                    item = self._queue.get(timeout=stop[0])
+                except queue.Empty:
+                    item = None
+                now = time.perf_counter()
+                if item is None:
+                    if self._cancel.is_set():
+                        yield Failure(f"cancelled after {now - t0:.1f} s; {CANCEL_NOTE}", CANCELLED, now - t0)
+                        return
+                    if stop[0] is not None and now >= stop[1]:
+                        yield self._timed_out(stop[2], now - t0)
+                        return
+                    continue
+                at, result, error = item
+                if error is not None:
+                    lost = last > t0  # a response had come: the server went away mid-stream
+                    yield Failure(error_message(error, self.url, "gRPC", lost), error_kind(error), at - t0)
+                    return
+                last = at
+                final = _is_final(result)
+                outputs = read_outputs(result, n)
+                for i, text in enumerate(outputs["text_output"] or ()):
+                    if text:
+                        arrivals[i].append(at - t0)
+                        texts[i] += text
+                        yield TextDelta(i, text, at - t0, first=len(arrivals[i]) == 1)
+                if final:
+                    yield from self._replies(texts, arrivals, outputs, at - t0)
+                    return
+        except ClientError as exc:
+            yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
+        except Exception as exc:  # tritonclient raises on a stream that is no longer valid
+            exc = self._reported_error() or exc  # the callback got the real reason
+            yield Failure(error_message(exc, self.url, "gRPC"), error_kind(exc), time.perf_counter() - t0)
+        finally:
+            client.stop_stream(cancel_requests=True)  # bounded; a no-op for a finished request
+            client.close()
+
+    def _reported_error(self) -> Any:
+        """An error the stream callback already queued (e.g. the server is unreachable), if any."""
+        try:
+            client_wait = time.monotonic() + 1.0
+            while time.monotonic() < client_wait:
+                item = self._queue.get(timeout=max(client_wait - time.monotonic(), 0.0))
+                if item is not None and item[2] is not None:
+                    return item[2]
+        except queue.Empty:
+            pass
+        return None
+
+    def _wait_limit(self, t0: float, last: float) -> tuple[float | None, float, str]:
+        """(seconds to wait, deadline, which timeout) for the nearer of the two timeouts."""
+        limits = []
+        if self.timeouts.network is not None:
+            limits.append((t0 + self.timeouts.network, TIMEOUT))
+        if self.timeouts.idle is not None:
+            limits.append((last + self.timeouts.idle, IDLE_TIMEOUT))
+        if not limits:
+            return None, 0.0, ""
+        deadline, kind = min(limits)
+        return max(deadline - time.perf_counter(), 0.0), deadline, kind
+
+    def _timed_out(self, kind: str, elapsed: float) -> Failure:
+        if kind == IDLE_TIMEOUT:
+            message = f"stream idle timeout: no response from {self.model} for {self.timeouts.idle:g} s"
+        else:
+            message = f"network timeout: {self.model} did not finish within {self.timeouts.network:g} s"
+        return Failure(f"{message}; {CANCEL_NOTE}", kind, elapsed)
+
+    def _replies(self, texts: list[str], arrivals: list[list[float]], outputs: dict[str, list | None],
+                 latency: float) -> Iterator[Reply]:
+        reasons = outputs.get("finish_reason")
+        for i, prompt in enumerate(self.prompts):
+            out_tokens = outputs["output_tokens"][i] if outputs.get("output_tokens") else None
+            in_tokens = outputs["input_tokens"][i] if outputs.get("input_tokens") else None
+            stats = reply_stats(arrivals[i], latency, out_tokens, in_tokens, streamed=True)
+            yield Reply(i, prompt, texts[i], reasons[i] if reasons else "", stats, includes_prompt=False)
+
+
+def stream(url: str, model: str, prompts: Sequence[str], params: GenerationParams | None = None,
+           timeouts: Timeouts | None = None) -> StreamCall:
+    """A streaming call (gRPC, decoupled models); iterate it for events, ``cancel()`` from any thread.
+
+    ``exclude_input_in_output`` is sent as true unless set, so a batch model answering over the
+    stream also gives only new text.
+    """
+    params = params or GenerationParams()
+    if params.exclude_input_in_output is None:
+        params = replace(params, exclude_input_in_output=True)
+    return StreamCall(url, model, prompts, params, timeouts or Timeouts())
+

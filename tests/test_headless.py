@@ -1,0 +1,221 @@
+"""Headless mode, the ``client`` commands and the seed's client scripts against a real tritonserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from console.cli import main
+from console.headless import _startup_line
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED_TESTS = ROOT / "assets" / "llm-models" / "tests"
+PROMPT = "My name is|Maroon bells"
+JSON_FIELDS = (
+    "prompt", "text", "finish_reason", "time_to_first_token_ms", "inter_token_latency_ms",
+    "output_token_throughput", "output_tokens", "request_latency_ms",
+)
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def json_lines(result: Result) -> list[dict]:
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result: Result, *needles: str) -> None:
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in errors[0]
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def wait_for_new_line(server, needle: str, before: set[str], timeout: float = 30.0) -> str | None:
+    """A server log line with ``needle`` not in ``before``, polling for at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fresh = [line for line in server.log_tail(500) if needle in line and line not in before]
+        if fresh or time.monotonic() >= deadline:
+            return fresh[-1] if fresh else None
+        time.sleep(0.05)
+
+
+def test_stream_batch_and_generate_modes_agree(embedded_server) -> None:
+    texts = {}
+    for mode, url in (("stream", embedded_server.grpc_url), ("batch", embedded_server.http_url),
+                      ("generate", embedded_server.http_url)):
+        result = cli("--prompt", PROMPT, "--mode", mode, "--url", url, "--max-tokens", "16", "--json")
+        assert result.exit_code == 0, result.output
+        rows = json_lines(result)
+        assert [r["prompt"] for r in rows] == ["My name is", "Maroon bells"]
+        for row in rows:
+            assert all(field in row for field in JSON_FIELDS), row
+            assert row["finish_reason"] == "length" and row["output_tokens"] == 16
+            assert row["time_to_first_token_ms"] > 0 and row["request_latency_ms"] >= row["time_to_first_token_ms"]
+            assert row["output_token_throughput"] > 0
+            assert row["mode"] == mode and row["model"] == ("smollm2_decoupled" if mode == "stream" else "smollm2_kv")
+        if mode == "stream":
+            assert all(r["inter_token_latency_ms"] > 0 for r in rows)
+        texts[mode] = [r["text"] for r in rows]
+    assert texts["stream"] == texts["batch"] == texts["generate"] and all(texts["stream"])
+
+
+def test_plain_output_and_echo(embedded_server) -> None:
+    result = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--max-tokens", "8")
+    assert result.exit_code == 0
+    text = result.stdout.rstrip("\n")
+    assert text.strip() and "[1/" not in text
+    assert "length · 8 tokens · ttft" in result.stderr
+    result = cli("--prompt", PROMPT, "--mode", "batch", "--url", embedded_server.http_url, "--max-tokens", "8",
+                 "--echo", "-q")
+    assert result.exit_code == 0 and result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[1/2]" and lines[1].startswith("My name is" + text)
+    assert "[2/2]" in lines and any(line.startswith("Maroon bells") for line in lines)
+
+
+def test_separate_urls_and_grpc_batch(embedded_server) -> None:
+    result = cli("--prompt", "My name is", "--mode", "batch", "--protocol", "grpc", "--grpc-url",
+                 embedded_server.grpc_url, "--http-url", "127.0.0.1:1", "--max-tokens", "4", "--json")
+    assert result.exit_code == 0, result.output
+    assert json_lines(result)[0]["output_tokens"] == 4
+    result = cli("--prompt", "My name is", "--mode", "batch", "--grpc-url", embedded_server.grpc_url)
+    assert_one_line_error(result, "needs the server's HTTP endpoint")
+
+
+def test_timeout_fails_clearly_and_cancels(embedded_server) -> None:
+    before = {line for line in embedded_server.log_tail(500) if "finish=cancelled" in line}
+    result = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--timeout", "0.3",
+                 "--max-tokens", "400", "--json")
+    assert_one_line_error(result, "network timeout", "0.3 s", "cancelled on the server")
+    row = json_lines(result)[0]
+    assert row["text"] is None and row["error_kind"] == "timeout"
+    line = wait_for_new_line(embedded_server, "finish=cancelled", before)
+    assert line is not None and "smollm2_decoupled: request" in line
+    result = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--max-tokens", "4", "--json")
+    assert result.exit_code == 0 and json_lines(result)[0]["output_tokens"] == 4
+
+
+def test_bad_input_gives_one_error_line(embedded_server) -> None:
+    grpc = embedded_server.grpc_url
+    assert_one_line_error(cli("--prompt", "My name is|", "--url", grpc), "prompt 2 of 2 is empty")
+    assert_one_line_error(cli("--prompt", "  ", "--url", grpc), "empty")
+    assert_one_line_error(cli("--prompt", "hi", "--url", "127.0.0.1:1"), "cannot reach tritonserver at 127.0.0.1:1")
+    assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--model", "nope"), "nope")
+    assert_one_line_error(cli("--prompt", "hi", "--url", embedded_server.http_url, "--mode", "batch",
+                              "--model", "smollm2_decoupled"), "use --mode stream")
+    assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--timeout", "-1"), "--timeout")
+    assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--chat", "--tokenizer", "/nonexistent"),
+                          "--tokenizer /nonexistent: not a folder")
+
+
+def test_chat_template_of_the_embedded_model(embedded_server) -> None:
+    result = cli("--prompt", "What is the capital of France?", "--chat", "--url", embedded_server.grpc_url,
+                 "--max-tokens", "24", "--json")
+    assert result.exit_code == 0, result.output
+    row = json_lines(result)[0]
+    assert row["prompt"] == "What is the capital of France?" and "Paris" in row["text"]
+    plain = cli("--prompt", "What is the capital of France?", "--url", embedded_server.grpc_url, "--max-tokens",
+                "24", "--json")
+    assert json_lines(plain)[0]["text"] != row["text"]  # the template changed what the model saw
+    result = cli("--prompt", "Hi", "--system", "You are a pirate.", "--url", embedded_server.grpc_url,
+                 "--max-tokens", "8", "--json")
+    assert result.exit_code == 0 and json_lines(result)[0]["output_tokens"] > 0
+
+
+def test_help_without_prompt() -> None:
+    result = cli()
+    assert result.exit_code == 0 and "--prompt" in result.stdout and "client" in result.stdout
+
+
+def test_startup_lines_shown_while_loading() -> None:
+    assert _startup_line('I1129 20:28:57.371574 13130 model_lifecycle.cc:472] "loading: smollm2_decoupled:1"') == (
+        "loading: smollm2_decoupled:1"
+    )
+    assert _startup_line('E1129 20:28:57.1 13130 pinned_memory_manager.cc:1] "CudaDriverHelper has not been"') is None
+    assert _startup_line('I1129 20:28:57.1 13130 server.cc:1] "some table"') is None
+
+
+# --------------------------------------------------------------------------- the seed's clients
+
+
+SEED_LINES = [  # the seed's four client invocations (+ the batch_size=2 one), pointed at the embedded samples
+    ("stream-response/client_example_kv.py", "My name is", "smollm2_decoupled", "grpc"),
+    ("stream-response/client_example_kv.py", "My name is|Maroon bells", "smollm2_decoupled", "grpc"),
+    ("batch-response/client_example_kv.py", "My name is", "smollm2_kv", "http"),
+    ("stream-response/client_example_causal.py", "Write a python program to print hello world",
+     "smollm2_causal_decoupled", "grpc"),
+    ("batch-response/client_example_causal.py", "Write a python program to print hello world",
+     "smollm2_causal", "http"),
+]
+
+
+@pytest.mark.parametrize(("script", "prompt", "model", "protocol"), SEED_LINES)
+def test_seed_client_scripts(embedded_server, script: str, prompt: str, model: str, protocol: str) -> None:
+    url = embedded_server.grpc_url if protocol == "grpc" else embedded_server.http_url
+    cmd = [sys.executable, str(SEED_TESTS / script), "--prompt", prompt, "--url", url, "--model_name", model,
+           "--max_tokens", "8"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd="/", env=os.environ)
+    assert proc.returncode == 0, proc.stderr
+    for part in prompt.split("|"):
+        assert any(line.startswith(part) and len(line) > len(part) for line in proc.stdout.splitlines()), proc.stdout
+    assert "tokens · ttft" in proc.stderr
+
+
+def test_seed_defaults_and_packaged_script(embedded_server) -> None:
+    script = ROOT / "console" / "scripts" / "client_example_kv.py"
+    proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "mistral_decoupled" in proc.stdout and "600" in proc.stdout
+    result = cli("client", "batch", "--causal", "--help")
+    assert "starcoder_15b" in result.stdout and "6000" in result.stdout
+    # the seed's default model is absent here: a clear error naming it
+    result = cli("client", "stream", "--prompt", "My name is", "--url", embedded_server.grpc_url)
+    assert_one_line_error(result, "mistral_decoupled")
+
+
+@pytest.mark.parametrize(("command", "model", "protocol"), [
+    ("stream", "smollm2_decoupled", "grpc"), ("batch", "smollm2_kv", "http"), ("generate", "smollm2_kv", "http"),
+])
+def test_client_commands(embedded_server, command: str, model: str, protocol: str) -> None:
+    url = embedded_server.grpc_url if protocol == "grpc" else embedded_server.http_url
+    result = cli("client", command, "--prompt", "My name is", "--url", url, "--model_name", model, "--max_tokens", "6")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("My name is") and len(result.stdout.strip()) > len("My name is")
+
+
+# --------------------------------------------------------------------------- the embedded server
+
+
+def test_headless_serves_the_embedded_model(tmp_path: Path) -> None:
+    """No --url: the repo is generated into the cache, tritonserver started, answered and stopped."""
+    from backend_model.models import cache_root
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for shared in ("models", "triton-backends"):  # reuse the prepared weights and backend, not the repo
+        if (cache_root() / shared).is_dir():
+            (cache / shared).symlink_to(cache_root() / shared)
+    env = {**os.environ, "QAIC_CONSOLE_CACHE": str(cache)}
+    base = [sys.executable, "-c", "from console.cli import main; main()"]
+    cmd = [*base, "--prompt", "My name is", "--max-tokens", "4", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "starting tritonserver" in proc.stderr and "smollm2_decoupled READY" in proc.stderr
+    assert "stopping tritonserver" in proc.stderr
+    assert json.loads(proc.stdout)["output_tokens"] == 4
+    assert (cache / "llm_model_dir" / "smollm2_decoupled" / "config.pbtxt").is_file()
+    proc = subprocess.run([*base, "--model", "mistral_7b", "--prompt", "x"], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=ROOT)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: model 'mistral_7b' is not an embedded sample")

@@ -18,6 +18,7 @@ from console.server import ServerError, TritonServer
 from repo_gen.cli import repo_group
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+DEFAULT_PROMPT = "What is the capital of France?|Write a haiku about mountains."
 
 
 class _Terminated(Exception):
@@ -68,8 +69,9 @@ def main(ctx: click.Context, **headless: object) -> None:
     """
     if ctx.invoked_subcommand is None:
         if headless.get("prompt") is None:
-            click.echo(ctx.get_help())
-            return
+            # The main job on the embedded default: without a terminal, a headless chat answer.
+            headless["prompt"] = DEFAULT_PROMPT
+            headless["chat"] = True
         try:
             with _signals_raise(signal.SIGTERM):
                 code = run_headless(options_from_cli(headless))

@@ -131,6 +131,8 @@ def _serve(server: TritonServer, timeout: float) -> None:
 )
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for readiness.")
 @click.option("--log-verbose", type=int, default=0, show_default=True, help="tritonserver --log-verbose level.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address tritonserver listens on (0.0.0.0 exposes it to the network).")
 def serve(
     model_repository: Path,
     http_port: int | None,
@@ -139,6 +141,7 @@ def serve(
     binary: str | None,
     timeout: float,
     log_verbose: int,
+    host: str,
 ) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM."""
     if not model_repository.is_dir():
@@ -150,6 +153,7 @@ def serve(
         metrics_port=metrics_port,
         binary=binary,
         log_verbose=log_verbose,
+        host=host,
     )
     try:
         with _signals_raise(signal.SIGTERM):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -46,7 +45,6 @@ class Sequence:
     sampler: Sampler | None = None
     detok: Detokenizer | None = None
     held: str = ""  # text held back while it may still be the start of a stop string
-    t_submit: float = field(default_factory=time.perf_counter)
 
     @property
     def finished(self) -> bool:
@@ -130,12 +128,10 @@ class Engine:
     def step(self) -> list[Update]:
         """One phase: retire cancelled sequences, else admit queued prompts, else decode."""
         updates = self._retire_cancelled()
-        if updates:
-            return updates
-        admitted = self._admit()
-        if admitted:
-            return self._prefill(admitted)
-        return self._decode()
+        if not updates:
+            admitted = self._admit()
+            updates = self._prefill(admitted) if admitted else self._decode()
+        return [u for u in updates if not u.seq.filler]
 
     def _retire_cancelled(self) -> list[Update]:
         updates = []
@@ -146,7 +142,7 @@ class Engine:
         for seq in self.slots:
             if seq is not None and seq.cancelled and not seq.finished:
                 updates.append(self._finish(seq, "cancelled"))
-        return [u for u in updates if not u.seq.filler]
+        return updates
 
     def _admit(self) -> list[Sequence]:
         with self._lock:
@@ -179,7 +175,7 @@ class Engine:
                 updates += [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in group]
                 continue
             updates += self._advance(group, logits)
-        return [u for u in updates if not u.seq.filler]
+        return updates
 
     def _prefill_rows(self, group: list[Sequence]) -> np.ndarray:
         chunk = self.dims.prefill_seq_len
@@ -220,10 +216,8 @@ class Engine:
         try:
             logits = self.session.run(inputs)["logits"]
         except Exception as exc:
-            updates = [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in active]
-            return [u for u in updates if not u.seq.filler]
-        updates = self._advance(active, logits[[s.slot for s in active], -1])
-        return [u for u in updates if not u.seq.filler]
+            return [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in active]
+        return self._advance(active, logits[[s.slot for s in active], -1])
 
     def _advance(self, seqs: list[Sequence], logits: np.ndarray) -> list[Update]:
         """Sample one token for each sequence, detokenise it and apply the stop rules."""
@@ -273,7 +267,7 @@ class Engine:
             seq.finish_reason = reason
         seq.error = error
         tail = ""
-        if reason not in ("error",) and seq.detok is not None:
+        if reason != "error" and seq.detok is not None:
             tail = seq.held + seq.detok.flush()
             seq.held = ""
             seq.text += tail

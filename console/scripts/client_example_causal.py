@@ -15,17 +15,15 @@ import sys
 from pathlib import Path
 
 try:
-    from console.headless import seed_command
+    from console.scripts.client_example_kv import run
 except ImportError:  # a source checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from console.headless import seed_command
+    from console.scripts.client_example_kv import run
 
 
 def main(mode: str | None = None) -> None:
     """Run the client; ``mode`` is "stream" or "batch" (default: from the script's folder)."""
-    if mode is None:
-        mode = "batch" if Path(sys.argv[0]).resolve().parent.name == "batch-response" else "stream"
-    seed_command(mode, "causal")(prog_name=Path(sys.argv[0]).name)
+    run(mode, "causal")
 
 
 if __name__ == "__main__":

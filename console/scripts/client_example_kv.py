@@ -21,11 +21,16 @@ except ImportError:  # a source checkout that is not installed
     from console.headless import seed_command
 
 
-def main(mode: str | None = None) -> None:
-    """Run the client; ``mode`` is "stream" or "batch" (default: from the script's folder)."""
+def run(mode: str | None, kind: str) -> None:
+    """Run the seed client for ``kind`` ("kv" or "causal"); ``mode`` "stream" or "batch" (default:
+    from the script's folder)."""
     if mode is None:
         mode = "batch" if Path(sys.argv[0]).resolve().parent.name == "batch-response" else "stream"
-    seed_command(mode, "kv")(prog_name=Path(sys.argv[0]).name)
+    seed_command(mode, kind)(prog_name=Path(sys.argv[0]).name)
+
+
+def main(mode: str | None = None) -> None:
+    run(mode, "kv")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import socket
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -117,24 +119,56 @@ def resolve_source(source: str | None, progress: Progress = print) -> Path | str
     return source
 
 
-def load_pretrained(source: str | None, progress: Progress = print):
-    """(model, tokenizer) on the CPU in float32, from the embedded model, a folder or the hub."""
-    import transformers
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers at all (so an offline machine fails fast, not after retries)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    host = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or ""
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def _from_pretrained(where: Path | str, local_only: bool):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
+    model = AutoModelForCausalLM.from_pretrained(where, dtype="float32", local_files_only=local_only)
+    return model, tokenizer
+
+
+def load_pretrained(source: str | None, progress: Progress = print):
+    """(model, tokenizer) on the CPU in float32, from the embedded model, a folder or the hub.
+
+    A hub name is taken from the local Hugging Face cache first; it is downloaded only when the hub
+    can be reached (a gated model uses the token of ``huggingface-cli login``, never logged here).
+    """
+    import transformers
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     where = resolve_source(source, progress)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype="float32")
+        model, tokenizer = _from_pretrained(where, local_only=True)
     except OSError as exc:
-        # Never echo the token; from_pretrained reads it from HF_TOKEN / the login cache itself.
-        reason = str(exc).splitlines()[0][:200]
-        raise ModelSourceError(
-            f"cannot load {source!r} from the Hugging Face hub or its local cache "
-            f"(offline, gated without `huggingface-cli login`, or misspelt?): {reason}"
-        ) from None
+        if isinstance(where, Path):
+            raise ModelSourceError(f"cannot load the model in {where}: {str(exc).splitlines()[0][:200]}") from None
+        if not _hub_reachable():
+            raise ModelSourceError(
+                f"{source!r} is not in the local Hugging Face cache and the hub cannot be reached (offline?): "
+                "download it where there is network, or give a local model folder"
+            ) from None
+        progress(f"downloading {source} from the Hugging Face hub ...")
+        try:
+            model, tokenizer = _from_pretrained(where, local_only=False)
+        except OSError as exc:
+            reason = str(exc).splitlines()[0][:200]
+            raise ModelSourceError(
+                f"cannot load {source!r} from the Hugging Face hub (gated without `huggingface-cli login`, "
+                f"or misspelt?): {reason}"
+            ) from None
     model.eval()
     return model, tokenizer
 

@@ -93,12 +93,19 @@ class Engine:
                 "no room to generate (shorten the prompt or compile a longer ctx_len)"
             )
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams, tag: Any = None) -> Sequence:
+    def prepare(self, prompt_ids: list[int], params: SamplingParams, tag: Any = None) -> Sequence:
+        """A checked sequence, not yet queued (so the caller can record it before it runs)."""
         self.check_prompt(prompt_ids)
-        seq = self._new(prompt_ids, params, tag)
+        return self._new(prompt_ids, params, tag)
+
+    def enqueue(self, seqs: list[Sequence]) -> None:
         with self._lock:
-            self.queue.append(seq)
+            self.queue.extend(seqs)
             self._lock.notify_all()
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams, tag: Any = None) -> Sequence:
+        seq = self.prepare(prompt_ids, params, tag)
+        self.enqueue([seq])
         return seq
 
     def _new(self, prompt_ids: list[int], params: SamplingParams, tag: Any, filler: bool = False) -> Sequence:

@@ -139,9 +139,10 @@ class TritonPythonModel:
                 error = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
                 request.get_response_sender().send(error, flags=FINAL)
                 continue
+            req.seqs = [self.engine.prepare(ids, params, tag=req) for ids in encoded]
             with self._lock:
                 self.requests[id(req)] = req
-            req.seqs = [self.engine.submit(ids, params, tag=req) for ids in encoded]
+            self.engine.enqueue(req.seqs)
         return None
 
     def finalize(self) -> None:
@@ -154,13 +155,11 @@ class TritonPythonModel:
         while not self._stop.is_set():
             if not self.engine.wait_for_work(timeout=0.2):
                 continue
-            self._check_cancelled()
             try:
-                updates = self.engine.step()
+                self._check_cancelled()
+                self._dispatch(self.engine.step())
             except Exception as exc:  # never let one bad step stop the server
-                _log("error", f"{self.name}: engine step failed: {exc}")
-                continue
-            self._dispatch(updates)
+                _log("error", f"{self.name}: engine step failed: {type(exc).__name__}: {exc}")
 
     def _check_cancelled(self) -> None:
         with self._lock:

@@ -15,6 +15,7 @@ from console.doctor import format_rows, run_doctor
 from console.headless import client, headless_options, options_from_cli
 from console.headless import run as run_headless
 from console.server import ServerError, TritonServer
+from console.web.command import web
 from repo_gen.cli import repo_group
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -91,6 +92,7 @@ def doctor() -> None:
 
 main.add_command(repo_group, "repo")
 main.add_command(client, "client")
+main.add_command(web, "web")
 
 
 def _print_ready(server: TritonServer) -> None:

@@ -166,9 +166,8 @@ def embedded_server(model: str, progress: Progress) -> Iterator[Any]:
 # --------------------------------------------------------------------------- prompts
 
 
-def chat_prompts(prompts: list[str], system: str | None, tokenizer: str | None, info: ModelInfo,
-                 progress: Progress) -> list[str]:
-    """Apply the model's chat template (transformers) to each prompt, with an optional system message."""
+def chat_tokenizer(tokenizer: str | None, info: ModelInfo, progress: Progress) -> Any:
+    """The transformers tokenizer whose chat template the model uses (``tokenizer``: a local folder)."""
     if tokenizer:
         path = Path(tokenizer).expanduser()
         if not path.is_dir():
@@ -189,6 +188,13 @@ def chat_prompts(prompts: list[str], system: str | None, tokenizer: str | None, 
         raise ClientError(f"cannot load a tokenizer from {path}: {str(exc).splitlines()[0][:200]}") from None
     if not getattr(tok, "chat_template", None):
         raise ClientError(f"the tokenizer in {path} has no chat template")
+    return tok
+
+
+def chat_prompts(prompts: list[str], system: str | None, tokenizer: str | None, info: ModelInfo,
+                 progress: Progress) -> list[str]:
+    """Apply the model's chat template (transformers) to each prompt, with an optional system message."""
+    tok = chat_tokenizer(tokenizer, info, progress)
     head = [{"role": "system", "content": system}] if system else []
     return [
         tok.apply_chat_template([*head, {"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import click
 
+from console.bench.cli import bench_group
 from console.doctor import format_rows, run_doctor
 from console.headless import client, headless_options, options_from_cli
 from console.headless import run as run_headless
 from console.server import ServerError, TritonServer
+from console.tui.command import tui
 from console.web.command import web
 from repo_gen.cli import repo_group
 
@@ -67,8 +69,12 @@ def main(ctx: click.Context, **headless: object) -> None:
 
     With --prompt and no command, answer headless and exit: the embedded model is served for the
     run unless --url names a running server; replies go to stdout, speed figures to stderr.
+    Alone on a terminal, open the console TUI (qaic-console tui).
     """
     if ctx.invoked_subcommand is None:
+        if headless.get("prompt") is None and sys.stdin.isatty() and sys.stdout.isatty():
+            ctx.invoke(tui, http_url=headless.get("http_url"), grpc_url=headless.get("grpc_url"))
+            return
         if headless.get("prompt") is None:
             # The main job on the embedded default: without a terminal, a headless chat answer.
             headless["prompt"] = DEFAULT_PROMPT
@@ -92,7 +98,9 @@ def doctor() -> None:
 
 main.add_command(repo_group, "repo")
 main.add_command(client, "client")
+main.add_command(bench_group, "bench")
 main.add_command(web, "web")
+main.add_command(tui, "tui")
 
 
 def _print_ready(server: TritonServer) -> None:

@@ -1,0 +1,223 @@
+"""The qaic-console Textual app: Server, Stream and Batch panes, keyboard first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterable
+from functools import partial
+from pathlib import Path
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Collapsible, Footer, Header, TabbedContent, TabPane
+
+from .chat import ChatPane
+from .controls import Controls
+from .messages import Connected, Disconnected, Notice
+from .server_pane import ServerPane
+from .transcript import export
+
+QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+CHAT_ACTIONS = {"stop", "copy", "clear", "raw", "controls"}
+SERVER_ACTIONS = {"embedded", "start", "stop_server", "connect", "generator"}
+
+# (key, action, description, shown in the footer, command-palette help)
+KEYS: tuple[tuple[str, str, str, bool, str], ...] = (
+    ("f2", "pane('server')", "Server", True, "Show the Server pane"),
+    ("f3", "pane('stream')", "Stream", True, "Show the Stream pane (gRPC, token by token)"),
+    ("f4", "pane('batch')", "Batch", True, "Show the Batch pane (HTTP, one response)"),
+    ("escape", "stop", "Stop", True, "Stop the reply in flight (cancels it on the server)"),
+    ("ctrl+y", "copy", "Copy reply", True, "Copy the last reply to the clipboard"),
+    ("ctrl+l", "clear", "Clear", True, "Clear this pane's conversation and history"),
+    ("ctrl+s", "export", "Export", True, "Export both conversations as Markdown and JSON (with speed figures)"),
+    ("ctrl+r", "raw", "Raw/chat", True, "Toggle raw prompt mode (no chat template, no history)"),
+    ("ctrl+b", "controls", "Controls", False, "Show or hide the controls sidebar"),
+    ("f5", "embedded", "Embedded", True, "Serve the embedded SmolLM2 samples (written into the cache once)"),
+    ("f6", "start", "Start", True, "Start tritonserver on the repository in the form"),
+    ("f7", "stop_server", "Stop server", True, "Stop the tritonserver started here"),
+    ("f8", "connect", "Connect", True, "Connect to the running server at the URLs in the form"),
+    ("f9", "generator", "Generate", False, "Show the model generator form (repo gen)"),
+    ("f1", "keys", "Keys", True, "Show or hide the key and widget help panel"),
+)
+
+
+class QaicConsoleApp(App[None]):
+    """Generate, serve and chat with LLMs through Triton (``http_url``/``grpc_url``: connect at start)."""
+
+    CSS_PATH = Path(__file__).with_name("app.tcss")
+    TITLE = "qaic-console"
+    SUB_TITLE = "Triton LLM console"
+    BINDINGS = [Binding(key, action, label, show=shown) for key, action, label, shown, _ in KEYS]
+
+    def __init__(self, http_url: str | None = None, grpc_url: str | None = None, repository: str | None = None,
+                 export_dir: str | Path | None = None) -> None:
+        super().__init__()
+        self._urls = (http_url, grpc_url)
+        self.export_dir = Path(export_dir) if export_dir else Path.cwd()
+        self.notices: list[tuple[str, str]] = []  # (severity, text), every notification shown
+
+        self.server_pane = ServerPane(http_url, grpc_url, repository=repository, id="server-pane")
+        self.chats = {mode: ChatPane(mode, id=f"{mode}-pane") for mode in ("stream", "batch")}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with TabbedContent(initial="stream" if self._urls[0] else "server"):
+            with TabPane("Server (F2)", id="server"):
+                yield self.server_pane
+            with TabPane("Stream (F3)", id="stream"):
+                yield self.chats["stream"]
+            with TabPane("Batch (F4)", id="batch"):
+                yield self.chats["batch"]
+        yield Footer()
+
+    # ---- panes
+
+    def chat(self, mode: str) -> ChatPane:
+        return self.chats[mode]
+
+    @property
+    def active(self) -> str:
+        return self.query_one(TabbedContent).active or "server"
+
+    @property
+    def active_chat(self) -> ChatPane | None:
+        return self.chat(self.active) if self.active in ("stream", "batch") else None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Chat keys on the chat panes, server keys on the Server pane (the footer follows)."""
+        if action in CHAT_ACTIONS:
+            return self.active != "server"
+        if action in SERVER_ACTIONS:
+            return self.active == "server"
+        return True
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self.refresh_bindings()
+        self._focus_pane()
+
+    def _focus_pane(self) -> None:
+        """Focus inside the active pane (a focused widget in a hidden pane would switch back to it)."""
+        if self.active_chat is not None:
+            self.active_chat.focus_prompt()
+        else:
+            self.server_pane.focus_form()
+
+    # ---- messages from the panes
+
+    def notice(self, text: str, severity: str = "information") -> None:
+        """A notification, also kept in :attr:`notices`."""
+        self.notices.append((severity, text))
+        self.notify(text, severity=severity, timeout=10 if severity == "error" else 5, markup=False)  # type: ignore[arg-type]
+
+    def on_notice(self, message: Notice) -> None:
+        self.notice(message.text, message.severity)
+
+    def on_connected(self, message: Connected) -> None:
+        self.chat("stream").connect(message.grpc_url, message.models)
+        self.chat("batch").connect(message.http_url, message.models)
+        self.sub_title = f"HTTP {message.http_url} · gRPC {message.grpc_url or '-'}"
+
+    def on_disconnected(self, message: Disconnected) -> None:
+        for mode in ("stream", "batch"):
+            self.chat(mode).connect(None, {})
+        self.sub_title = "not connected"
+
+    # ---- actions
+
+    def action_pane(self, name: str) -> None:
+        self.query_one(TabbedContent).active = name
+        self._focus_pane()
+
+    def action_stop(self) -> None:
+        pane = self.active_chat
+        if pane is not None and not pane.stop():
+            self.notice("nothing to stop")
+
+    def action_copy(self) -> None:
+        pane = self.active_chat
+        reply = pane.last_reply() if pane else None
+        if reply is None:
+            self.notice("no reply to copy yet", "warning")
+            return
+        self.copy_to_clipboard(reply)
+        self.notice(f"copied the last reply ({len(reply)} characters)")
+
+    def action_clear(self) -> None:
+        if self.active_chat is not None:
+            self.active_chat.clear()
+
+    def action_raw(self) -> None:
+        pane = self.active_chat
+        if pane is not None:
+            chat = pane.controls.toggle_chat()
+            pane.show_status()
+            self.notice("chat template on: history is sent" if chat else "raw prompt mode: sent as typed, no history")
+
+    def action_controls(self) -> None:
+        if self.active_chat is not None:
+            controls = self.active_chat.query_one(Controls)
+            controls.display = not controls.display
+
+    def action_export(self) -> None:
+        turns = [*self.chat("stream").turns, *self.chat("batch").turns]
+        if not turns:
+            self.notice("nothing to export yet", "warning")
+            return
+        try:
+            md, js = export(turns, self.export_dir)
+        except OSError as exc:
+            self.notice(f"export failed: {exc}", "error")
+            return
+        self.notice(f"exported {len(turns)} turns to {md} and {js.name}")
+
+    def action_embedded(self) -> None:
+        self.server_pane.start(embedded=True)
+
+    def action_start(self) -> None:
+        self.server_pane.start()
+
+    def action_stop_server(self) -> None:
+        self.server_pane.stop_server()
+
+    def action_connect(self) -> None:
+        self.server_pane.connect()
+
+    def action_generator(self) -> None:
+        form = self.query_one("#generator", Collapsible)
+        form.collapsed = not form.collapsed
+        if not form.collapsed:
+            self.query_one("#gen-name").focus()
+
+    def action_keys(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for _, action, label, _, help_text in KEYS:
+            name = action.partition("(")[0]
+            if name != "keys" and self.check_action(name, ()):  # super() has Keys
+                yield SystemCommand(label, help_text, partial(self.run_action, action))
+
+    # ---- shutdown
+
+    def on_mount(self) -> None:
+        """SIGTERM and SIGHUP (the terminal closed) quit like Ctrl+Q, so a server started here is stopped."""
+        loop = asyncio.get_running_loop()
+        for signum in QUIT_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # e.g. not the main thread
+                loop.add_signal_handler(signum, self.exit)
+
+    async def on_unmount(self) -> None:
+        for mode in ("stream", "batch"):
+            self.chat(mode).stop()
+        await asyncio.to_thread(self.server_pane.shutdown)
+        loop = asyncio.get_running_loop()
+        for signum in QUIT_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signum)

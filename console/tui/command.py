@@ -1,0 +1,23 @@
+"""``qaic-console tui``: the click command that opens the console."""
+
+from __future__ import annotations
+
+import click
+
+from . import run
+
+
+@click.command("tui", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--http-url", default=None, help="host:port of a running server's HTTP endpoint (connects at start).")
+@click.option("--grpc-url", default=None, help="host:port of its gRPC endpoint (the Stream pane needs it).")
+@click.option("--model-repository", "repository", default=None, type=click.Path(file_okay=False),
+              help="Repository for the Server pane's Start and Generate (default: llm_model_dir).")
+@click.option("--export-dir", default=None, type=click.Path(file_okay=False),
+              help="Where Ctrl+S writes the transcript (default: the current directory).")
+def tui(http_url: str | None, grpc_url: str | None, repository: str | None, export_dir: str | None) -> None:
+    """Open the console: Server pane (generate, start, connect), Stream and Batch chat panes.
+
+    Keys: F2/F3/F4 switch panes, Enter sends, Esc stops a reply, Ctrl+S exports, Ctrl+P lists every
+    command; on the Server pane F5 serves the embedded SmolLM2 samples.
+    """
+    run(http_url=http_url, grpc_url=grpc_url, repository=repository, export_dir=export_dir)

@@ -22,12 +22,12 @@ from typing import Any, TextIO
 
 import click
 
+from console.chat import chat_prompts
 from console.clients import (
     Call,
     ClientError,
     Failure,
     GenerationParams,
-    ModelInfo,
     Reply,
     TextDelta,
     Timeouts,
@@ -164,42 +164,6 @@ def embedded_server(model: str, progress: Progress) -> Iterator[Any]:
 
 
 # --------------------------------------------------------------------------- prompts
-
-
-def chat_tokenizer(tokenizer: str | None, info: ModelInfo, progress: Progress) -> Any:
-    """The transformers tokenizer whose chat template the model uses (``tokenizer``: a local folder)."""
-    if tokenizer:
-        path = Path(tokenizer).expanduser()
-        if not path.is_dir():
-            raise ClientError(f"--tokenizer {tokenizer}: not a folder")
-    elif info.embedded:
-        from backend_model.models import embedded_prepared, prepare_embedded
-
-        path = embedded_prepared() or prepare_embedded(progress=progress)
-    else:
-        raise ClientError(f"--chat needs --tokenizer PATH (a local tokenizer folder) for model {info.name}")
-    import transformers
-    from transformers import AutoTokenizer
-
-    transformers.logging.set_verbosity_error()
-    try:
-        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise ClientError(f"cannot load a tokenizer from {path}: {str(exc).splitlines()[0][:200]}") from None
-    if not getattr(tok, "chat_template", None):
-        raise ClientError(f"the tokenizer in {path} has no chat template")
-    return tok
-
-
-def chat_prompts(prompts: list[str], system: str | None, tokenizer: str | None, info: ModelInfo,
-                 progress: Progress) -> list[str]:
-    """Apply the model's chat template (transformers) to each prompt, with an optional system message."""
-    tok = chat_tokenizer(tokenizer, info, progress)
-    head = [{"role": "system", "content": system}] if system else []
-    return [
-        tok.apply_chat_template([*head, {"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-        for p in prompts
-    ]
 
 
 # --------------------------------------------------------------------------- output
@@ -358,7 +322,7 @@ def answer(opts: HeadlessOptions, http_url: str | None, grpc_url: str | None, ou
         raise ClientError(f"model {model} is decoupled (streams its answers): use --mode stream")
     sent = prompts
     if opts.chat or opts.system:
-        sent = chat_prompts(prompts, opts.system, opts.tokenizer, info, progress)
+        sent = chat_prompts(prompts, info, system=opts.system, tokenizer=opts.tokenizer, progress=progress)
     network = info.default_timeout if opts.timeout is None else (opts.timeout or None)
     timeouts = Timeouts(network=network, idle=opts.idle_timeout or None)
     params = _params(opts)

@@ -118,7 +118,7 @@ def test_bad_input_gives_one_error_line(embedded_server) -> None:
                               "--model", "smollm2_decoupled"), "use --mode stream")
     assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--timeout", "-1"), "--timeout")
     assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--chat", "--tokenizer", "/nonexistent"),
-                          "--tokenizer /nonexistent: not a folder")
+                          "tokenizer folder /nonexistent does not exist")
 
 
 def test_chat_template_of_the_embedded_model(embedded_server) -> None:
@@ -135,9 +135,18 @@ def test_chat_template_of_the_embedded_model(embedded_server) -> None:
     assert result.exit_code == 0 and json_lines(result)[0]["output_tokens"] > 0
 
 
-def test_help_without_prompt() -> None:
-    result = cli()
+def test_help_lists_the_headless_options_and_commands() -> None:
+    result = cli("--help")
     assert result.exit_code == 0 and "--prompt" in result.stdout and "client" in result.stdout
+
+
+def test_no_arguments_without_a_terminal_runs_the_default_chat_job(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("QAIC_CONSOLE_CACHE", str(tmp_path))
+    monkeypatch.setenv("QAIC_TRITONSERVER", str(tmp_path / "no-tritonserver"))
+    result = cli()  # CliRunner has no terminal: the headless default, which needs a server
+    assert result.exit_code == 1
+    assert "tritonserver" in result.stderr and "error:" in result.stderr
+    assert (tmp_path / "llm_model_dir").is_dir()  # it wrote the embedded repository first
 
 
 def test_startup_lines_shown_while_loading() -> None:

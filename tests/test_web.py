@@ -11,7 +11,7 @@ import pytest
 
 from console.clients import Failure, Reply, ReplyStats
 from console.server import free_port
-from console.tui.transcript import Turn
+from console.transcript import Turn
 from console.web.app import Runs, launch
 from console.web.backend import Backend
 from console.web.chat import messages, speed_rows

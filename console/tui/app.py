@@ -14,11 +14,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Collapsible, Footer, Header, TabbedContent, TabPane
 
+from console.transcript import export
+
 from .chat import ChatPane
 from .controls import Controls
 from .messages import Connected, Disconnected, Notice
 from .server_pane import ServerPane
-from .transcript import export
 
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 CHAT_ACTIONS = {"stop", "copy", "clear", "raw", "controls"}

@@ -20,6 +20,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Input, Static
 
+from console.chat import chat_prompts, chat_tokenizer
 from console.clients import (
     CANCELLED,
     Call,
@@ -38,11 +39,11 @@ from console.clients import (
     stream,
 )
 from console.clients.events import new_request_id
-from console.headless import DEFAULT_IDLE_TIMEOUT, EMBEDDED_DEFAULTS, chat_tokenizer
+from console.headless import DEFAULT_IDLE_TIMEOUT, EMBEDDED_DEFAULTS
+from console.transcript import Turn
 
 from .controls import Controls, Settings
 from .messages import Notice
-from .transcript import Turn
 
 MODES = {"stream": "gRPC decoupled stream", "batch": "HTTP, one response"}
 HINTS = {
@@ -53,32 +54,14 @@ HINTS = {
 KEY_HINT = ("Enter sends · a|b sends two prompts in one request · Esc stops (on the server too) · Ctrl+Y copies "
             "the last reply · Ctrl+S exports the transcript · Ctrl+P lists every command.\n"
             "No server yet? F2 for the Server pane, then F5 serves the embedded SmolLM2.")
-_TOKENIZERS: dict[str, Any] = {}
-_TOKENIZERS_LOCK = threading.Lock()
-
-
-def _tokenizer(settings: Settings, info: ModelInfo) -> Any:
-    """The model's tokenizer for its chat template, loaded once per folder."""
-    if not settings.tokenizer and not info.embedded:
-        raise ClientError(f"{info.name} has no local tokenizer: set the Tokenizer folder, or use raw mode (Ctrl+R)")
-    key = settings.tokenizer or "embedded"
-    with _TOKENIZERS_LOCK:
-        if key not in _TOKENIZERS:
-            _TOKENIZERS[key] = chat_tokenizer(settings.tokenizer or None, info, lambda _: None)
-        return _TOKENIZERS[key]
 
 
 def build_prompts(prompts: list[str], settings: Settings, info: ModelInfo, history: list[dict[str, str]]) -> list[str]:
     """What to send: the prompts as typed (raw mode) or through the chat template after the history."""
     if not settings.chat:
         return list(prompts)
-    tok = _tokenizer(settings, info)
-    head = [{"role": "system", "content": settings.system}] if settings.system else []
-    return [
-        tok.apply_chat_template([*head, *history, {"role": "user", "content": p}], tokenize=False,
-                                add_generation_prompt=True)
-        for p in prompts
-    ]
+    return chat_prompts(prompts, info, system=settings.system or None, history=history,
+                        tokenizer=settings.tokenizer or None)
 
 
 @dataclass
@@ -213,7 +196,7 @@ class ChatPane(Horizontal):
         info = self.models.get(settings.model)
         if settings.chat and info is not None and (info.embedded or settings.tokenizer):
             with contextlib.suppress(Exception):
-                _tokenizer(settings, info)
+                chat_tokenizer(settings.tokenizer or None, info)
 
     @property
     def controls(self) -> Controls:

@@ -1,7 +1,7 @@
 """One chat message end to end: settings -> a client call -> live figures -> chatbot messages.
 
 Nothing here imports Gradio. The transcript record, its export and the chat template with history
-are the TUI's (:mod:`console.tui.transcript`, :func:`console.tui.chat.build_prompts`), so both
+are shared with the TUI (:mod:`console.transcript`, :mod:`console.chat`), so both
 consoles send and export alike. Every text that reaches the page (prompts, model output, server
 errors) goes through :func:`esc`.
 """
@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from console.chat import chat_prompts
 from console.clients import (
     Call,
     ClientError,
@@ -28,8 +29,7 @@ from console.clients import (
     stream,
 )
 from console.headless import DEFAULT_IDLE_TIMEOUT
-from console.tui.chat import build_prompts
-from console.tui.transcript import Turn, export, summary
+from console.transcript import Turn, export, summary
 
 from .backend import Backend
 
@@ -157,10 +157,11 @@ def start_call(backend: Backend, turn: Turn, settings: Settings, earlier: list[T
         raise ClientError(f"model {settings.model or '(none)'} is not ready on the server: pick another one")
     if settings.mode == "batch" and info.decoupled:
         raise ClientError(f"model {info.name} is decoupled (streams its answers): use Stream mode")
-    if settings.chat and not settings.tokenizer and not info.embedded:
-        raise ClientError(f"the chat template of {info.name} needs a local tokenizer folder (Controls), "
-                          "or untick Chat template")
-    turn.sent = build_prompts(turn.prompts, settings, info, history(earlier))  # type: ignore[arg-type]
+    if settings.chat:
+        turn.sent = chat_prompts(turn.prompts, info, system=settings.system or None, history=history(earlier),
+                                 tokenizer=settings.tokenizer or None)
+    else:
+        turn.sent = list(turn.prompts)
     network = float(settings.timeout) if settings.timeout else info.default_timeout
     params = settings.params(turn.request_id)
     if settings.mode == "stream":

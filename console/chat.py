@@ -1,0 +1,61 @@
+"""Chat templates for every console: the model's tokenizer (transformers) turns turns into a prompt."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from console.clients import ClientError, ModelInfo
+
+_CACHE: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+def chat_tokenizer(tokenizer: str | None, info: ModelInfo, progress: Callable[[str], None] = lambda _: None) -> Any:
+    """The tokenizer whose chat template the model uses (``tokenizer``: a local folder), loaded once."""
+    if tokenizer:
+        path = Path(tokenizer).expanduser()
+        if not path.is_dir():
+            raise ClientError(f"tokenizer folder {tokenizer} does not exist")
+    elif info.embedded:
+        from backend_model.models import embedded_prepared, prepare_embedded
+
+        path = embedded_prepared() or prepare_embedded(progress=progress)
+    else:
+        raise ClientError(
+            f"the chat template of {info.name} needs a local tokenizer folder (--tokenizer, or the Tokenizer "
+            "control), or send raw prompts"
+        )
+    with _LOCK:
+        if str(path) not in _CACHE:
+            _CACHE[str(path)] = _load(path)
+        return _CACHE[str(path)]
+
+
+def _load(path: Path) -> Any:
+    import transformers
+    from transformers import AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ClientError(f"cannot load a tokenizer from {path}: {str(exc).splitlines()[0][:200]}") from None
+    if not getattr(tok, "chat_template", None):
+        raise ClientError(f"the tokenizer in {path} has no chat template")
+    return tok
+
+
+def chat_prompts(prompts: Sequence[str], info: ModelInfo, *, system: str | None = None,
+                 history: Sequence[dict[str, str]] = (), tokenizer: str | None = None,
+                 progress: Callable[[str], None] = lambda _: None) -> list[str]:
+    """Each prompt as the model's chat template renders it after ``system`` and the ``history`` turns."""
+    tok = chat_tokenizer(tokenizer, info, progress)
+    head = [{"role": "system", "content": system}] if system else []
+    return [
+        tok.apply_chat_template([*head, *history, {"role": "user", "content": p}], tokenize=False,
+                                add_generation_prompt=True)
+        for p in prompts
+    ]

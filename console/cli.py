@@ -34,6 +34,12 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM exits like Ctrl-C does, so ``atexit`` stops any tritonserver this process started."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 @contextlib.contextmanager
 def _signals_raise(*signums: int) -> Iterator[None]:
     """Turn these signals into ``_Terminated`` in the main thread (no-op elsewhere)."""
@@ -71,6 +77,7 @@ def main(ctx: click.Context, **headless: object) -> None:
     run unless --url names a running server; replies go to stdout, speed figures to stderr.
     Alone on a terminal, open the console TUI (qaic-console tui).
     """
+    _exit_on_sigterm()
     if ctx.invoked_subcommand is None:
         if headless.get("prompt") is None and sys.stdin.isatty() and sys.stdout.isatty():
             ctx.invoke(tui, http_url=headless.get("http_url"), grpc_url=headless.get("grpc_url"))

@@ -393,6 +393,15 @@ class TritonServer:
         self._failures: list[tuple[str, str]] = []
         self._on_log: LogCallback | None = None
 
+    @classmethod
+    def attach(cls, http_url: str) -> TritonServer:
+        """A handle on a running server this console did not start: its HTTP queries only."""
+        address = http_url.split("://", 1)[-1].rstrip("/")
+        host, _, port = address.rpartition(":")
+        if not port.isdigit():
+            raise ServerError(f"HTTP URL {http_url!r}: expected host:port")
+        return cls(".", http_port=int(port), host=host or HOST)
+
     # ---- endpoints and state
 
     @property

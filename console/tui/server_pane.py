@@ -39,14 +39,6 @@ STATE_MARKS = {
 States = dict[str, tuple[str, str]]
 
 
-def remote(http_url: str) -> TritonServer:
-    """A handle on a server this console did not start: only its HTTP queries are used."""
-    host, _, port = normalize_url(http_url).rpartition(":")
-    if not port.isdigit():
-        raise ClientError(f"HTTP URL {http_url!r}: expected host:port")
-    return TritonServer(".", http_port=int(port), host=host or "127.0.0.1")
-
-
 def ready_models(http_url: str, states: States) -> dict[str, ModelInfo]:
     """ModelInfo of each READY model (a model whose config cannot be read is left out)."""
     infos = {}
@@ -179,9 +171,9 @@ class ServerPane(Horizontal):
         try:
             if not http_url:
                 raise ClientError("type the server's HTTP URL (host:port); the gRPC one is needed for streaming")
-            handle = remote(http_url)
+            handle = TritonServer.attach(normalize_url(http_url))
             grpc = normalize_url(grpc_url) if grpc_url else None
-        except ClientError as exc:
+        except (ClientError, ServerError) as exc:
             self._notice(str(exc), "warning")
             return
         self._unlink()

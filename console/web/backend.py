@@ -21,14 +21,6 @@ NOT_CONNECTED = "not connected: start a server (below) or connect to a running o
 LOG_LINES = 60
 
 
-def attach(http_url: str) -> TritonServer:
-    """A TritonServer handle on a running server's HTTP endpoint (never started): state and index."""
-    host, _, port = normalize_url(http_url).rpartition(":")
-    if not port.isdigit():
-        raise ClientError(f"{http_url}: give host:port")
-    return TritonServer(".", http_port=int(port), host=host or "127.0.0.1")
-
-
 def grpc_guess(http_url: str) -> str:
     """Triton's default gRPC endpoint beside an HTTP one: the HTTP port + 1 (8000 -> 8001)."""
     host, _, port = normalize_url(http_url).rpartition(":")
@@ -139,7 +131,7 @@ class Backend:
         """Use a running server: ``http_url`` for batch and state, ``grpc_url`` (default port + 1) to stream."""
         http = normalize_url(http_url)
         grpc = normalize_url(grpc_url) if grpc_url.strip() else grpc_guess(http)
-        handle = attach(http)
+        handle = TritonServer.attach(http)
         if not handle.is_ready():
             raise ClientError(f"no ready tritonserver at {http} (HTTP): check the host:port of its HTTP endpoint")
         guessed = "" if grpc_url.strip() else " (gRPC guessed as the HTTP port + 1: give it if streaming fails)"
@@ -162,7 +154,7 @@ class Backend:
     def _handle(self) -> TritonServer | None:
         if self.server is not None:
             return self.server
-        return attach(self.http_url) if self.http_url else None
+        return TritonServer.attach(self.http_url) if self.http_url else None
 
     def snapshot(self) -> Snapshot:
         """The state, the models' states and the log tail, read now."""

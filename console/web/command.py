@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
@@ -47,7 +46,6 @@ def web(host: str, port: int | None, share: bool, url: str | None, grpc_url: str
         if host not in ("127.0.0.1", "localhost", "::1"):
             click.echo(f"warning: --host {host} serves the page beyond this machine, without a login", err=True)
         click.echo("press Ctrl-C to stop")
-        signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop tritonserver on SIGTERM too
         demo.block_thread()
     finally:
         backend.close()

@@ -180,7 +180,7 @@ def test_timeout_while_loading_stops_everything(tmp_path: Path, python_model) ->
 
 def test_cli_help() -> None:
     runner = CliRunner()
-    result = runner.invoke(main, [])
+    result = runner.invoke(main, ["--help"])
     assert result.exit_code == 0 and "serve" in result.output and "doctor" in result.output
     result = runner.invoke(main, ["serve", "--help"])
     assert result.exit_code == 0

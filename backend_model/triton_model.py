@@ -21,6 +21,7 @@ from .engine import Engine, Sequence, Update
 from .sampling import BadRequest, SamplingParams
 
 MAX_PROMPTS = 256
+CONTROLS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
@@ -85,14 +86,11 @@ def parse(request, engine: Engine, decoupled: bool) -> tuple[Request, list[list[
         except BadRequest as exc:
             raise BadRequest(f"prompt {i}: {exc}") from None
         encoded.append(ids)
-    max_tokens = _scalar(request, "max_tokens")
+    given = {name: _scalar(request, name) for name in CONTROLS}
+    if given["max_tokens"] == 0:  # 0 asks for the default: until EOS or ctx_len
+        given["max_tokens"] = None
     params = SamplingParams(
-        max_tokens=None if max_tokens in (None, 0) else max_tokens,
-        temperature=_scalar(request, "temperature") or 0.0,
-        top_p=1.0 if _scalar(request, "top_p") is None else _scalar(request, "top_p"),
-        top_k=_scalar(request, "top_k") or 0,
-        seed=_scalar(request, "seed"),
-        repetition_penalty=_scalar(request, "repetition_penalty") or 1.0,
+        **{name: value for name, value in given.items() if value is not None},
         stop=tuple(_strings(request, "stop") or ()),
     )
     exclude = _scalar(request, "exclude_input_in_output")

@@ -34,6 +34,7 @@ def tensor(module, name: str, values, dtype=None):
 def inputs(module, prompts, **controls):
     out = [tensor(module, "prompt", prompts)]
     kinds = {"max_tokens": np.int32, "temperature": np.float32, "top_k": np.int32, "seed": np.int64,
+             "repetition_penalty": np.float32,
              "exclude_input_in_output": bool}
     for name, value in controls.items():
         out.append(tensor(module, name, [value], kinds.get(name)))
@@ -207,6 +208,7 @@ def test_two_prompts_in_one_request_and_an_error_request_each_end_with_one_final
     (["hi"], {"temperature": -1.0}, "temperature must be >= 0"),
     (["hi"], {"max_tokens": -5}, "max_tokens must be a positive integer"),
     (["hi"], {"top_k": -2}, "top_k must be an integer >= 0"),
+    (["hi"], {"repetition_penalty": 0.0}, "repetition_penalty must be > 0"),
 ])
 def test_bad_requests_get_a_clear_error_and_the_model_keeps_serving(embedded_server, values, controls, message):
     with pytest.raises(InferenceServerException, match=message.replace("[", r"\[").replace("]", r"\]")):

@@ -1,0 +1,137 @@
+"""Plots of a benchmark document: throughput vs load, TTFT and ITL distributions (PNG, HTML).
+
+PNGs are drawn with matplotlib's Agg backend; the HTML page is self-contained (the PNGs inlined,
+the level table as HTML). Without matplotlib the HTML page still carries the table.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+from .results import HEADLINE, level_key, value
+
+FORMATS = ("png", "html")
+
+
+def have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _x(levels: list[dict[str, Any]]) -> tuple[list[float], str]:
+    if all(lv.get("concurrency") is not None for lv in levels):
+        return [float(lv["concurrency"]) for lv in levels], "concurrency"
+    return [float(lv.get("request_rate") or 0) for lv in levels], "request rate (requests/s)"
+
+
+def _throughput(document: dict[str, Any], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    levels = document["levels"]
+    xs, label = _x(levels)
+    fig, left = plt.subplots(figsize=(7, 4.2))
+    tokens = [value(lv, "output_token_throughput") or 0.0 for lv in levels]
+    requests = [value(lv, "request_throughput") or 0.0 for lv in levels]
+    left.plot(xs, tokens, "o-", color="tab:blue", label="output_token_throughput")
+    left.set_xlabel(label)
+    left.set_ylabel("output tokens/s", color="tab:blue")
+    if label == "concurrency" and len(xs) > 1 and min(xs) > 0:
+        left.set_xscale("log", base=2)
+        left.set_xticks(xs, [f"{x:g}" for x in xs])
+    right = left.twinx()
+    right.plot(xs, requests, "s--", color="tab:orange", label="request_throughput")
+    right.set_ylabel("requests/s", color="tab:orange")
+    left.set_title(f"{document['config'].get('model', '')} ({document['config'].get('mode', '')}): throughput")
+    left.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _distribution(document: dict[str, Any], field: str, title: str, path: Path) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    series = []
+    for level in document["levels"]:
+        values = [r[field] for r in level["requests"] if r.get(field) is not None and not r.get("error")]
+        if values:
+            series.append((level_key(level), values))
+    if not series:
+        return None
+    fig, axis = plt.subplots(figsize=(7, 4.2))
+    axis.boxplot([v for _, v in series], showfliers=True)
+    axis.set_xticks(range(1, len(series) + 1), [k for k, _ in series])
+    axis.set_ylabel("ms")
+    axis.set_xlabel("level")
+    axis.set_title(f"{title} per request")
+    axis.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_png(document: dict[str, Any], out_dir: Path) -> list[Path]:
+    """``throughput.png``, ``time_to_first_token.png`` and ``inter_token_latency.png`` (when streamed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    paths = [_throughput(document, out_dir / "throughput.png")]
+    for field, title in (("time_to_first_token_ms", "time_to_first_token"),
+                         ("inter_token_latency_ms", "inter_token_latency"),
+                         ("request_latency_ms", "request_latency")):
+        path = _distribution(document, field, title, out_dir / f"{title}.png")
+        if path is not None:
+            paths.append(path)
+    return paths
+
+
+def _html_table(document: dict[str, Any]) -> str:
+    header = ["level", "requests", "errors", *(label for _, _, label in HEADLINE)]
+    rows = []
+    for lv in document["levels"]:
+        cells = [level_key(lv), lv["request_count"], lv["error_count"],
+                 *(value(lv, metric, stat) for metric, stat, _ in HEADLINE)]
+        rows.append("".join(f"<td>{'-' if c is None else html.escape(f'{c:g}' if isinstance(c, float) else str(c))}"
+                            "</td>" for c in cells))
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    return f"<table><tr>{head}</tr>" + "".join(f"<tr>{r}</tr>" for r in rows) + "</table>"
+
+
+def write_html(document: dict[str, Any], out_dir: Path, pngs: list[Path]) -> Path:
+    """``bench.html``: the configuration, the level table and the PNGs inlined."""
+    config = document["config"]
+    images = "".join(
+        f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
+        f'{base64.b64encode(p.read_bytes()).decode()}"></figure>' for p in pngs
+    )
+    settings = "".join(f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>" for k, v in config.items())
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>qaic-console bench: {html.escape(str(config.get('model', '')))}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th{{background:#eee}}
+figure{{display:inline-block;margin:1em}}</style></head>
+<body><h1>qaic-console bench</h1><ul>{settings}</ul>{_html_table(document)}{images}</body></html>
+"""
+    path = out_dir / "bench.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def write_plots(document: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """The requested plot files; PNGs are skipped (HTML keeps its table) when matplotlib is missing."""
+    pngs = write_png(document, out_dir) if ("png" in formats or "html" in formats) and have_matplotlib() else []
+    written = list(pngs) if "png" in formats else []
+    if "html" in formats:
+        written.append(write_html(document, out_dir, pngs))
+        if "png" not in formats:
+            for png in pngs:
+                png.unlink()
+    return written

@@ -1,0 +1,175 @@
+"""Summaries of benchmark levels under genai-perf's names, their JSON/CSV exports and comparisons.
+
+A level's summary looks like genai-perf's ``profile_export_genai_perf.json``: one entry per metric
+with its ``unit`` and ``avg``/``min``/``max``/``p50``/``p90``/``p99``; the throughputs
+(``output_token_throughput``, ``request_throughput``) are over the level's wall time and carry
+``avg`` only. Streaming-only metrics (TTFT, ITL) are left out of batch runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from console.clients import aggregate
+from console.clients.stats import STATISTICS, percentile
+
+from .load import LevelResult
+
+SCHEMA = "qaic-console-bench/1"
+# genai-perf metric -> (ReplyStats metric, unit, scale)
+DISTRIBUTIONS = {
+    "time_to_first_token": ("time_to_first_token", "ms", 1000.0),
+    "inter_token_latency": ("inter_token_latency", "ms", 1000.0),
+    "request_latency": ("request_latency", "ms", 1000.0),
+    "output_token_throughput_per_request": ("output_token_throughput", "tokens/sec", 1.0),
+    "output_sequence_length": ("output_tokens", "tokens", 1.0),
+}
+STREAM_ONLY = ("time_to_first_token", "inter_token_latency")
+THROUGHPUTS = {"output_token_throughput": "tokens/sec", "request_throughput": "requests/sec"}
+# the columns of the console table and of the comparison: (metric, statistic, label)
+HEADLINE = (
+    ("time_to_first_token", "avg", "TTFT avg ms"),
+    ("time_to_first_token", "p99", "TTFT p99 ms"),
+    ("inter_token_latency", "avg", "ITL avg ms"),
+    ("inter_token_latency", "p99", "ITL p99 ms"),
+    ("request_latency", "avg", "latency avg ms"),
+    ("request_latency", "p99", "latency p99 ms"),
+    ("output_sequence_length", "avg", "out tokens avg"),
+    ("output_token_throughput", "avg", "out tok/s"),
+    ("request_throughput", "avg", "req/s"),
+)
+
+
+def describe(values: Sequence[float]) -> dict[str, float]:
+    """avg/min/max/p50/p90/p99 of ``values`` (the clients' percentile)."""
+    return {
+        "avg": sum(values) / len(values),
+        "min": min(values),
+        "max": max(values),
+        **{f"p{q}": percentile(values, q) for q in (50, 90, 99)},
+    }
+
+
+def summarize(level: LevelResult, mode: str) -> dict[str, Any]:
+    """One level's summary: load, counts, errors by kind and the genai-perf metrics."""
+    ok = [r for r in level.records if r.ok and r.stats is not None]
+    stats = [r.stats for r in ok if r.stats is not None]
+    per_metric = aggregate(stats)
+    out: dict[str, Any] = {
+        "concurrency": level.concurrency,
+        "request_rate": level.request_rate,
+        "request_count": len(ok),
+        "error_count": len(level.records) - len(ok),
+        "errors": dict(Counter(r.error_kind or "unknown" for r in level.records if not r.ok)),
+        "duration_s": round(level.duration, 4),
+    }
+    for name, (source, unit, scale) in DISTRIBUTIONS.items():
+        if source in per_metric and not (mode != "stream" and name in STREAM_ONLY):
+            out[name] = {"unit": unit, **{k: round(v * scale, 4) for k, v in per_metric[source].items()}}
+    inputs = [float(s.input_tokens) for s in stats if s.input_tokens is not None]
+    if inputs:
+        out["input_sequence_length"] = {"unit": "tokens", **{k: round(v, 4) for k, v in describe(inputs).items()}}
+    tokens = sum(s.output_tokens or 0 for s in stats)
+    seconds = level.duration
+    out["output_token_throughput"] = {"unit": THROUGHPUTS["output_token_throughput"],
+                                      "avg": round(tokens / seconds, 4) if seconds > 0 else 0.0}
+    out["request_throughput"] = {"unit": THROUGHPUTS["request_throughput"],
+                                 "avg": round(len(ok) / seconds, 4) if seconds > 0 else 0.0}
+    return out
+
+
+def level_key(level: dict[str, Any]) -> str:
+    """``c=4`` or ``rate=2`` (how levels are matched across runs)."""
+    if level.get("concurrency") is not None:
+        return f"c={level['concurrency']}"
+    return f"rate={level.get('request_rate'):g}"
+
+
+def value(level: dict[str, Any], metric: str, stat: str = "avg") -> float | None:
+    entry = level.get(metric)
+    return entry.get(stat) if isinstance(entry, dict) else None
+
+
+def build_document(config: dict[str, Any], levels: list[tuple[LevelResult, dict[str, Any]]]) -> dict[str, Any]:
+    """The JSON export: the run's configuration, then per level its summary and its requests."""
+    return {
+        "schema": SCHEMA,
+        "config": config,
+        "levels": [{**summary, "requests": [r.as_dict() for r in level.records]} for level, summary in levels],
+    }
+
+
+def write_json(document: dict[str, Any], path: Path) -> Path:
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def load_json(path: str | Path) -> dict[str, Any]:
+    """A run written by :func:`write_json`; ValueError when it is not one."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not a qaic-console bench result ({SCHEMA})")
+    return document
+
+
+def summary_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """One flat row per level: ``time_to_first_token_p99_ms``, ``output_token_throughput`` ..."""
+    rows = []
+    for level in document["levels"]:
+        row: dict[str, Any] = {k: level.get(k) for k in ("concurrency", "request_rate", "request_count",
+                                                          "error_count", "duration_s")}
+        for name in (*DISTRIBUTIONS, "input_sequence_length"):
+            unit = DISTRIBUTIONS[name][1] if name in DISTRIBUTIONS else "tokens"
+            suffix = "_ms" if unit == "ms" else ""
+            for stat in STATISTICS:
+                row[f"{name}_{stat}{suffix}"] = value(level, name, stat)
+        for name in THROUGHPUTS:
+            row[name] = value(level, name)
+        rows.append(row)
+    return rows
+
+
+def _write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        if rows:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return path
+
+
+def write_csv(document: dict[str, Any], out_dir: Path) -> list[Path]:
+    """``bench_summary.csv`` (a row per level) and ``bench_requests.csv`` (a row per request)."""
+    requests = [{"level": level_key(level), **r} for level in document["levels"] for r in level["requests"]]
+    return [_write_csv(summary_rows(document), out_dir / "bench_summary.csv"),
+            _write_csv(requests, out_dir / "bench_requests.csv")]
+
+
+def compare(documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Side by side: per level present in any run and headline metric, each run's value and its
+    ratio to the first run's."""
+    keys: list[str] = []
+    for document in documents:
+        for level in document["levels"]:
+            if level_key(level) not in keys:
+                keys.append(level_key(level))
+    rows = []
+    for key in keys:
+        levels = [next((lv for lv in d["levels"] if level_key(lv) == key), None) for d in documents]
+        for metric, stat, label in (*HEADLINE, ("error_count", "", "errors")):
+            values = [None if lv is None else (lv.get(metric) if not stat else value(lv, metric, stat))
+                      for lv in levels]
+            if all(v is None for v in values):
+                continue
+            base = values[0]
+            ratios = [None if v is None or not base else round(v / base, 3) for v in values]
+            rows.append({"level": key, "metric": label, "values": values, "ratios": ratios})
+    return rows

@@ -1,0 +1,238 @@
+"""``qaic-console bench``: load runs against the shared embedded server, exports, plots, compare,
+and the pieces of ``bench report`` (the whole report takes minutes: ``make bench``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from console.bench import report as perf
+from console.bench.capacity import client_capacity, expected_text, zero_cost_server
+from console.bench.cli import bench_group, parse_levels, plot_formats
+from console.bench.display import ProgressBar, levels_table
+from console.bench.engine import loop_overhead_ms
+from console.bench.load import LevelResult, RequestRecord, Runner, Target
+from console.bench.prompts import BenchRequest, SyntheticPrompts, read_jsonl
+from console.bench.results import SCHEMA, compare, load_json, summarize
+from console.cli import main
+from console.clients import ClientError, ReplyStats, Timeouts
+
+GENAI_PERF = ("time_to_first_token", "inter_token_latency", "request_latency", "output_sequence_length",
+              "input_sequence_length", "output_token_throughput", "request_throughput")
+STATS = ("avg", "min", "max", "p50", "p90", "p99")
+
+
+def bench(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["bench", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def runs(embedded_server, tmp_path_factory) -> dict[str, Any]:
+    """Two short real runs: a streaming sweep (c=1,2) and a batch run over two URLs (round-robin)."""
+    out = tmp_path_factory.mktemp("bench")
+    code, text = bench("--url", embedded_server.grpc_url, "--concurrency", "1,2", "--requests", "3", "--warmup", "1",
+                       "--input-tokens-mean", "8", "--output-tokens-mean", "6", "--output-dir", str(out / "stream"),
+                       "-q")
+    assert code == 0, text
+    code, text = bench("--url", embedded_server.http_url, "--url", f"http://{embedded_server.http_url}",
+                       "--mode", "batch", "--concurrency", "2", "--requests", "4", "--warmup", "0",
+                       "--input-tokens-mean", "8", "--output-tokens-mean", "4", "--plots", "none",
+                       "--output-dir", str(out / "batch"), "-q")
+    assert code == 0, text
+    return {"stream": out / "stream", "batch": out / "batch", "table": text}
+
+
+@pytest.mark.server
+def test_a_stream_sweep_writes_json_csv_and_plots_with_genai_perf_names(runs) -> None:
+    folder = runs["stream"]
+    document = load_json(folder / "bench.json")
+    assert document["schema"] == SCHEMA and document["config"]["model"] == "smollm2_decoupled"
+    levels = document["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 2]
+    for level in levels:
+        assert level["request_count"] == 3 and level["error_count"] == 0
+        for metric in GENAI_PERF:
+            assert metric in level, metric
+        for metric in ("time_to_first_token", "inter_token_latency", "request_latency"):
+            assert level[metric]["unit"] == "ms" and set(STATS) <= set(level[metric])
+            assert 0 < level[metric]["min"] <= level[metric]["p50"] <= level[metric]["max"]
+        assert level["time_to_first_token"]["max"] <= level["request_latency"]["max"]
+        assert 1 <= level["output_sequence_length"]["max"] <= 6
+        assert level["input_sequence_length"]["avg"] == 8  # cut with the embedded tokenizer
+        assert level["output_token_throughput"]["avg"] > 0 and level["request_throughput"]["avg"] > 0
+        assert len(level["requests"]) == 3 and all(r["finish_reason"] in ("length", "eos") for r in level["requests"])
+    with (folder / "bench_summary.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["concurrency"] for r in rows] == ["1", "2"] and float(rows[0]["time_to_first_token_p99_ms"]) > 0
+    with (folder / "bench_requests.csv").open() as handle:
+        assert len(list(csv.DictReader(handle))) == 6
+    for name in ("throughput", "time_to_first_token", "inter_token_latency"):
+        assert (folder / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (folder / "bench.html").read_text()
+    assert "data:image/png;base64," in page and "TTFT avg ms" in page
+
+
+@pytest.mark.server
+def test_a_batch_run_spreads_requests_round_robin_and_has_no_stream_metrics(runs, embedded_server) -> None:
+    level = load_json(runs["batch"] / "bench.json")["levels"][0]
+    assert level["request_count"] == 4 and level["error_count"] == 0
+    assert "time_to_first_token" not in level and "inter_token_latency" not in level
+    urls = [r["url"] for r in level["requests"]]
+    assert urls == [embedded_server.http_url, f"http://{embedded_server.http_url}"] * 2  # two spellings, one server
+    assert not list(runs["batch"].glob("*.png"))
+    assert "c=2" in runs["table"] and "TTFT avg ms" in runs["table"]
+
+
+@pytest.mark.server
+def test_compare_puts_runs_side_by_side(runs, tmp_path) -> None:
+    a, b = runs["stream"] / "bench.json", runs["batch"] / "bench.json"
+    code, text = bench("compare", str(a), str(a))
+    assert code == 0 and "stream / stream" not in text and "1:stream" in text and "TTFT avg ms" in text
+    code, text = bench("compare", str(a), str(b), "--json")
+    rows = json.loads(text)["rows"]
+    out = {(r["level"], r["metric"]): r for r in rows}
+    assert out[("c=1", "TTFT avg ms")]["values"][1] is None  # level c=1 only in the first run
+    both = out[("c=2", "req/s")]
+    assert both["ratios"][0] == 1.0 and both["values"][1] > 0
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    code, text = bench("compare", str(bad))
+    assert code == 1 and "not a qaic-console bench result" in text
+
+
+# --------------------------------------------------------------------------- zero-cost server pieces
+
+
+@pytest.fixture(scope="module")
+def zero_cost():
+    with zero_cost_server() as server:
+        yield server
+
+
+@pytest.mark.server
+def test_client_capacity_counts_every_token_from_the_zero_cost_model(zero_cost) -> None:
+    result = client_capacity(zero_cost.grpc_url, streams=3, tokens=300)
+    assert result.complete, result.errors
+    assert result.received == result.expected == 900 and result.tokens_per_s > 0
+    timed = perf.triton_streams(zero_cost.grpc_url, 2, 50, model="zero_cost_stream")
+    assert timed.tokens == 100
+
+
+@pytest.mark.server
+def test_request_rate_and_duration_levels_end_every_request_once(zero_cost) -> None:
+    target = Target("zero_cost_stream", (zero_cost.grpc_url,), timeouts=Timeouts(network=60, idle=30))
+    runner = Runner(target, [BenchRequest("a b c", 20), BenchRequest("d e", 10)])
+    seen: list[int] = []
+    level = runner.run(request_rate=50.0, count=10, on_done=lambda r: seen.append(r.index), distribution="poisson")
+    assert sorted(seen) == list(range(10)) and [r.index for r in level.records] == list(range(10))
+    assert all(r.ok for r in level.records)
+    assert [r.stats.output_tokens for r in level.records[:2]] == [20, 10]
+    assert [r.stats.input_tokens for r in level.records[:2]] == [3, 2]
+    timed = runner.run(concurrency=2, duration=0.3)
+    assert timed.records and all(r.ok for r in timed.records) and timed.duration >= 0.3 * 0.5
+    summary = summarize(level, "stream")
+    assert summary["request_count"] == 10 and summary["output_sequence_length"]["max"] == 20
+
+
+# --------------------------------------------------------------------------- report pieces
+
+
+def test_report_ratios_and_json_keys() -> None:
+    assert perf.ratio(10, 4) == 2.5 and perf.ratio(None, 4) is None and perf.ratio(1, 0) is None
+    report = perf.Report(ratios={"triton_over_inprocess": 0.97, "scaling_8_over_1": 2.0,
+                                 "engine_over_hf_generate": 5.5, "client_tokens_per_s": 4100.0,
+                                 "loop_overhead_ms": 0.2})
+    assert report.passed("triton_over_inprocess") and not report.passed("scaling_8_over_1")
+    assert report.passed("loop_overhead_ms")
+    data = report.as_dict()
+    for key in ("triton_over_inprocess", "scaling_8_over_1", "engine_over_hf_generate", "client_tokens_per_s"):
+        assert key in data and key in data["targets"]
+    assert data["passed"]["scaling_8_over_1"] is False
+    assert json.loads(json.dumps(data)) == data
+    text = perf.format_report(report)
+    assert "MISSED" in text and "P1" in text
+    assert perf.best_rate([perf.Timed(10, 1.0), perf.Timed(30, 1.0), perf.Timed(20, 2.0)]) == 30.0
+
+
+def test_loop_overhead_is_a_positive_number() -> None:
+    from transformers import AutoTokenizer
+
+    from backend_model.models import prepare_embedded
+
+    tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))
+    value = loop_overhead_ms(tokenizer, slots=4, steps=40)
+    assert 0 < value < 100 and math.isfinite(value)
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def test_levels_prompts_and_options() -> None:
+    assert parse_levels("1,2,4") == [1, 2, 4] and parse_levels("0.5", float) == [0.5]
+    for bad in ("", "a", "0", "1,-2"):
+        with pytest.raises(ClientError):
+            parse_levels(bad)
+    assert plot_formats("both") == ("png", "html") and plot_formats("none") == () and plot_formats("html") == ("html",)
+    with pytest.raises(ClientError):
+        plot_formats("svg")
+    a = SyntheticPrompts(10, 3, 20, 5, seed=7)
+    b = SyntheticPrompts(10, 3, 20, 5, seed=7)
+    first = [next(iter(a)) for _ in range(5)]
+    assert first == [next(iter(b)) for _ in range(5)]
+    assert all(r.prompt and r.max_tokens >= 1 for r in first)
+    fixed = next(iter(SyntheticPrompts(12, 0, None)))
+    assert len(fixed.prompt.split()) == 12 and fixed.max_tokens is None
+    with pytest.raises(ClientError):
+        SyntheticPrompts(0, 0, 4)
+
+
+def test_read_jsonl(tmp_path) -> None:
+    good = tmp_path / "p.jsonl"
+    good.write_text('{"text": "a"}\n\n{"prompt": "b", "max_tokens": 3}\n"c"\n')
+    assert read_jsonl(good, 9) == [BenchRequest("a", 9), BenchRequest("b", 3), BenchRequest("c", 9)]
+    cases = (("{", "not JSON"), ('{"text": ""}', "non-empty"), ('{"text": "a", "max_tokens": 0}', "max_tokens"),
+             ("", "no prompts"))
+    for body, message in cases:
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(body)
+        with pytest.raises(ClientError, match=message):
+            read_jsonl(bad)
+
+
+def test_summary_table_and_progress_without_a_server() -> None:
+    def stats(ttft: float, latency: float, tokens: int) -> ReplyStats:
+        return ReplyStats(ttft, (latency - ttft) / (tokens - 1), None, latency, tokens / latency, 5, tokens)
+
+    records = [RequestRecord(0, "u", 0.0, 1.0, stats(0.1, 1.0, 10), "length"),
+               RequestRecord(1, "u", 0.5, 2.0, stats(0.3, 1.5, 10), "length"),
+               RequestRecord(2, "u", 1.0, 1.2, None, None, "boom", "server")]
+    summary = summarize(LevelResult(2, None, records, 2.0), "stream")
+    assert summary["request_count"] == 2 and summary["error_count"] == 1 and summary["errors"] == {"server": 1}
+    assert summary["time_to_first_token"]["avg"] == pytest.approx(200.0)
+    assert summary["output_token_throughput"]["avg"] == 10.0 and summary["request_throughput"]["avg"] == 1.0
+    assert "c=2" in levels_table([summary])
+    rows = compare([{"levels": [summary]}, {"levels": [{**summary, "request_throughput": {"avg": 2.0}}]}])
+    assert next(r for r in rows if r["metric"] == "req/s")["ratios"] == [1.0, 2.0]
+    out = io.StringIO()
+    bar = ProgressBar("c=2", out, total=3, live=True)
+    for record in records:
+        bar(record)
+    bar.close()
+    assert "3/3 c=2 · 1 errors" in out.getvalue()
+
+
+def test_bench_help_and_bad_options_fail_before_any_server() -> None:
+    result = CliRunner().invoke(bench_group, ["--concurrency", "1,x"])
+    assert result.exit_code == 1 and "comma-separated" in result.output
+    result = CliRunner().invoke(bench_group, ["--concurrency", "1", "--request-rate", "2"])
+    assert result.exit_code == 1 and "not both" in result.output
+    assert "compare" in CliRunner().invoke(main, ["bench", "--help"]).output
+    assert expected_text(3) == "0 1 2 "

@@ -15,8 +15,11 @@ import torch.nn.functional as F
 from .contract import Dims, SessionError, TokenHistory
 
 LLAMA_LIKE = {"llama", "mistral", "qwen2", "smollm3"}
-# Activation dtype per precision; "int8" keeps fp32 activations and int8 weights (fbgemm).
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}
+# Activation dtype per precision: "int8" keeps fp32 activations with int8 weights (fbgemm dynamic
+# quantisation); "int4" runs bf16 activations on 4-bit weights in groups of 32 along the input, the
+# layout of the embedded GGUF's Q4_1 blocks, which it therefore reproduces.
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "int4": torch.bfloat16}
+INT4_GROUP = 32
 
 
 def torch_dtype(precision: str) -> torch.dtype:
@@ -27,15 +30,15 @@ def torch_dtype(precision: str) -> torch.dtype:
 
 
 class _Linear:
-    """y = x W^T (+ b) with W dense, or int8 per-channel with dynamically quantised activations."""
+    """y = x W^T (+ b) with W dense, int8 per channel (dynamic activations) or int4 per group of 32."""
 
-    __slots__ = ("weight", "bias", "packed")
+    __slots__ = ("weight", "bias", "packed", "int4")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, precision: str) -> None:
         dtype = torch_dtype(precision)
         self.weight = weight.detach().to(dtype).contiguous()
         self.bias = None if bias is None else bias.detach().to(dtype)
-        self.packed = None
+        self.packed = self.int4 = None
         if precision == "int8":
             w = self.weight
             scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-8).double()
@@ -43,11 +46,31 @@ class _Linear:
             qw = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
             self.packed = torch.ops.quantized.linear_prepack(qw, self.bias)
             self.weight = None
+        elif precision == "int4" and weight.shape[1] % INT4_GROUP == 0 and weight.shape[0] % 16 == 0:
+            self.int4 = _pack_int4(weight.detach().float())
+            self.weight = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
-            return F.linear(x, self.weight, self.bias)
-        return torch.ops.quantized.linear_dynamic(x, self.packed)
+        if self.packed is not None:
+            return torch.ops.quantized.linear_dynamic(x, self.packed)
+        if self.int4 is not None:
+            packed, scales_zeros = self.int4
+            flat = torch._weight_int4pack_mm_for_cpu(x.reshape(-1, x.shape[-1]), packed, INT4_GROUP, scales_zeros)
+            out = flat.reshape(*x.shape[:-1], flat.shape[-1])
+            return out if self.bias is None else out + self.bias
+        return F.linear(x, self.weight, self.bias)
+
+
+def _pack_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit groups: w = (q - 8) * scale + zero, with q in [0, 15] per 32 inputs."""
+    n, k = w.shape
+    groups = w.reshape(n, k // INT4_GROUP, INT4_GROUP)
+    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+    scale = ((high - low) / 15).clamp(min=1e-10)
+    q = ((groups - low) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+    zero = low + 8 * scale
+    scales_zeros = torch.stack([scale.reshape(n, -1), zero.reshape(n, -1)], dim=-1).transpose(0, 1)
+    return torch._convert_weight_to_int4pack_for_cpu(q, 1), scales_zeros.contiguous().to(torch.bfloat16)
 
 
 def _rope_tables(config, ctx_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,8 +249,8 @@ class CpuRecomputeSession:
     kind = "cpu"
 
     def __init__(self, model, dims: Dims, precision: str = "fp32") -> None:
-        if precision == "int8":
-            raise SessionError("precision int8 is for the KV-cache session; use fp32 or bf16")
+        if precision in ("int8", "int4"):
+            raise SessionError(f"precision {precision} is for the KV-cache session; use fp32 or bf16")
         self.dims = dims
         self.model = model.to(torch_dtype(precision))
         self.history = TokenHistory(dims)

@@ -25,7 +25,7 @@ ASSETS = ROOT / "assets"
 BACKEND_SRC = ROOT / "backend_model"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MODEL_TYPES = ("kv_cache", "causal")
-PRECISIONS = ("fp32", "bf16", "int8")  # the CPU engine's (backend_model.cpu_session.DTYPES)
+PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the CPU engine's (backend_model.cpu_session.DTYPES)
 
 
 class RepoError(ValueError):

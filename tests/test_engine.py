@@ -198,3 +198,30 @@ def test_repetition_penalty_changes_a_repetitive_continuation(smol):
     penalised = engine.generate(["1, 2, 3,"], SamplingParams(max_tokens=16, repetition_penalty=1.5))[0]
     assert penalised.tokens != plain.tokens
     assert np.isfinite(len(penalised.text))
+
+
+def test_int4_reproduces_weights_on_a_q4_1_grid():
+    from backend_model.cpu_session import INT4_GROUP, _Linear
+
+    torch.manual_seed(0)
+    n, k = 64, 4 * INT4_GROUP
+    q = torch.randint(0, 16, (n, k // INT4_GROUP, INT4_GROUP))
+    q[..., 0], q[..., 1] = 0, 15  # Q4_1 maps each block's min to 0 and its max to 15
+    d = torch.rand(n, k // INT4_GROUP, 1) * 0.05 + 0.01
+    m = torch.randn(n, k // INT4_GROUP, 1) * 0.1
+    w = (m + q * d).reshape(n, k)
+    x = torch.randn(3, k).bfloat16()
+    dense = _Linear(w, None, "bf16")(x).float()
+    packed = _Linear(w, None, "int4")(x).float()
+    assert torch.allclose(packed, dense, rtol=0.02, atol=0.02)
+
+
+def test_int4_session_generates_like_bf16(smol):
+    model, tokenizer = smol
+    dims = Dims(1, 8, 128, model.config.vocab_size, 2)
+    texts = {}
+    for precision in ("bf16", "int4"):
+        engine = Engine(CpuKVSession(model, dims, precision), tokenizer, eos_ids(model, tokenizer))
+        texts[precision] = engine.generate(["The capital of France is"], SamplingParams(max_tokens=6))[0].text
+    assert "Paris" in texts["int4"]
+    assert texts["int4"] == texts["bf16"]

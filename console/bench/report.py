@@ -7,7 +7,7 @@ Measured in one run on the embedded model, side by side, as ratios (absolute fig
 * ``scaling_8_over_1`` (P2): aggregate tokens/s of 8 concurrent streams ÷ 1 stream, through Triton
   (target >= 3);
 * ``engine_over_hf_generate``: the engine's single stream ÷ transformers ``generate`` (fp32, bs1) on
-  the same weights, for fp32 and int8 (target >= 5), and each precision's 8-sequence aggregate ÷ its
+  the same weights, for fp32, int8 and int4 (target >= 5), and each precision's 8-sequence aggregate ÷ its
   single stream (target >= 3);
 * ``loop_overhead_ms``: host time per decode step of the loop with a zero-cost session at
   full_batch_size 16 (target <= 0.3 ms);
@@ -37,8 +37,10 @@ TARGETS = {  # key -> (comparison, threshold)
     "scaling_8_over_1": (">=", 3.0),
     "engine_over_hf_generate": (">=", 5.0),
     "engine_int8_over_hf_generate": (">=", 5.0),
+    "engine_int4_over_hf_generate": (">=", 5.0),
     "engine_fp32_scaling_8_over_1": (">=", 3.0),
     "engine_int8_scaling_8_over_1": (">=", 3.0),
+    "engine_int4_scaling_8_over_1": (">=", 3.0),
     "loop_overhead_ms": ("<=", 0.3),
     "client_tokens_per_s": (">=", 4000.0),
 }
@@ -53,7 +55,7 @@ class ReportOptions:
     capacity_streams: int = 4
     capacity_tokens: int = 2000
     overhead_slots: int = 16
-    precisions: tuple[str, ...] = ("fp32", "int8")
+    precisions: tuple[str, ...] = ("fp32", "int8", "int4")
 
 
 @dataclass
@@ -235,8 +237,10 @@ def format_report(report: Report) -> str:
         "scaling_8_over_1": "P2 Triton 8 streams ÷ 1 stream",
         "engine_over_hf_generate": "engine fp32 1 seq ÷ HF generate fp32 bs1",
         "engine_int8_over_hf_generate": "engine int8 1 seq ÷ HF generate fp32 bs1",
+        "engine_int4_over_hf_generate": "engine int4 1 seq ÷ HF generate fp32 bs1",
         "engine_fp32_scaling_8_over_1": "engine fp32 8 seqs ÷ 1 seq",
         "engine_int8_scaling_8_over_1": "engine int8 8 seqs ÷ 1 seq",
+        "engine_int4_scaling_8_over_1": "engine int4 8 seqs ÷ 1 seq",
         "loop_overhead_ms": "loop host overhead per decode step, ms (16 slots)",
         "client_tokens_per_s": "client capacity, streamed tokens/s (zero-cost server)",
     }

@@ -92,7 +92,7 @@ def test_normalize_url() -> None:
 def test_reply_stats_follow_genai_perf() -> None:
     stats = reply_stats([0.5, 0.6, 0.8, 0.9], latency=1.1, output_tokens=7, input_tokens=3)
     assert stats.time_to_first_token == 0.5
-    assert stats.inter_token_latency == pytest.approx((1.1 - 0.5) / 6)
+    assert stats.inter_token_latency == pytest.approx((0.9 - 0.5) / 6)  # to this prompt's last text
     assert stats.inter_token_latency_p90 == pytest.approx(percentile([0.1, 0.2, 0.1], 90))
     assert stats.output_token_throughput == pytest.approx(7 / 1.1)
     assert stats.output_tokens == 7 and stats.input_tokens == 3

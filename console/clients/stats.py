@@ -50,7 +50,8 @@ def reply_stats(
     ttft = arrivals[0] if arrivals else None
     itl = p90 = None
     if ttft is not None and tokens is not None and tokens > 1:
-        itl = max(latency - ttft, 0.0) / (tokens - 1)
+        # this prompt's own last text, not the request's end: in an a|b request one prompt may finish early
+        itl = max(arrivals[-1] - ttft, 0.0) / (tokens - 1)
         gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
         p90 = percentile(gaps, 90) if gaps else itl
     return ReplyStats(ttft, itl, p90, latency, throughput, input_tokens, tokens)

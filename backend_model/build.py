@@ -25,6 +25,7 @@ class BackendSettings:
     hf_model_name: str = EMBEDDED
     precision: str = "fp32"
     device_ids: list[int] | None = None
+    cpu_threads: int = 0  # 0: torch's default
     compile: dict[str, Any] = field(default_factory=lambda: compile_config.validate({}))
 
     @classmethod
@@ -39,6 +40,9 @@ class BackendSettings:
         if kv not in ("true", "false", "1", "0", "yes", "no"):
             raise SessionError(f"parameter use_kv_cache must be true or false, got {kv!r}")
         devices = parameters.get("device_ids", "").strip()
+        threads = parameters.get("cpu_threads", "0").strip() or "0"
+        if not threads.isdigit():
+            raise SessionError(f"parameter cpu_threads must be an integer >= 0, got {threads!r}")
         return cls(
             use_kv_cache=kv in ("true", "1", "yes"),
             engine=engine,
@@ -46,6 +50,7 @@ class BackendSettings:
             hf_model_name=parameters.get("hf_model_name", "").strip() or EMBEDDED,
             precision=parameters.get("precision", "fp32").strip() or "fp32",
             device_ids=[int(d) for d in devices.split(",")] if devices else None,
+            cpu_threads=int(threads),
             compile=compiled,
         )
 
@@ -99,8 +104,12 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
             tokenizer.pad_token = tokenizer.eos_token
         engine = Engine(session, tokenizer)
     else:
+        import torch
+
         from .cpu_session import CpuKVSession, CpuRecomputeSession
 
+        if settings.cpu_threads:
+            torch.set_num_threads(settings.cpu_threads)
         model, tokenizer = load_pretrained(settings.hf_model_name, progress)
         dims = settings.dims(model.config.vocab_size)
         session_cls = CpuKVSession if settings.use_kv_cache else CpuRecomputeSession
@@ -109,7 +118,7 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
     d = engine.dims
     mode = f"continuous batching full_batch_size={d.full_batch_size}" if d.continuous else f"batch_size={d.batch_size}"
     what = "kv_cache" if settings.use_kv_cache else "causal"
-    extra = f" precision={settings.precision}" if kind == "cpu" else ""
+    extra = f" precision={settings.precision} threads={torch.get_num_threads()}" if kind == "cpu" else ""
     return engine, (
         f"engine={kind} model={settings.hf_model_name} type={what} {mode} "
         f"prefill_seq_len={d.prefill_seq_len} ctx_len={d.ctx_len}{extra}"

@@ -159,6 +159,7 @@ def resolve_spec(
     decoupled: bool | None = None,
     engine: str | None = None,
     precision: str | None = None,
+    cpu_threads: int | None = None,
 ) -> ModelSpec:
     """Flags over a sample's defaults (or the template's); the model type may come from the QPC."""
     check_name(model_name)
@@ -177,6 +178,7 @@ def resolve_spec(
         compile=compiled,
         engine=engine or base.engine,
         precision=precision or base.precision,
+        cpu_threads=base.cpu_threads if cpu_threads is None else cpu_threads,
     )
 
 
@@ -203,9 +205,13 @@ def resolve_spec(
 @click.option("--engine", type=click.Choice(ENGINES),
               help="auto (default): the card when QEfficient is importable, else the CPU.")
 @click.option("--precision", type=click.Choice(PRECISIONS), help="CPU engine weights (default fp32).")
+@click.option("--cpu_threads", "--cpu-threads", "cpu_threads", type=click.IntRange(min=0),
+              help="CPU engine: torch threads for this model (default 0: torch's default). Several CPU models "
+                   "in one server on few cores run better with 1 each.")
 def gen(model_name: str, aic_binary_dir: Path | None, python_backend_dir: Path | None,
         compile_config_path: Path | None, hf_model_name: str | None, model_type: str | None,
-        decoupled: bool | None, output_dir: Path, force: bool, engine: str | None, precision: str | None) -> None:
+        decoupled: bool | None, output_dir: Path, force: bool, engine: str | None, precision: str | None,
+        cpu_threads: int | None) -> None:
     """Write <output_dir>/<model_name>/: config.pbtxt, compile_config.json and 1/ (the backend)."""
     with _errors(writing=output_dir / model_name):
         check_name(model_name)
@@ -215,7 +221,7 @@ def gen(model_name: str, aic_binary_dir: Path | None, python_backend_dir: Path |
             check_backend_dir(python_backend_dir)
         spec = resolve_spec(model_name, aic_binary_dir=aic_binary_dir, compile_config_path=compile_config_path,
                             hf_model_name=hf_model_name, model_type=model_type, decoupled=decoupled,
-                            engine=engine, precision=precision)
+                            engine=engine, precision=precision, cpu_threads=cpu_threads)
         _warn_hf(hf_model_name, spec)
         target = write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force)
     mode = "decoupled" if spec.decoupled else "batch"

@@ -44,6 +44,7 @@ class ModelSpec:
     compile: dict[str, Any] = field(default_factory=dict)  # only the keys that were given
     engine: str = "auto"
     precision: str = "fp32"
+    cpu_threads: int = 0  # 0: torch's default
 
     def parameters(self) -> dict[str, str]:
         return {
@@ -52,6 +53,7 @@ class ModelSpec:
             "aic_binary_dir": self.aic_binary_dir,
             "hf_model_name": self.hf_model_name,
             "precision": self.precision,
+            "cpu_threads": str(self.cpu_threads),
         }
 
 

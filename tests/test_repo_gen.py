@@ -457,3 +457,17 @@ def test_list_reports_broken_models(tmp_path: Path) -> None:
 def test_list_missing_or_empty_dir(tmp_path: Path) -> None:
     assert_error(run(["list", str(tmp_path / "none")]), "no model repository")
     assert run(["list", str(tmp_path)]).stdout.strip() == f"no models in {tmp_path}"
+
+
+def test_cpu_threads_reach_the_engine_settings(tmp_path: Path) -> None:
+    from backend_model.build import BackendSettings
+    from backend_model.contract import SessionError
+
+    result = run(["gen", "--model_name", "threaded", "--cpu_threads", "1", "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    config = (tmp_path / "threaded" / "config.pbtxt").read_text()
+    assert 'key: "cpu_threads" value: { string_value: "1" }' in config
+    assert BackendSettings.from_model_dir(tmp_path / "threaded", {"cpu_threads": "1"}).cpu_threads == 1
+    with pytest.raises(SessionError, match="cpu_threads"):
+        BackendSettings.from_model_dir(tmp_path / "threaded", {"cpu_threads": "-2"})
+    assert_error(run(["gen", "--model_name", "x", "--cpu_threads", "-1", "-o", str(tmp_path)]), "cpu_threads")

@@ -43,6 +43,9 @@ class StreamCall(Call):
     def _events(self) -> Iterator[Event]:
         import tritonclient.grpc as grpcclient
 
+        if self._cancel.is_set():  # cancelled before it was sent: send nothing
+            yield Failure("cancelled before it was sent", CANCELLED, 0.0)
+            return
         n = len(self.prompts)
         texts = [""] * n
         arrivals: list[list[float]] = [[] for _ in range(n)]

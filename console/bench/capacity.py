@@ -13,7 +13,7 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +134,19 @@ def expected_text(tokens: int) -> str:
     return "".join(f"{i} " for i in range(tokens))
 
 
+def run_together(target: Callable[[int], None], count: int, barrier: threading.Barrier,
+                 timeout: float) -> tuple[float, bool]:
+    """Run ``target(i)`` in ``count`` threads that meet at ``barrier``; (seconds from there, all finished)."""
+    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    barrier.wait(timeout)
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join(timeout + 30)
+    return time.perf_counter() - start, not any(t.is_alive() for t in threads)
+
+
 @dataclass
 class Capacity:
     """What the clients received: ``complete`` when every stream got every token, in order."""
@@ -180,14 +193,7 @@ def client_capacity(url: str, streams: int = 4, tokens: int = 2000, timeout: flo
             elif isinstance(event, Failure):
                 errors.append(f"stream {k}: {event.kind}: {event.message}")
 
-    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(streams)]
-    for thread in threads:
-        thread.start()
-    start.wait(timeout)
-    t0 = time.perf_counter()
-    for thread in threads:
-        thread.join(timeout + 30)
-    seconds = time.perf_counter() - t0
-    if any(t.is_alive() for t in threads):
+    seconds, finished = run_together(one, streams, start, timeout)
+    if not finished:
         errors.append("a stream did not finish in time")
     return Capacity(streams, tokens, sum(counts), seconds, errors, all(ok) and not errors)

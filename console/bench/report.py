@@ -29,6 +29,7 @@ from typing import Any
 
 from console.clients import GenerationParams, Reply, Timeouts, stream
 
+from .capacity import run_together
 from .engine import BENCH_PROMPTS, Timed, hf_generate, loop_overhead_ms, run_engine
 
 STREAM_MODEL = "smollm2_decoupled"
@@ -115,14 +116,7 @@ def triton_streams(url: str, concurrency: int, tokens: int, model: str = STREAM_
         if not counts[i]:
             errors.append(f"stream {i} got no reply")
 
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    barrier.wait(timeout)
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join(timeout + 30)
-    seconds = time.perf_counter() - start
+    seconds, _ = run_together(one, concurrency, barrier, timeout)
     if errors:
         raise RuntimeError("; ".join(errors))
     return Timed(sum(counts), seconds)

@@ -103,6 +103,7 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         engine = Engine(session, tokenizer)
+        extra = ""
     else:
         import torch
 
@@ -115,10 +116,10 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
         session_cls = CpuKVSession if settings.use_kv_cache else CpuRecomputeSession
         session = session_cls(model, dims, settings.precision)
         engine = Engine(session, tokenizer, eos_ids(model, tokenizer))
+        extra = f" precision={settings.precision} threads={torch.get_num_threads()}"
     d = engine.dims
     mode = f"continuous batching full_batch_size={d.full_batch_size}" if d.continuous else f"batch_size={d.batch_size}"
     what = "kv_cache" if settings.use_kv_cache else "causal"
-    extra = f" precision={settings.precision} threads={torch.get_num_threads()}" if kind == "cpu" else ""
     return engine, (
         f"engine={kind} model={settings.hf_model_name} type={what} {mode} "
         f"prefill_seq_len={d.prefill_seq_len} ctx_len={d.ctx_len}{extra}"

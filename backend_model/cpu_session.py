@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from .contract import Dims, SessionError, TokenHistory
 
-LLAMA_LIKE = {"llama", "mistral", "qwen2", "smollm3"}
+LLAMA_LIKE = {"llama", "mistral", "qwen2"}
 # Activation dtype per precision: "int8" keeps fp32 activations with int8 weights (fbgemm dynamic
 # quantisation); "int4" runs bf16 activations on 4-bit weights in groups of 32 along the input, the
 # layout of the embedded GGUF's Q4_1 blocks, which it therefore reproduces.

@@ -117,8 +117,7 @@ class Engine:
     def cancel(self, seq: Sequence) -> None:
         """Ends ``seq`` at the next step and frees its slot."""
         seq.cancelled = True
-        with self._lock:
-            self._lock.notify_all()
+        self.wake()
 
     def has_work(self) -> bool:
         return bool(self.queue) or any(s is not None for s in self.slots)
@@ -287,20 +286,19 @@ class Engine:
                 self.slots[seq.slot] = None
             elif all(s is None or s.finished or s.filler for s in self.slots):
                 self.slots = [None] * len(self.slots)  # the regular batch is done
-        with self._lock:
-            self._lock.notify_all()
 
     # -- in-process use (tests, benchmarks) ------------------------------------------------
-    def stream(self, prompts: list[str], params: SamplingParams | None = None) -> Iterator[Update]:
-        """Generate for ``prompts`` in this thread, yielding every update."""
-        params = params or SamplingParams()
-        seqs = [self.submit(self.encode(p), params) for p in prompts]
-        while not all(s.finished for s in seqs):
+    def stream(self, prompts: list[str], params: SamplingParams | None = None,
+               seqs: list[Sequence] | None = None) -> Iterator[Update]:
+        """Generate for ``prompts`` in this thread, yielding every update (``seqs`` collects them)."""
+        submitted = [self.submit(self.encode(p), params or SamplingParams()) for p in prompts]
+        if seqs is not None:
+            seqs.extend(submitted)
+        while not all(s.finished for s in submitted):
             yield from self.step()
 
     def generate(self, prompts: list[str], params: SamplingParams | None = None) -> list[Sequence]:
-        params = params or SamplingParams()
-        seqs = [self.submit(self.encode(p), params) for p in prompts]
-        while not all(s.finished for s in seqs):
-            self.step()
+        seqs: list[Sequence] = []
+        for _ in self.stream(prompts, params, seqs):
+            pass
         return seqs

@@ -66,7 +66,6 @@ class Request:
     include_prompt: bool
     seqs: list[Sequence] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
-    done: bool = False
 
 
 def parse(request, engine: Engine, decoupled: bool) -> tuple[Request, list[list[int]], SamplingParams]:
@@ -137,7 +136,7 @@ class TritonPythonModel:
                 error = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
                 request.get_response_sender().send(error, flags=FINAL)
                 continue
-            req.seqs = [self.engine.prepare(ids, params, tag=req) for ids in encoded]
+            req.seqs = [self.engine.prepare(ids, params, tag=(req, i)) for i, ids in enumerate(encoded)]
             with self._lock:
                 self.requests[id(req)] = req
             self.engine.enqueue(req.seqs)
@@ -171,12 +170,11 @@ class TritonPythonModel:
     def _dispatch(self, updates: list[Update]) -> None:
         by_request: dict[int, dict[int, str]] = {}
         for up in updates:
-            req: Request = up.seq.tag
-            index = next(i for i, s in enumerate(req.seqs) if s is up.seq)
+            req, index = up.seq.tag
             by_request.setdefault(id(req), {})[index] = up.text
         for key, texts in by_request.items():
             req = self.requests.get(key)
-            if req is None or req.done:
+            if req is None:  # already answered
                 continue
             finished = all(s.finished for s in req.seqs)
             if self.decoupled and not finished and any(texts.values()):
@@ -185,7 +183,6 @@ class TritonPythonModel:
                 self._finish(req, texts)
 
     def _finish(self, req: Request, last: dict[int, str]) -> None:
-        req.done = True
         with self._lock:
             self.requests.pop(id(req), None)
         errors = [s.error for s in req.seqs if s.finish_reason == "error"]

@@ -20,9 +20,9 @@ def chat_tokenizer(tokenizer: str | None, info: ModelInfo, progress: Callable[[s
         if not path.is_dir():
             raise ClientError(f"tokenizer folder {tokenizer} does not exist")
     elif info.embedded:
-        from backend_model.models import embedded_prepared, prepare_embedded
+        from backend_model.models import prepare_embedded
 
-        path = embedded_prepared() or prepare_embedded(progress=progress)
+        path = prepare_embedded(progress=progress)  # returns at once when already prepared
     else:
         raise ClientError(
             f"the chat template of {info.name} needs a local tokenizer folder (--tokenizer, or the Tokenizer "

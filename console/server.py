@@ -37,6 +37,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from backend_model.models import cache_root
+
 SYSTEM_TRITONSERVER = Path("/opt/tritonserver/bin/tritonserver")
 ENV_TRITONSERVER = "QAIC_TRITONSERVER"
 STUB_NAME = "triton_python_backend_stub"
@@ -50,7 +52,7 @@ LogCallback = Callable[[str], None]
 _FAILED_LOAD = re.compile(r"failed to load '(?P<name>[^']+)' version \d+: (?P<reason>.*)")
 _LOG_MESSAGE = re.compile(r'^[EW]\d{4} [\d:.]+\s+\d+ \S+\] "(?P<msg>.*)"\s*$')
 _GETOPT_ERROR = re.compile(r"^\S*tritonserver: ")
-_HARMLESS = ("CudaDriverHelper", "pinned memory", "DCGM", "NVML")
+HARMLESS = ("CudaDriverHelper", "pinned memory", "DCGM", "NVML")
 
 
 class ServerError(RuntimeError):
@@ -153,14 +155,6 @@ def triton_version(binary: Path) -> str:
 
 
 # --------------------------------------------------------------------------- backend dir + environment
-
-
-def cache_root() -> Path:
-    """``$QAIC_CONSOLE_CACHE`` or ``$XDG_CACHE_HOME/qaic-console`` (default ``~/.cache/qaic-console``)."""
-    root = os.environ.get("QAIC_CONSOLE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "qaic-console"
-    )
-    return Path(root)
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -341,7 +335,7 @@ def _exit_reason(lines: Sequence[str]) -> str:
             return line[len("error:") :].strip()
         if line.startswith("E") and _LOG_MESSAGE.match(line):
             msg = _log_message(line)
-            if not any(h in msg for h in _HARMLESS):
+            if not any(h in msg for h in HARMLESS):
                 return msg
     return lines[-1].strip() if lines else "no output"
 

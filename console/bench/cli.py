@@ -12,11 +12,11 @@ from typing import Any
 import click
 
 from console.clients import ClientError, GenerationParams, Timeouts, model_info
+from console.headless import EMBEDDED_DEFAULTS
 
 from .load import DISTRIBUTIONS, MODES, Runner, Target
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
-EMBEDDED_MODELS = {"stream": "smollm2_decoupled", "batch": "smollm2_kv"}
 
 
 def parse_levels(text: str | None, kind: type = int) -> list[Any]:
@@ -79,12 +79,12 @@ class BenchRun:
                                 self.o["seed"], tokenizer)
 
     def target(self, urls: tuple[str, ...]) -> tuple[Target, bool]:
-        mode, model = self.o["mode"], self.o["model"] or EMBEDDED_MODELS[self.o["mode"]]
+        mode, model = self.o["mode"], self.o["model"] or EMBEDDED_DEFAULTS[self.o["mode"]]
         protocol = "grpc" if mode == "stream" else self.o["protocol"]
-        info = [model_info(url, model, protocol) for url in urls][0]
-        if info.decoupled and mode != "stream":
-            raise ClientError(f"model {model} is decoupled (streams its answers): use --mode stream")
-        network = info.default_timeout if self.o["timeout"] is None else (self.o["timeout"] or None)
+        info = model_info(urls[0], model, protocol)
+        if mode != "stream":
+            info.check_batch("use --mode stream")
+        network = info.network_timeout(self.o["timeout"])
         timeouts = Timeouts(network=network, idle=self.o["idle_timeout"] or None)
         sampling = self.o["temperature"] is not None
         params = GenerationParams(temperature=self.o["temperature"], seed=self.o["seed"] if sampling else None)
@@ -157,7 +157,7 @@ def _run(options: dict[str, Any]) -> int:
         plot_formats(options["plots"])
         if options["url"]:
             return bench.execute(tuple(options["url"]))
-        model = options["model"] or EMBEDDED_MODELS[options["mode"]]
+        model = options["model"] or EMBEDDED_DEFAULTS[options["mode"]]
         with embedded_server(model, bench.progress) as server:
             url = server.grpc_url if options["mode"] == "stream" or options["protocol"] == "grpc" else server.http_url
             return bench.execute((url,))

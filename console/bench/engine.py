@@ -74,16 +74,14 @@ def loop_overhead_ms(tokenizer, slots: int = 16, steps: int = 500) -> float:
     return (time.perf_counter() - start) / (steps - 2) * 1000
 
 
-def hf_generate(model, tokenizer, max_tokens: int, batch: int = 1) -> Timed:
-    """transformers ``generate`` (greedy, KV cache) on the same weights: the baseline."""
+def hf_generate(model, tokenizer, max_tokens: int) -> Timed:
+    """transformers ``generate`` (greedy, KV cache, batch 1) on the same weights: the baseline."""
     import torch
 
-    tokenizer.padding_side = "left"
-    prompts = (BENCH_PROMPTS * 2)[:batch]
-    enc = tokenizer(prompts, return_tensors="pt", padding=True)
+    enc = tokenizer(BENCH_PROMPTS[:1], return_tensors="pt")
     with torch.inference_mode():
         start = time.perf_counter()
         out = model.generate(**enc, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
                              pad_token_id=tokenizer.eos_token_id)
         seconds = time.perf_counter() - start
-    return Timed((out.shape[1] - enc.input_ids.shape[1]) * batch, seconds)
+    return Timed(out.shape[1] - enc.input_ids.shape[1], seconds)

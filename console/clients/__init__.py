@@ -11,7 +11,7 @@ Typical use (any UI)::
             case Failure(message=m, kind=k): ...
 """
 
-from .batch import BatchCall, Call, generate, infer, model_info, normalize_url
+from .batch import BatchCall, Call, generate, infer, model_info, normalize_url, ready_models
 from .events import (
     BAD_REQUEST,
     CANCELLED,
@@ -64,6 +64,7 @@ __all__ = [
     "infer",
     "model_info",
     "normalize_url",
+    "ready_models",
     "reply_stats",
     "split_prompts",
     "stream",

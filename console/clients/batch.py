@@ -8,6 +8,7 @@ Also here: the wire helpers the stream client shares (inputs, outputs, errors, m
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import queue
@@ -22,6 +23,7 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from .events import (
+    CANCEL_NOTE,
     CANCELLED,
     CONNECTION,
     SERVER,
@@ -163,6 +165,16 @@ def model_info(url: str, model: str, protocol: str = "grpc", timeout: float = 10
     return ModelInfo(model, decoupled, kv, params.get("hf_model_name", ""), params)
 
 
+
+def ready_models(http_url: str, states: dict[str, tuple[str, str]]) -> dict[str, ModelInfo]:
+    """ModelInfo of each READY model in ``states`` (a model whose config cannot be read is left out)."""
+    infos = {}
+    for name, (state, _) in sorted(states.items()):
+        if state == "READY":
+            with contextlib.suppress(ClientError):
+                infos[name] = model_info(http_url, name, "http")
+    return infos
+
 def _http_error(exc: urllib.error.HTTPError) -> str:
     try:
         body = json.loads(exc.read() or b"{}")
@@ -269,7 +281,7 @@ class BatchCall(Call):
 
     def _stopped(self, elapsed: float) -> Failure:
         cancel_note = (
-            "request cancelled on the server" if self.protocol == "grpc"
+            CANCEL_NOTE if self.protocol == "grpc"
             else "Triton cannot cancel HTTP requests: the server finishes this one (gRPC can cancel)"
         )
         if self._cancel.is_set():

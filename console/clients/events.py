@@ -18,6 +18,7 @@ FINISH_REASONS = ("eos", "stop", "length", "ctx_len", "cancelled")
 TIMEOUT = "timeout"  # the network timeout of the whole call
 IDLE_TIMEOUT = "idle_timeout"  # streaming: no response for too long
 CANCELLED = "cancelled"  # cancelled by the caller
+CANCEL_NOTE = "request cancelled on the server"
 CONNECTION = "connection"  # server unreachable or gone
 SERVER = "server"  # the server or model answered with an error
 BAD_REQUEST = "bad_request"  # rejected before sending
@@ -94,6 +95,15 @@ class ModelInfo:
     def embedded(self) -> bool:
         """Serves the embedded SmolLM2 (its tokenizer is local)."""
         return self.hf_model_name == "embedded"
+
+    def network_timeout(self, timeout: float | None) -> float | None:
+        """The call's network timeout: None takes the model's default (600 s KV, 6000 s causal), 0 none."""
+        return self.default_timeout if timeout is None else (timeout or None)
+
+    def check_batch(self, how_to_stream: str) -> None:
+        """A decoupled model only streams: refuse a batch call, saying ``how_to_stream``."""
+        if self.decoupled:
+            raise ClientError(f"model {self.name} is decoupled (streams its answers): {how_to_stream}")
 
 
 @dataclass(frozen=True)

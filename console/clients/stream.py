@@ -16,6 +16,7 @@ from typing import Any
 
 from .batch import Call, build_inputs, error_kind, error_message, read_outputs
 from .events import (
+    CANCEL_NOTE,
     CANCELLED,
     IDLE_TIMEOUT,
     TIMEOUT,
@@ -28,8 +29,6 @@ from .events import (
     Timeouts,
 )
 from .stats import reply_stats
-
-CANCEL_NOTE = "request cancelled on the server"
 
 
 def _is_final(result: Any) -> bool:

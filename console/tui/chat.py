@@ -258,11 +258,11 @@ class ChatPane(Horizontal):
         try:
             info = self.models.get(settings.model) or model_info(url, settings.model,
                                                                   "grpc" if self.mode == "stream" else "http")
-            if self.mode == "batch" and info.decoupled:
-                raise ClientError(f"{info.name} is decoupled (it streams): use the Stream pane")
+            if self.mode == "batch":
+                info.check_batch("use the Stream pane")
             sent = build_prompts(job.turn.prompts, settings, info, history)
             self.post_message(self.Sending(job, sent))
-            network = info.default_timeout if settings.timeout is None else (settings.timeout or None)
+            network = info.network_timeout(settings.timeout)
             call: Call
             if self.mode == "stream":
                 call = stream(url, settings.model, sent, settings.params, Timeouts(network, DEFAULT_IDLE_TIMEOUT))

@@ -20,7 +20,7 @@ from textual.content import Content
 from textual.markup import escape
 from textual.widgets import Button, Collapsible, DataTable, Input, Label, Log, Static
 
-from console.clients import ClientError, ModelInfo, model_info, normalize_url
+from console.clients import ClientError, ModelInfo, normalize_url, ready_models
 from console.headless import EMBEDDED_DEFAULTS, START_TIMEOUT, embedded_repo
 from console.server import LOG_KEEP, ServerError, TritonServer
 from repo_gen.inspection import list_models
@@ -39,16 +39,6 @@ STATE_MARKS = {
 States = dict[str, tuple[str, str]]
 
 
-def ready_models(http_url: str, states: States) -> dict[str, ModelInfo]:
-    """ModelInfo of each READY model (a model whose config cannot be read is left out)."""
-    infos = {}
-    for name, (state, _) in sorted(states.items()):
-        if state == "READY":
-            with contextlib.suppress(ClientError):
-                infos[name] = model_info(http_url, name, "http")
-    return infos
-
-
 class ServerPane(Horizontal):
     """Forms on the left; state, endpoints, models and the server log on the right."""
 
@@ -62,6 +52,7 @@ class ServerPane(Horizontal):
         self.link: TritonServer | None = None  # the server being talked to (this one, or a remote handle)
         self.endpoints: tuple[str, str | None] | None = None
         self.infos: dict[str, ModelInfo] = {}
+        self._ready: set[str] = set()  # READY names when infos were last fetched (a model may lack info)
         self._stopping = False
         self._polling = False
         self._log: queue.SimpleQueue[str] = queue.SimpleQueue()
@@ -192,6 +183,7 @@ class ServerPane(Horizontal):
     def _linked(self, handle: TritonServer, grpc_url: str | None, states: States,
                 infos: dict[str, ModelInfo]) -> None:
         self.link, self.infos = handle, infos
+        self._ready = {n for n, (s, _) in states.items() if s == "READY"}
         self.endpoints = (handle.http_url, grpc_url)
         self.query_one("#http-url", Input).value = handle.http_url
         self.query_one("#grpc-url", Input).value = grpc_url or ""
@@ -230,7 +222,9 @@ class ServerPane(Horizontal):
                 self._later(self._lost, link, f"tritonserver at {link.http_url} does not answer: {exc}")
                 return
             ready = {n for n, (s, _) in states.items() if s == "READY"}
-            infos = ready_models(link.http_url, states) if ready != set(self.infos) else None
+            infos = None
+            if ready != self._ready:  # fetch model configs only when the READY set changed
+                infos, self._ready = ready_models(link.http_url, states), ready
             self._later(self._states, link, states, infos)
         finally:
             self._polling = False

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from console.clients import ClientError, ModelInfo, model_info, normalize_url
+from console.clients import ClientError, ModelInfo, normalize_url, ready_models
 from console.headless import EMBEDDED_DEFAULTS, START_TIMEOUT, embedded_repo
 from console.server import ServerError, TritonServer
 
@@ -56,7 +56,6 @@ class Snapshot:
     message: str
     http_url: str | None = None
     grpc_url: str | None = None
-    started_here: bool = False
     models: list[tuple[str, str, str]] = field(default_factory=list)  # (name, state, reason)
     log: list[str] = field(default_factory=list)
     version: int = 0
@@ -75,6 +74,7 @@ class Backend:
         self.notes: list[str] = []
         self.version = 0
         self._infos: dict[str, ModelInfo] = {}
+        self._ready: set[str] | None = None  # READY names when the infos were read
 
     # ---- starting and stopping a server here
 
@@ -148,7 +148,7 @@ class Backend:
 
     def _set(self, phase: str, message: str) -> None:
         self.phase, self.message = phase, message
-        self._infos = {}
+        self._infos, self._ready = {}, None
         self.version += 1
 
     def _handle(self) -> TritonServer | None:
@@ -169,13 +169,16 @@ class Backend:
                 models = [(n, s, r) for n, (s, r) in sorted(handle.model_states().items())]
             except OSError as exc:
                 phase, message = "unreachable", f"tritonserver at {http} does not answer: {exc}"
+            ready = {n for n, s, _ in models if s == "READY"}
+            if models and self._ready is not None and ready != self._ready:
+                self.refresh()  # models were loaded or unloaded: read their configs again
         if server is not None:
             log = notes + server.log_tail(LOG_LINES)
         elif http:
             log = ["(the log of a server started elsewhere is not visible here)"]
         else:
             log = notes
-        return Snapshot(phase, message, http, grpc, server is not None, models, log[-LOG_LINES:], version)
+        return Snapshot(phase, message, http, grpc, models, log[-LOG_LINES:], version)
 
     def infos(self) -> dict[str, ModelInfo]:
         """The ready models and their configs (read once per endpoint change)."""
@@ -185,19 +188,18 @@ class Backend:
             http, handle, version = self.http_url, self._handle(), self.version
         infos: dict[str, ModelInfo] = {}
         with contextlib.suppress(OSError):
-            for name, (state, _) in sorted(handle.model_states().items()):  # type: ignore[union-attr]
-                if state == "READY":
-                    with contextlib.suppress(ClientError):
-                        infos[name] = model_info(http, name, "http")
-        with self._lock:
-            if self.version == version:
-                self._infos = infos
+            states = handle.model_states()  # type: ignore[union-attr]
+            infos = ready_models(http, states)
+            with self._lock:
+                if self.version == version:
+                    self._infos = infos
+                    self._ready = {n for n, (s, _) in states.items() if s == "READY"}
         return infos
 
     def refresh(self) -> None:
         """Read the models again (e.g. loaded or unloaded meanwhile)."""
         with self._lock:
-            self._infos = {}
+            self._infos, self._ready = {}, None
             self.version += 1
 
     def endpoint(self, protocol: str) -> str:

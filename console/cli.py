@@ -6,16 +6,22 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
 from console.bench.cli import bench_group
+from console.clients import ClientError
+from console.core.controls import click_options, params_from_options
+from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Endpoint, Settings
 from console.doctor import format_rows, run_doctor
-from console.headless import client, headless_options, options_from_cli
+from console.headless import Output
 from console.headless import run as run_headless
+from console.seed_clients import client
 from console.server import ServerError, TritonServer
+from console.server.embedded import EMBEDDED_DEFAULTS
 from console.tui.command import tui
 from console.web.command import web
 from repo_gen.cli import repo_group
@@ -58,19 +64,83 @@ def _signals_raise(*signums: int) -> Iterator[None]:
             signal.signal(signum, old)
 
 
-def _stop(server: TritonServer) -> None:
-    """Stop gracefully; a second Ctrl-C / SIGTERM meanwhile kills it at once."""
+# --------------------------------------------------------------------------- headless
+
+
+def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The headless options of the ``qaic-console`` group (the controls come from the controls table)."""
+    options = [
+        click.option("--prompt", default=None,
+                     help="Answer this prompt headless and exit; 'a|b' sends two prompts in one request "
+                          "(\\| is a literal |)."),
+        click.option("--mode", type=click.Choice(MODES), default="stream", show_default=True,
+                     help="stream: gRPC, token by token; batch: one inference response; generate: the HTTP "
+                          "generate endpoint."),
+        click.option("--model", default=None,
+                     help="Model name (default: smollm2_decoupled for stream, smollm2_kv otherwise)."),
+        click.option("--url", default=None,
+                     help="host:port of a running server (HTTP or gRPC as the mode needs); without it the "
+                          "embedded model is served for the run."),
+        click.option("--http-url", default=None, help="host:port of the server's HTTP endpoint."),
+        click.option("--grpc-url", default=None, help="host:port of the server's gRPC endpoint."),
+        click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,
+                     help="Batch mode transport; over gRPC a timeout also cancels the request on the server."),
+        click.option("--timeout", type=float, default=None,
+                     help="Network timeout in s for the whole call (default: 600 for KV-cache models, "
+                          "6000 for causal ones; 0 disables)."),
+        click.option("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, show_default=True,
+                     help="Stream mode: seconds without a response before giving up (0 disables)."),
+        click_options(),
+        click.option("--system", default=None, help="System message (implies --chat)."),
+        click.option("--chat", is_flag=True,
+                     help="Apply the model's chat template (embedded models: their own tokenizer; others "
+                          "need --tokenizer)."),
+        click.option("--tokenizer", default=None, type=click.Path(file_okay=False),
+                     help="Local tokenizer folder for --chat."),
+        click.option("--json", "json_", is_flag=True,
+                     help="One JSON object per prompt: text, finish_reason and genai-perf figures."),
+        click.option("--echo", is_flag=True, help="Print each prompt before its reply."),
+        click.option("-q", "--quiet", is_flag=True, help="No progress or speed lines on stderr."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def settings_from(values: dict[str, Any]) -> Settings:
+    """The request settings the headless options describe."""
+    mode = values["mode"]
+    return Settings(
+        values["model"] or EMBEDDED_DEFAULTS[mode], mode, values["protocol"], params_from_options(values),
+        values["timeout"], values["idle_timeout"] or None, chat=values["chat"] or bool(values["system"]),
+        system=values["system"] or "", tokenizer=values["tokenizer"] or "", echo=values["echo"],
+    )
+
+
+def endpoint_from(values: dict[str, Any]) -> Endpoint | None:
+    """The running server the options name, or None (serve the embedded model)."""
+    http_url, grpc_url = values["http_url"] or values["url"], values["grpc_url"] or values["url"]
+    return Endpoint(http_url, grpc_url) if http_url or grpc_url else None
+
+
+def _headless(values: dict[str, Any]) -> int:
     try:
-        with _signals_raise(signal.SIGINT, signal.SIGTERM):
-            server.stop()
+        settings = settings_from(values)
+    except ClientError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 1
+    output = Output(json=values["json_"], echo=values["echo"], quiet=values["quiet"])
+    try:
+        with _signals_raise(signal.SIGTERM):
+            return run_headless(settings, values["prompt"], endpoint_from(values), output)
     except _Terminated:
-        server.stop(grace=0)
+        return 143
 
 
 @click.group(invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
 @headless_options
 @click.pass_context
-def main(ctx: click.Context, **headless: object) -> None:
+def main(ctx: click.Context, **values: Any) -> None:
     """Generate, serve and chat with LLMs on Qualcomm Cloud AI 100 through Triton.
 
     With --prompt and no command, answer headless and exit: the embedded model is served for the
@@ -78,20 +148,14 @@ def main(ctx: click.Context, **headless: object) -> None:
     Alone on a terminal, open the console TUI (qaic-console tui).
     """
     _exit_on_sigterm()
-    if ctx.invoked_subcommand is None:
-        if headless.get("prompt") is None and sys.stdin.isatty() and sys.stdout.isatty():
-            ctx.invoke(tui, http_url=headless.get("http_url"), grpc_url=headless.get("grpc_url"))
-            return
-        if headless.get("prompt") is None:
-            # The main job on the embedded default: without a terminal, a headless chat answer.
-            headless["prompt"] = DEFAULT_PROMPT
-            headless["chat"] = True
-        try:
-            with _signals_raise(signal.SIGTERM):
-                code = run_headless(options_from_cli(headless))
-        except _Terminated:
-            code = 143
-        sys.exit(code)
+    if ctx.invoked_subcommand is not None:
+        return
+    if values["prompt"] is None and sys.stdin.isatty() and sys.stdout.isatty():
+        ctx.invoke(tui, http_url=values["http_url"], grpc_url=values["grpc_url"])
+        return
+    if values["prompt"] is None:  # the main job on the embedded default: without a terminal, a chat answer
+        values.update(prompt=DEFAULT_PROMPT, chat=True)
+    sys.exit(_headless(values))
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
@@ -110,14 +174,27 @@ main.add_command(web, "web")
 main.add_command(tui, "tui")
 
 
+# --------------------------------------------------------------------------- serve
+
+
+def _stop(server: TritonServer) -> None:
+    """Stop gracefully; a second Ctrl-C / SIGTERM meanwhile kills it at once."""
+    try:
+        with _signals_raise(signal.SIGINT, signal.SIGTERM):
+            server.stop()
+    except _Terminated:
+        server.stop(grace=0)
+
+
 def _print_ready(server: TritonServer) -> None:
-    click.echo(f"tritonserver {server.server_version()} ready (pid {server.pid})")
-    for name, (state, reason) in sorted(server.model_states().items()):
+    handle = server.handle
+    click.echo(f"tritonserver {handle.server_version()} ready (pid {server.pid})")
+    for name, (state, reason) in sorted(handle.model_states().items()):
         click.echo(f"  model {name}: {state}{f' ({reason})' if reason else ''}")
     click.echo(f"  binary  {server.binary}")
-    click.echo(f"  HTTP    {server.http_url}")
-    click.echo(f"  gRPC    {server.grpc_url}")
-    click.echo(f"  metrics {server.metrics_url}")
+    click.echo(f"  HTTP    {handle.http_url}")
+    click.echo(f"  gRPC    {handle.grpc_url}")
+    click.echo(f"  metrics {handle.metrics_url}")
     click.echo("press Ctrl-C to stop")
 
 
@@ -129,49 +206,34 @@ def _serve(server: TritonServer, timeout: float) -> None:
     fail(f"tritonserver exited with code {code}")
 
 
-@main.command(context_settings=CONTEXT_SETTINGS)
-@click.option(
-    "--model-repository",
-    "model_repository",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Triton model repository directory.",
-)
+@main.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})
+@click.option("--model-repository", "model_repository", required=True, type=click.Path(path_type=Path),
+              help="Triton model repository directory.")
+@click.option("--model", "models", multiple=True,
+              help="Load only this model (repeatable; default: every model of the repository).")
 @click.option("--http-port", type=int, default=None, help="HTTP port (default: a free one).")
 @click.option("--grpc-port", type=int, default=None, help="gRPC port (default: a free one).")
 @click.option("--metrics-port", type=int, default=None, help="Metrics port (default: a free one).")
-@click.option(
-    "--tritonserver",
-    "binary",
-    default=None,
-    help="tritonserver binary (default: $QAIC_TRITONSERVER, /opt/tritonserver, the nvidia-pytriton wheel).",
-)
+@click.option("--tritonserver", "binary", default=None,
+              help="tritonserver binary (default: $QAIC_TRITONSERVER, /opt/tritonserver, the nvidia-pytriton wheel).")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for readiness.")
 @click.option("--log-verbose", type=int, default=0, show_default=True, help="tritonserver --log-verbose level.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address tritonserver listens on (0.0.0.0 exposes it to the network).")
-def serve(
-    model_repository: Path,
-    http_port: int | None,
-    grpc_port: int | None,
-    metrics_port: int | None,
-    binary: str | None,
-    timeout: float,
-    log_verbose: int,
-    host: str,
-) -> None:
-    """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM."""
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
+          metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
+          extra: tuple[str, ...]) -> None:
+    """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
+
+    Arguments after the options (or after --) go to tritonserver as they are, e.g.
+    `qaic-console serve --model-repository llm_model_dir -- --log-info=false`.
+    """
     if not model_repository.is_dir():
         fail(f"model repository not found: {model_repository}")
-    server = TritonServer(
-        model_repository,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        metrics_port=metrics_port,
-        binary=binary,
-        log_verbose=log_verbose,
-        host=host,
-    )
+    server = TritonServer(model_repository, models=models, http_port=http_port, grpc_port=grpc_port,
+                          metrics_port=metrics_port, binary=binary, log_verbose=log_verbose, extra_args=extra,
+                          host=host)
     try:
         with _signals_raise(signal.SIGTERM):
             _serve(server, timeout)

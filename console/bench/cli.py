@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
 
-from console.clients import ClientError, GenerationParams, Timeouts, model_info
-from console.headless import EMBEDDED_DEFAULTS
+from console.clients import ClientError, model_info
+from console.core.controls import click_options, params_from_options
+from console.core.request import Endpoint, Settings
+from console.server.embedded import EMBEDDED_DEFAULTS
 
 from .load import DISTRIBUTIONS, MODES, Runner, Target
 
@@ -78,24 +79,29 @@ class BenchRun:
                                 self.o["output_tokens_mean"], self.o["output_tokens_stddev"],
                                 self.o["seed"], tokenizer)
 
-    def target(self, urls: tuple[str, ...]) -> tuple[Target, bool]:
-        mode, model = self.o["mode"], self.o["model"] or EMBEDDED_DEFAULTS[self.o["mode"]]
-        protocol = "grpc" if mode == "stream" else self.o["protocol"]
-        info = model_info(urls[0], model, protocol)
+    def target(self, urls: tuple[str, ...]) -> Target:
+        mode = self.o["mode"]
+        params = params_from_options(self.o)
+        if params.temperature:  # sampling: seeded like the prompts
+            params = params.replace(seed=self.o["seed"])
+        settings = Settings(self.o["model"] or EMBEDDED_DEFAULTS[mode], mode, self.o["protocol"], params,
+                            self.o["timeout"], self.o["idle_timeout"] or None)
+        endpoints = tuple(Endpoint(url, url) for url in urls)
+        url, protocol = endpoints[0].url(mode, settings.protocol)
+        info = model_info(url, settings.model, protocol)
         if mode != "stream":
             info.check_batch("use --mode stream")
-        network = info.network_timeout(self.o["timeout"])
-        timeouts = Timeouts(network=network, idle=self.o["idle_timeout"] or None)
-        sampling = self.o["temperature"] is not None
-        params = GenerationParams(temperature=self.o["temperature"], seed=self.o["seed"] if sampling else None)
-        return Target(model, urls, mode, protocol, timeouts, params), info.embedded
+        return Target(settings, info, endpoints)
 
-    def config(self, target: Target) -> dict[str, Any]:
+    def config(self, target: Target, urls: tuple[str, ...]) -> dict[str, Any]:
         keys = ("concurrency", "request_rate", "request_distribution", "requests", "duration", "warmup",
                 "input_file", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
-                "output_tokens_stddev", "temperature", "seed")
-        return {"model": target.model, "mode": target.mode, "protocol": target.protocol, "urls": list(target.urls),
-                "timeouts": asdict(target.timeouts), **{k: self.o[k] for k in keys},
+                "output_tokens_stddev", "seed")
+        settings = target.settings
+        timeouts = {"network": target.info.network_timeout(settings.timeout),
+                    "idle": settings.idle_timeout if settings.mode == "stream" else None}
+        return {"model": target.model, "mode": target.mode, "protocol": settings.protocol, "urls": list(urls),
+                "timeouts": timeouts, "params": dict(settings.params.values), **{k: self.o[k] for k in keys},
                 "levels": [c if c is not None else r for c, r in self.levels()],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
@@ -104,8 +110,8 @@ class BenchRun:
         from .results import build_document, summarize
 
         levels = self.levels()
-        target, embedded = self.target(urls)
-        runner = Runner(target, self.requests(embedded))
+        target = self.target(urls)
+        runner = Runner(target, self.requests(target.info.embedded))
         if self.o["warmup"]:
             first = levels[0][0] or 1
             self.progress(f"warm-up: {self.o['warmup']} requests ...")
@@ -120,7 +126,7 @@ class BenchRun:
             if not self.quiet:
                 bar.close()
             done.append((level, summarize(level, target.mode)))
-        document = build_document(self.config(target), done)
+        document = build_document(self.config(target, urls), done)
         summaries = [s for _, s in done]
         if self.o["json_"]:
             click.echo(json.dumps({"config": document["config"], "levels": summaries}, indent=2))
@@ -148,8 +154,8 @@ class BenchRun:
 
 
 def _run(options: dict[str, Any]) -> int:
-    from console.headless import embedded_server
     from console.server import ServerError
+    from console.server.embedded import embedded_server
 
     bench = BenchRun(options)
     try:
@@ -199,8 +205,9 @@ def _run(options: dict[str, Any]) -> int:
 @click.option("--output-tokens-stddev", type=float, default=0, show_default=True)
 @click.option("--tokenizer", type=click.Path(file_okay=False), default=None,
               help="Local tokenizer folder to size synthetic prompts (embedded models use their own).")
-@click.option("--temperature", type=float, default=None, help="Sampling temperature (default: greedy).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of prompts, lengths and schedule.")
+@click_options(skip=("max_tokens", "seed"), defaults=False)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of prompts, lengths, schedule (and of sampling when --temperature is set).")
 @click.option("--timeout", type=float, default=None,
               help="Network timeout per request in s (default: 600 KV / 6000 causal; 0 disables).")
 @click.option("--idle-timeout", type=float, default=120, show_default=True,

@@ -14,19 +14,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from console.clients import (
-    Call,
-    ClientError,
-    Failure,
-    GenerationParams,
-    Reply,
-    ReplyStats,
-    Timeouts,
-    infer,
-    stream,
-)
+from console.clients import Call, ClientError, Failure, ModelInfo, Reply, ReplyStats
+from console.core.request import Endpoint, Settings, prepare
 
 from .prompts import BenchRequest
 
@@ -37,21 +28,27 @@ MAX_IN_FLIGHT = 256  # request-rate mode: worker threads at most
 
 @dataclass(frozen=True)
 class Target:
-    """What to load: the model, its endpoints (round-robin) and how to call it."""
+    """What to load: the model (its config read once), its endpoints (round-robin) and the settings."""
 
-    model: str
-    urls: tuple[str, ...]
-    mode: str = "stream"  # stream: gRPC decoupled; batch: one response (HTTP, or gRPC)
-    protocol: str = "http"
-    timeouts: Timeouts = field(default_factory=Timeouts)
-    params: GenerationParams = field(default_factory=GenerationParams)
+    settings: Settings
+    info: ModelInfo
+    endpoints: tuple[Endpoint, ...]
 
-    def call(self, index: int, request: BenchRequest) -> tuple[str, Call]:
-        url = self.urls[index % len(self.urls)]
-        params = replace(self.params, max_tokens=request.max_tokens, exclude_input_in_output=True)
-        if self.mode == "stream":
-            return url, stream(url, self.model, [request.prompt], params, self.timeouts)
-        return url, infer(url, self.model, [request.prompt], params, replace(self.timeouts, idle=None), self.protocol)
+    @property
+    def model(self) -> str:
+        return self.settings.model
+
+    @property
+    def mode(self) -> str:
+        return self.settings.mode
+
+    def url(self, index: int) -> str:
+        return self.endpoints[index % len(self.endpoints)].url(self.mode, self.settings.protocol)[0]
+
+    def call(self, index: int, request: BenchRequest) -> Call:
+        """The request through the console's one pipeline (raw prompt, new text only)."""
+        settings = replace(self.settings, params=self.settings.params.replace(max_tokens=request.max_tokens))
+        return prepare(self.endpoints[index % len(self.endpoints)], settings, [request.prompt], info=self.info).call
 
 
 @dataclass
@@ -100,9 +97,9 @@ def send(target: Target, index: int, request: BenchRequest, t0: float,
          live: set[Call] | None = None, lock: threading.Lock | None = None) -> RequestRecord:
     """Send one request and wait for its one outcome."""
     start = time.perf_counter() - t0
-    url = target.urls[index % len(target.urls)]
+    url = target.url(index)
     try:
-        url, call = target.call(index, request)
+        call = target.call(index, request)
     except ClientError as exc:
         return RequestRecord(index, url, start, start, error=str(exc), error_kind=exc.kind)
     if live is not None and lock is not None:

@@ -143,7 +143,7 @@ def _build(precision: str) -> Any:
 
 def triton_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
     """P1 and P2 on one embedded server, alternating with the in-process engine."""
-    from console.headless import embedded_server
+    from console.server.embedded import embedded_server
 
     engine = _build("fp32")
     with embedded_server(STREAM_MODEL, progress) as server:

@@ -3,7 +3,7 @@
 Typical use (any UI)::
 
     call = stream(grpc_url, "smollm2_decoupled", split_prompts("My name is|Maroon bells"),
-                  GenerationParams(max_tokens=64), Timeouts(network=600, idle=120))
+                  GenerationParams.of(max_tokens=64), Timeouts(network=600, idle=120))
     for event in call:          # call.cancel() from another thread stops it, on the server too
         match event:
             case TextDelta(index=i, text=t): ...
@@ -11,36 +11,47 @@ Typical use (any UI)::
             case Failure(message=m, kind=k): ...
 """
 
-from .batch import BatchCall, Call, generate, infer, model_info, normalize_url, ready_models
-from .events import (
+from .batch import BatchCall, generate, infer
+from .call import Call
+from .errors import (
     BAD_REQUEST,
+    CANCEL_NOTE,
     CANCELLED,
-    CAUSAL_TIMEOUT,
     CONNECTION,
     IDLE_TIMEOUT,
-    KV_TIMEOUT,
     SERVER,
     TIMEOUT,
     ClientError,
+)
+from .events import (
+    CAUSAL_TIMEOUT,
+    KV_TIMEOUT,
     Event,
     Failure,
-    GenerationParams,
     ModelInfo,
     Reply,
     ReplyStats,
+    Tensor,
     TextDelta,
     Timeouts,
     default_timeout,
+    new_request_id,
     split_prompts,
 )
-from .stats import aggregate, format_stats, reply_stats
+from .interfaces import Interface, interface_of
+from .params import BY_NAME, CONTROLS, Control, GenerationParams
+from .stats import aggregate, format_stats, live_stats, reply_stats
 from .stream import StreamCall, stream
+from .wire import info_from_config, model_info, normalize_url
 
 __all__ = [
     "BAD_REQUEST",
+    "BY_NAME",
     "CANCELLED",
+    "CANCEL_NOTE",
     "CAUSAL_TIMEOUT",
     "CONNECTION",
+    "CONTROLS",
     "IDLE_TIMEOUT",
     "KV_TIMEOUT",
     "SERVER",
@@ -48,13 +59,16 @@ __all__ = [
     "BatchCall",
     "Call",
     "ClientError",
+    "Control",
     "Event",
     "Failure",
     "GenerationParams",
+    "Interface",
     "ModelInfo",
     "Reply",
     "ReplyStats",
     "StreamCall",
+    "Tensor",
     "TextDelta",
     "Timeouts",
     "aggregate",
@@ -62,9 +76,12 @@ __all__ = [
     "format_stats",
     "generate",
     "infer",
+    "info_from_config",
+    "interface_of",
+    "live_stats",
     "model_info",
+    "new_request_id",
     "normalize_url",
-    "ready_models",
     "reply_stats",
     "split_prompts",
     "stream",

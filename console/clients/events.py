@@ -1,4 +1,4 @@
-"""The types UIs see: request parameters, timeouts, model info, the event stream and reply stats.
+"""The types UIs see: timeouts, model info, the event stream and reply stats.
 
 One call (stream, batch or generate) yields :class:`TextDelta` events (streaming only), then either
 one :class:`Reply` per prompt, in prompt order, or a single :class:`Failure`; nothing follows.
@@ -10,26 +10,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import asdict, dataclass, field
 
+from .errors import CANCELLED, ClientError
+
 KV_TIMEOUT = 600.0  # the seed's client_example_kv.py network timeout
 CAUSAL_TIMEOUT = 6000.0  # the seed's client_example_causal.py network timeout
 FINISH_REASONS = ("eos", "stop", "length", "ctx_len", "cancelled")
-
-# Failure kinds
-TIMEOUT = "timeout"  # the network timeout of the whole call
-IDLE_TIMEOUT = "idle_timeout"  # streaming: no response for too long
-CANCELLED = "cancelled"  # cancelled by the caller
-CANCEL_NOTE = "request cancelled on the server"
-CONNECTION = "connection"  # server unreachable or gone
-SERVER = "server"  # the server or model answered with an error
-BAD_REQUEST = "bad_request"  # rejected before sending
-
-
-class ClientError(RuntimeError):
-    """A request that cannot be made or answered; ``str()`` is one line, ``kind`` a Failure kind."""
-
-    def __init__(self, message: str, kind: str = BAD_REQUEST) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 def split_prompts(text: str) -> list[str]:
@@ -44,21 +29,6 @@ def split_prompts(text: str) -> list[str]:
 
 def new_request_id() -> str:
     return f"qc-{uuid.uuid4().hex[:12]}"
-
-
-@dataclass(frozen=True)
-class GenerationParams:
-    """Optional model inputs; None (or empty ``stop``) leaves the model's default."""
-
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
-    repetition_penalty: float | None = None
-    stop: tuple[str, ...] = ()
-    exclude_input_in_output: bool | None = None
-    request_id: str | None = None  # sent as Triton's request id (and the generate ``id``)
 
 
 @dataclass(frozen=True)
@@ -78,14 +48,28 @@ def default_timeout(use_kv_cache: bool) -> float:
 
 
 @dataclass(frozen=True)
+class Tensor:
+    """A declared model input or output: Triton datatype and dims (without the batch dimension)."""
+
+    name: str
+    datatype: str  # e.g. BYTES, INT32, FP32, BOOL
+    dims: tuple[int, ...] = (-1,)
+    optional: bool = False
+
+
+@dataclass(frozen=True)
 class ModelInfo:
-    """What a client needs to know about a served model (from its config)."""
+    """What a client needs to know about a served model, read from its config."""
 
     name: str
     decoupled: bool
     use_kv_cache: bool
     hf_model_name: str = ""
     parameters: dict[str, str] = field(default_factory=dict)
+    inputs: tuple[Tensor, ...] = ()
+    outputs: tuple[Tensor, ...] = ()
+    max_batch_size: int = 0
+    backend: str = ""
 
     @property
     def default_timeout(self) -> float:
@@ -95,6 +79,12 @@ class ModelInfo:
     def embedded(self) -> bool:
         """Serves the embedded SmolLM2 (its tokenizer is local)."""
         return self.hf_model_name == "embedded"
+
+    def input(self, name: str) -> Tensor | None:
+        return next((t for t in self.inputs if t.name == name), None)
+
+    def output(self, name: str) -> Tensor | None:
+        return next((t for t in self.outputs if t.name == name), None)
 
     def network_timeout(self, timeout: float | None) -> float | None:
         """The call's network timeout: None takes the model's default (600 s KV, 6000 s causal), 0 none."""
@@ -110,8 +100,9 @@ class ModelInfo:
 class ReplyStats:
     """Speed figures of one reply in seconds, named as genai-perf names them.
 
-    Batch replies arrive whole: ``time_to_first_token`` is then the request latency and the
-    inter-token latencies are None.
+    Each prompt's figures end at its own last text (in an ``a|b`` request one prompt may finish
+    early). Batch replies arrive whole: they have a request latency, no time to first token and no
+    inter-token latency.
     """
 
     time_to_first_token: float | None
@@ -121,6 +112,10 @@ class ReplyStats:
     output_token_throughput: float | None  # output_tokens / request_latency
     input_tokens: int | None
     output_tokens: int | None
+
+    @property
+    def streamed(self) -> bool:
+        return self.time_to_first_token is not None
 
     def as_dict(self) -> dict[str, float | int | None]:
         """genai-perf names with ``_ms`` for times in milliseconds, rounded."""

@@ -1,9 +1,10 @@
-"""Streaming requests: gRPC decoupled streaming with tritonclient.
+"""Streaming requests: gRPC streaming with tritonclient (decoupled models answer once per step).
 
 One call opens one gRPC stream (``start_stream``), sends one request with
 ``enable_empty_final_response=True`` and reads responses until the one flagged
 ``triton_final_response``. Timeouts, :meth:`StreamCall.cancel` and an abandoned iteration all end
-with ``stop_stream(cancel_requests=True)``, which cancels the request on the server.
+with ``stop_stream(cancel_requests=True)``, which cancels the request on the server. A model that is
+not decoupled answers the stream once: its replies then carry batch figures (no ttft, no itl).
 """
 
 from __future__ import annotations
@@ -11,24 +12,15 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
-from .batch import Call, build_inputs, error_kind, error_message, read_outputs
-from .events import (
-    CANCEL_NOTE,
-    CANCELLED,
-    IDLE_TIMEOUT,
-    TIMEOUT,
-    ClientError,
-    Event,
-    Failure,
-    GenerationParams,
-    Reply,
-    TextDelta,
-    Timeouts,
-)
+from .call import Call
+from .errors import CANCEL_NOTE, CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
+from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
+from .interfaces import Outputs
+from .params import GenerationParams
 from .stats import reply_stats
+from .wire import error_kind, error_message
 
 
 def _is_final(result: Any) -> bool:
@@ -37,7 +29,7 @@ def _is_final(result: Any) -> bool:
 
 
 class StreamCall(Call):
-    """A streaming request to a decoupled model: iterate for TextDelta events, then Reply per prompt."""
+    """A streaming request: iterate for TextDelta events, then one Reply per prompt (or a Failure)."""
 
     def _events(self) -> Iterator[Event]:
         import tritonclient.grpc as grpcclient
@@ -55,18 +47,17 @@ class StreamCall(Call):
             self._queue.put((time.perf_counter(), result, error))
 
         try:
+            info, interface = self.model_info(), self.interface()
+            inputs = interface.inputs(grpcclient, info, self.prompts, self.params)
             network = self.timeouts.network
             client.start_stream(callback=callback, stream_timeout=None if network is None else network + 10.0)
-            client.async_stream_infer(
-                self.model,
-                build_inputs(grpcclient, self.prompts, self.params),
-                request_id=self.request_id,
-                enable_empty_final_response=True,
-            )
+            t0 = last = time.perf_counter()
+            client.async_stream_infer(self.model, inputs, request_id=self.request_id,
+                                      enable_empty_final_response=True)
             while True:
-                stop = self._wait_limit(t0, last)
+                wait, deadline, which = self._wait_limit(t0, last)
                 try:
-                    item = self._queue.get(timeout=stop[0])
+                    item = self._queue.get(timeout=wait)
                 except queue.Empty:
                     item = None
                 now = time.perf_counter()
@@ -74,8 +65,8 @@ class StreamCall(Call):
                     if self._cancel.is_set():
                         yield Failure(f"cancelled after {now - t0:.1f} s; {CANCEL_NOTE}", CANCELLED, now - t0)
                         return
-                    if stop[0] is not None and now >= stop[1]:
-                        yield self._timed_out(stop[2], now - t0)
+                    if wait is not None and now >= deadline:
+                        yield self._timed_out(which, now - t0)
                         return
                     continue
                 at, result, error = item
@@ -85,14 +76,14 @@ class StreamCall(Call):
                     return
                 last = at
                 final = _is_final(result)
-                outputs = read_outputs(result, n)
-                for i, text in enumerate(outputs["text_output"] or ()):
-                    if text:
+                outputs = interface.outputs(result, n)
+                for i, piece in enumerate(outputs["text_output"] or ()):
+                    if piece:
                         arrivals[i].append(at - t0)
-                        texts[i] += text
-                        yield TextDelta(i, text, at - t0, first=len(arrivals[i]) == 1)
+                        texts[i] += piece
+                        yield TextDelta(i, piece, at - t0, first=len(arrivals[i]) == 1)
                 if final:
-                    yield from self._replies(texts, arrivals, outputs, at - t0)
+                    yield from self._replies(info, texts, arrivals, outputs, at - t0)
                     return
         except ClientError as exc:
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
@@ -134,25 +125,24 @@ class StreamCall(Call):
             message = f"network timeout: {self.model} did not finish within {self.timeouts.network:g} s"
         return Failure(f"{message}; {CANCEL_NOTE}", kind, elapsed)
 
-    def _replies(self, texts: list[str], arrivals: list[list[float]], outputs: dict[str, list | None],
+    def _replies(self, info: ModelInfo, texts: list[str], arrivals: list[list[float]], outputs: Outputs,
                  latency: float) -> Iterator[Reply]:
         reasons = outputs.get("finish_reason")
         for i, prompt in enumerate(self.prompts):
             out_tokens = outputs["output_tokens"][i] if outputs.get("output_tokens") else None
             in_tokens = outputs["input_tokens"][i] if outputs.get("input_tokens") else None
-            stats = reply_stats(arrivals[i], latency, out_tokens, in_tokens, streamed=True)
+            stats = reply_stats(arrivals[i], latency, out_tokens, in_tokens, streamed=info.decoupled)
             yield Reply(i, prompt, texts[i], reasons[i] if reasons else "", stats, includes_prompt=False)
 
 
-def stream(url: str, model: str, prompts: Sequence[str], params: GenerationParams | None = None,
+def stream(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,
            timeouts: Timeouts | None = None) -> StreamCall:
-    """A streaming call (gRPC, decoupled models); iterate it for events, ``cancel()`` from any thread.
+    """A streaming call over gRPC; iterate it for events, ``cancel()`` from any thread.
 
-    ``exclude_input_in_output`` is sent as true unless set, so a batch model answering over the
-    stream also gives only new text.
+    ``exclude_input_in_output`` is asked for unless set (a model that does not declare it is not
+    sent it), so a batch model answering over the stream also gives only new text.
     """
     params = params or GenerationParams()
     if params.exclude_input_in_output is None:
-        params = replace(params, exclude_input_in_output=True)
+        params = params.replace(exclude_input_in_output=True)
     return StreamCall(url, model, prompts, params, timeouts or Timeouts())
-

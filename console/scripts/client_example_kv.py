@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 try:
-    from console.headless import seed_command
+    from console.seed_clients import seed_command
 except ImportError:  # a source checkout that is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from console.headless import seed_command
+    from console.seed_clients import seed_command
 
 
 def run(mode: str | None, kind: str) -> None:

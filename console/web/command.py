@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .backend import DEFAULT_MODELS
+from console.server.embedded import DEFAULT_MODELS
 
 
 @click.command("web", context_settings={"help_option_names": ["-h", "--help"]})

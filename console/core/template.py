@@ -1,4 +1,4 @@
-"""Chat templates for every console: the model's tokenizer (transformers) turns turns into a prompt."""
+"""Chat templates: the model's tokenizer (transformers) turns a conversation into the prompt text."""
 
 from __future__ import annotations
 
@@ -11,23 +11,33 @@ from console.clients import ClientError, ModelInfo
 
 _CACHE: dict[str, Any] = {}
 _LOCK = threading.Lock()
+Progress = Callable[[str], None]
 
 
-def chat_tokenizer(tokenizer: str | None, info: ModelInfo, progress: Callable[[str], None] = lambda _: None) -> Any:
-    """The tokenizer whose chat template the model uses (``tokenizer``: a local folder), loaded once."""
+def _quiet(_: str) -> None:
+    pass
+
+
+def tokenizer_folder(tokenizer: str | None, info: ModelInfo, progress: Progress = _quiet) -> Path:
+    """The local folder whose tokenizer ``info``'s model uses (``tokenizer``: given by the user)."""
     if tokenizer:
         path = Path(tokenizer).expanduser()
         if not path.is_dir():
             raise ClientError(f"tokenizer folder {tokenizer} does not exist")
-    elif info.embedded:
+        return path
+    if info.embedded:
         from backend_model.models import prepare_embedded
 
-        path = prepare_embedded(progress=progress)  # returns at once when already prepared
-    else:
-        raise ClientError(
-            f"the chat template of {info.name} needs a local tokenizer folder (--tokenizer, or the Tokenizer "
-            "control), or send raw prompts"
-        )
+        return prepare_embedded(progress=progress)  # at once when already prepared
+    raise ClientError(
+        f"the chat template of {info.name} needs a local tokenizer folder (--tokenizer, or the Tokenizer "
+        "control), or send raw prompts"
+    )
+
+
+def chat_tokenizer(tokenizer: str | None, info: ModelInfo, progress: Progress = _quiet) -> Any:
+    """The tokenizer whose chat template the model uses, loaded once per folder."""
+    path = tokenizer_folder(tokenizer, info, progress)
     with _LOCK:
         if str(path) not in _CACHE:
             _CACHE[str(path)] = _load(path)
@@ -50,7 +60,7 @@ def _load(path: Path) -> Any:
 
 def chat_prompts(prompts: Sequence[str], info: ModelInfo, *, system: str | None = None,
                  history: Sequence[dict[str, str]] = (), tokenizer: str | None = None,
-                 progress: Callable[[str], None] = lambda _: None) -> list[str]:
+                 progress: Progress = _quiet) -> list[str]:
     """Each prompt as the model's chat template renders it after ``system`` and the ``history`` turns."""
     tok = chat_tokenizer(tokenizer, info, progress)
     head = [{"role": "system", "content": system}] if system else []

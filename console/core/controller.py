@@ -1,0 +1,251 @@
+"""One server controller for every front end: start tritonserver here or connect to a running one,
+follow its models, stop it.
+
+The TUI and the web UI drive the same :class:`ServerController`. ``start`` returns at once (the
+server starts in a thread); ``connect``, ``poll`` and ``stop`` block briefly, so a UI calls them
+from a worker. Every change produces a new immutable :class:`Snapshot` (``on_change`` receives it,
+from whatever thread made it); ``generation`` moves when the endpoint or the set of ready models
+changes, which is when a UI rebuilds its model lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from console.clients import ClientError, ModelInfo, info_from_config, normalize_url
+from console.server import LOG_KEEP, ServerError, ServerHandle, TritonServer, logparse
+from console.server.embedded import START_TIMEOUT, embedded_repo
+
+from .request import Endpoint
+
+NOT_CONNECTED = "not connected: start a server or connect to a running one by URL"
+BUSY = ("starting", "stopping")
+
+Listener = Callable[["Snapshot"], None]
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One model of the repository as the server reports it (``info`` once it is READY)."""
+
+    name: str
+    state: str
+    reason: str = ""
+    info: ModelInfo | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a UI shows about the server; a new one after every change."""
+
+    phase: str  # idle | starting | ready | connected | stopping | stopped | failed | unreachable
+    message: str
+    owned: bool = False  # started here (its log is visible, quitting stops it)
+    http_url: str | None = None
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+    repository: str = ""
+    models: tuple[ModelRow, ...] = ()
+    generation: int = 0
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.http_url, self.grpc_url)
+
+    @property
+    def infos(self) -> dict[str, ModelInfo]:
+        """The READY models' configs."""
+        return {m.name: m.info for m in self.models if m.state == "READY" and m.info is not None}
+
+    @property
+    def serving(self) -> bool:
+        return self.phase in ("ready", "connected")
+
+
+def grpc_guess(http_url: str) -> str:
+    """Triton's default gRPC endpoint beside an HTTP one: the HTTP port + 1 (8000 -> 8001)."""
+    host, _, port = normalize_url(http_url).rpartition(":")
+    return f"{host}:{int(port) + 1}" if port.isdigit() else ""
+
+
+class ServerController:
+    """The server a console talks to: one started here, or one reached by URL."""
+
+    def __init__(self, on_change: Listener | None = None, on_log: Callable[[str], None] | None = None) -> None:
+        self._lock = threading.RLock()
+        self._on_change = on_change
+        self._on_log = on_log
+        self._server: TritonServer | None = None
+        self._handle: ServerHandle | None = None
+        self._snap = Snapshot("idle", NOT_CONNECTED)
+        self._log: deque[str] = deque(maxlen=LOG_KEEP)
+        self._ready: frozenset[str] = frozenset()
+
+    # ---- state
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    @property
+    def server(self) -> TritonServer | None:
+        """The tritonserver started here, if any."""
+        return self._server
+
+    def log_tail(self, n: int = 60) -> list[str]:
+        with self._lock:
+            return list(self._log)[-n:]
+
+    def _set(self, **changes: object) -> Snapshot:
+        with self._lock:
+            self._snap = snap = replace(self._snap, **changes)  # type: ignore[arg-type]
+        if self._on_change is not None:
+            self._on_change(snap)
+        return snap
+
+    def _moved(self, **changes: object) -> Snapshot:
+        """A change of endpoint or models: the generation moves on."""
+        return self._set(generation=self._snap.generation + 1, **changes)
+
+    def _note(self, line: str) -> None:
+        if logparse.is_noise(line):
+            return
+        with self._lock:
+            self._log.append(line)
+        if self._on_log is not None:
+            self._on_log(line)
+
+    # ---- start / connect / stop
+
+    def start(self, repository: Path | None = None, models: Sequence[str] = (),
+              timeout: float = START_TIMEOUT) -> None:
+        """Start tritonserver on ``repository`` (None: the embedded samples) loading ``models`` (empty: all).
+
+        Returns at once; the snapshot follows the start. ServerError when a server is already here.
+        """
+        with self._lock:
+            if self._snap.phase in BUSY or (self._server is not None and self._server.running):
+                raise ServerError("a tritonserver started here is running: stop it first")
+            self._handle, self._ready = None, frozenset()
+            self._log.clear()
+            where = str(repository) if repository else "the embedded samples"
+            self._moved(phase="starting", message=f"starting tritonserver on {where} ...", owned=True,
+                        http_url=None, grpc_url=None, metrics_url=None, repository=str(repository or ""),
+                        models=())
+        self._note(logparse.NOISE_NOTE)
+        threading.Thread(target=self._start, args=(repository, tuple(models), timeout), name="qc-server-start",
+                         daemon=True).start()
+
+    def _start(self, repository: Path | None, models: tuple[str, ...], timeout: float) -> None:
+        try:
+            path = repository or embedded_repo(self._note)
+            server = TritonServer(path, models=models)
+            with self._lock:
+                if self._snap.phase != "starting":  # stopped meanwhile
+                    return
+                self._server = server
+                self._set(repository=str(path))
+            self._note(f"starting tritonserver on {path} ...")
+            server.start(timeout=timeout, on_log=self._note)
+            version = server.handle.server_version()
+        except Exception as exc:  # the thread's end: the UI must leave "starting" whatever happened
+            with self._lock:
+                if self._snap.phase == "starting":
+                    for line in getattr(exc, "log_tail", [])[-15:]:
+                        self._note(line)
+                    self._server = None
+                    self._moved(phase="failed", message=" ".join(str(exc).split()) or type(exc).__name__)
+            return
+        with self._lock:
+            if self._snap.phase != "starting":
+                return
+            handle = self._handle = server.handle
+            self._moved(phase="ready", message=f"tritonserver {version} started here (pid {server.pid})",
+                        http_url=handle.http_url, grpc_url=handle.grpc_url, metrics_url=handle.metrics_url)
+        self.poll()
+
+    def connect(self, http_url: str, grpc_url: str = "") -> Snapshot:
+        """Use a running server: ``http_url`` for batch and state, ``grpc_url`` (default: port + 1) to stream."""
+        http = normalize_url(http_url)
+        grpc = normalize_url(grpc_url) if grpc_url.strip() else grpc_guess(http)
+        handle = ServerHandle(http, grpc)
+        if not handle.is_ready(timeout=3.0):
+            raise ClientError(f"no ready tritonserver at {http} (HTTP): check the host:port of its HTTP endpoint")
+        version = handle.server_version()
+        guessed = "" if grpc_url.strip() else " (gRPC guessed as the HTTP port + 1: give it if streaming fails)"
+        with self._lock:
+            if self._snap.phase in BUSY or (self._server is not None and self._server.running):
+                raise ClientError("a tritonserver started here is running: stop it first")
+            self._server, self._handle, self._ready = None, handle, frozenset()
+            self._log.clear()
+            self._moved(phase="connected", message=f"connected to tritonserver {version}{guessed}", owned=False,
+                        http_url=http, grpc_url=grpc, metrics_url=None, repository="", models=())
+        return self.poll()
+
+    def stop(self) -> Snapshot:
+        """Stop the server started here (a connected one is only let go); blocks until it is down."""
+        with self._lock:
+            server, self._server, self._handle = self._server, None, None
+            if server is None:
+                return self._moved(phase="idle", message=NOT_CONNECTED, http_url=None, grpc_url=None, models=())
+            self._moved(phase="stopping", message="stopping tritonserver ...", http_url=None, grpc_url=None,
+                        metrics_url=None, models=())
+        code = server.stop()
+        return self._set(phase="stopped", message=f"tritonserver stopped (exit code {code}): start it again or "
+                                                  "connect by URL")
+
+    close = stop
+
+    # ---- following the server
+
+    def poll(self) -> Snapshot:
+        """Read the models' states now; notice a server that died or stopped answering."""
+        with self._lock:
+            handle, server, snap = self._handle, self._server, self._snap
+        if handle is None or snap.phase in BUSY:
+            return snap
+        if server is not None and not server.running:
+            return self._died(server)
+        try:
+            states = handle.model_states()
+        except (OSError, ValueError) as exc:
+            if snap.phase != "unreachable":
+                return self._set(phase="unreachable", message=f"tritonserver at {handle.http_url} does not answer: "
+                                                              f"{exc}")
+            return snap
+        ready = frozenset(n for n, (state, _) in states.items() if state == "READY")
+        known = {m.name: m.info for m in snap.models}
+        infos = {n: known.get(n) or self._info(handle, n) for n in ready}
+        rows = tuple(ModelRow(n, s, r.splitlines()[0][:200] if r else "", infos.get(n))
+                     for n, (s, r) in sorted(states.items()))
+        phase = "ready" if snap.owned else "connected"
+        message = snap.message if snap.phase == phase else f"tritonserver at {handle.http_url} answers again"
+        with self._lock:
+            if self._handle is not handle:  # stopped or replaced meanwhile
+                return self._snap
+            changed, self._ready = ready != self._ready, ready
+        if changed:
+            return self._moved(phase=phase, message=message, models=rows)
+        return self._set(phase=phase, message=message, models=rows)
+
+    @staticmethod
+    def _info(handle: ServerHandle, name: str) -> ModelInfo | None:
+        with contextlib.suppress(OSError, ValueError):
+            return info_from_config(name, handle.model_config(name))
+        return None
+
+    def _died(self, server: TritonServer) -> Snapshot:
+        code = server.wait(0)
+        reason = logparse.exit_reason(server.log_tail(LOG_KEEP))
+        with self._lock:
+            if self._server is not server:
+                return self._snap
+            self._server, self._handle = None, None
+        server.stop(grace=0)  # take down what it left behind (stubs, shared memory)
+        return self._moved(phase="failed", message=f"tritonserver exited with code {code} ({reason}): start it "
+                                                   "again", http_url=None, grpc_url=None, metrics_url=None, models=())

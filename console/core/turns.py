@@ -1,0 +1,148 @@
+"""A conversation as turns: each send's prompts, what came back, and the figures of every reply.
+
+:meth:`Turn.apply` folds a call's events into the turn; :meth:`Turn.figures` gives a prompt's
+speed figures, live while it streams and final once it ends (a reply stopped midway keeps the
+figures it had). :func:`history` is the one chat-history rule: per mode, only single-prompt chat
+turns answered in full, and ``a|b`` turns neither send nor extend it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from console.clients import Event, Failure, Reply, ReplyStats, TextDelta, format_stats, live_stats
+
+
+@dataclass
+class Turn:
+    """One submitted message: its prompts (as typed), what was sent, and what came back."""
+
+    mode: str  # stream | batch | generate
+    model: str
+    prompts: list[str]
+    request_id: str
+    chat: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+    sent: list[str] = field(default_factory=list)  # after the chat template (the prompts in raw mode)
+    ignored: list[str] = field(default_factory=list)  # controls the model did not receive
+    started: float = field(default_factory=time.time)
+    sent_at: float | None = None  # perf_counter when the request went out
+    prepare_seconds: float = 0.0  # model config + chat template, before sending
+    replies: dict[int, Reply] = field(default_factory=dict)
+    partial: dict[int, str] = field(default_factory=dict)  # streamed text so far
+    arrivals: dict[int, list[float]] = field(default_factory=dict)
+    failure: Failure | None = None
+
+    def __post_init__(self) -> None:
+        self.sent = self.sent or list(self.prompts)
+
+    @property
+    def done(self) -> bool:
+        return self.failure is not None or len(self.replies) == len(self.prompts)
+
+    def apply(self, event: Event) -> None:
+        """Fold one event of this turn's call into it."""
+        if isinstance(event, TextDelta):
+            self.partial[event.index] = self.partial.get(event.index, "") + event.text
+            self.arrivals.setdefault(event.index, []).append(event.time)
+        elif isinstance(event, Reply):
+            self.replies[event.index] = event
+        else:
+            self.failure = event
+
+    def text(self, index: int) -> str:
+        """The reply to prompt ``index`` without an echoed prompt (the text so far while streaming)."""
+        reply = self.replies.get(index)
+        if reply is None:
+            return self.partial.get(index, "")
+        prompt = self.sent[index]
+        return reply.text[len(prompt):] if reply.includes_prompt and reply.text.startswith(prompt) else reply.text
+
+    def shown(self, index: int) -> str:
+        """The reply as the server sent it: with the echoed prompt when it sent one (batch, echo on)."""
+        reply = self.replies.get(index)
+        return reply.text if reply is not None and reply.includes_prompt else self.text(index)
+
+    def figures(self, index: int, now: float | None = None) -> ReplyStats | None:
+        """Prompt ``index``'s figures: final once answered, else live up to ``now`` (or the failure)."""
+        reply = self.replies.get(index)
+        if reply is not None:
+            return reply.stats
+        arrivals = self.arrivals.get(index, [])
+        if not arrivals:
+            return None
+        if now is None:
+            now = self.failure.time if self.failure is not None else arrivals[-1]
+        return live_stats(arrivals, max(now, arrivals[-1]))
+
+    def status(self, index: int) -> str:
+        """``eos · 16 tokens · ttft ...`` for a finished reply, ``stopped · ...`` for a stopped one."""
+        reply = self.replies.get(index)
+        stats = self.figures(index)
+        reason = reply.finish_reason if reply is not None else (self.failure.kind if self.failure else "")
+        return f"{reason or '?'} · {format_stats(stats)}" if stats is not None else reason
+
+    # ---- export
+
+    def as_json(self) -> dict[str, Any]:
+        answers = []
+        for i, prompt in enumerate(self.prompts):
+            reply, stats = self.replies.get(i), self.figures(i)
+            answers.append({
+                "index": i,
+                "prompt": prompt,
+                "sent": self.sent[i],
+                "text": self.text(i),
+                "finish_reason": reply.finish_reason if reply else (self.failure.kind if self.failure else None),
+                **(stats.as_dict() if stats else {}),
+            })
+        return {
+            "mode": self.mode,
+            "model": self.model,
+            "request_id": self.request_id,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+            "chat": self.chat,
+            "params": self.params,
+            "ignored_controls": self.ignored,
+            "prepare_ms": round(self.prepare_seconds * 1000, 1),
+            "replies": answers,
+            "error": self.failure.message if self.failure else None,
+            "error_kind": self.failure.kind if self.failure else None,
+        }
+
+    def as_markdown(self) -> str:
+        when = time.strftime("%H:%M:%S", time.localtime(self.started))
+        lines = [f"## {self.mode} · {self.model} · {when}", ""]
+        for i, prompt in enumerate(self.prompts):
+            head = f" [{i + 1}/{len(self.prompts)}]" if len(self.prompts) > 1 else ""
+            lines += [f"**You{head}:** {prompt}", "", f"**Assistant{head}:** {self.text(i)}", ""]
+            if self.figures(i) is not None:
+                lines += [f"_{self.status(i)}_", ""]
+        if self.failure is not None:
+            lines += [f"> error ({self.failure.kind}): {self.failure.message}", ""]
+        return "\n".join(lines)
+
+
+def history(turns: Sequence[Turn], mode: str) -> list[dict[str, str]]:
+    """The chat history a new single prompt of ``mode`` is sent after: that mode's one-prompt chat
+    turns answered in full (a multi-prompt turn never joins it)."""
+    out: list[dict[str, str]] = []
+    for turn in turns:
+        reply = turn.replies.get(0)
+        if turn.mode == mode and turn.chat and len(turn.prompts) == 1 and reply is not None and reply.ok:
+            out += [{"role": "user", "content": turn.prompts[0]}, {"role": "assistant", "content": turn.text(0)}]
+    return out
+
+
+def last_reply(turns: list[Turn]) -> str | None:
+    """The text of the latest reply (all of them, headed, for ``a|b``)."""
+    for turn in reversed(turns):
+        texts = [turn.text(i) for i in range(len(turn.prompts))]
+        if any(texts):
+            if len(texts) == 1:
+                return texts[0]
+            return "\n\n".join(f"[{i + 1}/{len(texts)}] {t}" for i, t in enumerate(texts))
+    return None

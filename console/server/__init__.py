@@ -1,0 +1,22 @@
+"""tritonserver: find it (:mod:`.locate`), run it (:mod:`.process`), talk to it (:mod:`.health`), read its log."""
+
+from .errors import ServerError
+from .health import ServerHandle, States
+from .locate import find_tritonserver, python_tag, stub_for_python, triton_version
+from .ports import free_port, free_ports, port_in_use
+from .process import LOG_KEEP, TritonServer
+
+__all__ = [
+    "LOG_KEEP",
+    "ServerError",
+    "ServerHandle",
+    "States",
+    "TritonServer",
+    "find_tritonserver",
+    "free_port",
+    "free_ports",
+    "port_in_use",
+    "python_tag",
+    "stub_for_python",
+    "triton_version",
+]

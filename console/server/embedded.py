@@ -1,0 +1,87 @@
+"""The embedded SmolLM2 samples: their repository in the cache and a server on it for one run."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from backend_model.models import cache_root
+
+from . import logparse
+from .process import TritonServer
+
+EMBEDDED_DEFAULTS = {"stream": "smollm2_decoupled", "batch": "smollm2_kv", "generate": "smollm2_kv"}
+DEFAULT_MODELS = tuple(dict.fromkeys(EMBEDDED_DEFAULTS.values()))  # what the consoles load by default
+START_TIMEOUT = 600.0
+
+Progress = Callable[[str], None]
+
+
+def _fingerprint() -> str:
+    """Changes when the backend or the sample definitions change (the cached repo is then rewritten)."""
+    from repo_gen import samples
+    from repo_gen.writer import ASSETS, BACKEND_SRC
+
+    digest = hashlib.sha256()
+    files = [*sorted(BACKEND_SRC.glob("*.py")), ASSETS / "model.py", ASSETS / "config.pbtxt.tmpl",
+             Path(samples.__file__)]
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def embedded_repo(progress: Progress) -> Path:
+    """``<cache>/llm_model_dir`` with the embedded samples, (re)written when missing or stale."""
+    from repo_gen.samples import EMBEDDED_SAMPLES, write_samples
+
+    repo = cache_root() / "llm_model_dir"
+    stamp = cache_root() / "llm_model_dir.stamp"
+    fingerprint = _fingerprint()
+    fresh = stamp.is_file() and stamp.read_text().strip() == fingerprint
+    if fresh and all((repo / name / "config.pbtxt").is_file() for name in EMBEDDED_SAMPLES):
+        return repo
+    progress(f"writing the embedded model repository {repo} ...")
+    write_samples(EMBEDDED_SAMPLES, repo, force=True)
+    stamp.write_text(fingerprint + "\n")
+    return repo
+
+
+def check_embedded(model: str) -> None:
+    """ValueError unless ``model`` is one of the embedded samples."""
+    from repo_gen.samples import EMBEDDED_SAMPLES
+
+    if model not in EMBEDDED_SAMPLES:
+        raise ValueError(f"model {model!r} is not an embedded sample ({', '.join(EMBEDDED_SAMPLES)}): "
+                         "pass --url to use a running tritonserver")
+
+
+@contextlib.contextmanager
+def embedded_server(model: str, progress: Progress) -> Iterator[TritonServer]:
+    """A tritonserver on the cached embedded repository, loading only ``model``; stopped on exit."""
+    check_embedded(model)
+    repo = embedded_repo(progress)
+    server = TritonServer(repo, models=(model,))
+    starting = [True]
+
+    def on_log(line: str) -> None:
+        shown = logparse.startup_line(line) if starting[0] else None
+        if shown:
+            progress(f"  {shown}")
+
+    t0 = time.perf_counter()
+    progress(f"starting tritonserver on {repo} (model {model}) ...")
+    try:
+        server.start(timeout=START_TIMEOUT, on_log=on_log)
+        starting[0] = False
+        states = ", ".join(f"{n} {s}" for n, (s, _) in sorted(server.handle.model_states().items()) if s)
+        progress(f"tritonserver ready in {time.perf_counter() - t0:.1f} s: {states} "
+                 f"(HTTP {server.http_url}, gRPC {server.grpc_url})")
+        yield server
+    finally:
+        starting[0] = False
+        if server.running:
+            progress("stopping tritonserver ...")
+        server.stop()

@@ -1,0 +1,56 @@
+"""``python -I guard.py FD -- tritonserver ...``: run tritonserver so it cannot outlive the console.
+
+The console starts this guard in a new session (so the guard, tritonserver and the Python backend
+stubs share one process group) and keeps the write end of a pipe whose read end is ``FD``. When the
+console ends, however it ends (SIGKILL and OOM kills included), the pipe closes: the guard then
+stops the whole group (SIGTERM, a grace period, SIGKILL). SIGTERM and SIGINT sent to the group
+reach tritonserver; the guard itself waits for it and exits as it did. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+GRACE = 5.0  # seconds between SIGTERM and SIGKILL when the console is gone
+
+
+def _kill_group(sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(os.getpgrp(), sig)
+
+
+def main(argv: list[str]) -> int:
+    fd, command = int(argv[0]), argv[2:]
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # meant for tritonserver; the guard follows it
+    child = subprocess.Popen(command, restore_signals=True, preexec_fn=_reset_signals)
+    orphaned_at = None
+    while child.poll() is None:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready and orphaned_at is None and not os.read(fd, 1):  # EOF: the console is gone
+            orphaned_at = time.monotonic()
+            _kill_group(signal.SIGTERM)
+        if orphaned_at is not None and time.monotonic() - orphaned_at > GRACE:
+            _kill_group(signal.SIGKILL)
+    if orphaned_at is not None:
+        _kill_group(signal.SIGKILL)  # stubs that outlived tritonserver
+    code = child.returncode
+    if code < 0:  # die the way tritonserver died, so the console sees the same status
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def _reset_signals() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

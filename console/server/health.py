@@ -1,0 +1,83 @@
+"""A handle on a running tritonserver (started here or elsewhere): health, models and model control over HTTP."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+States = dict[str, tuple[str, str]]  # model -> (state, reason)
+
+
+def _loopback(host: str) -> str:
+    """The address to connect to for a server listening on ``host`` (any-address -> loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    """Endpoints of a running server (``host:port``, the form tritonclient expects) and its HTTP API."""
+
+    http_url: str
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+
+    @classmethod
+    def on(cls, host: str, http_port: int, grpc_port: int | None = None,
+           metrics_port: int | None = None) -> ServerHandle:
+        """The handle of a server listening on ``host`` with these ports."""
+        host = _loopback(host)
+        return cls(f"{host}:{http_port}", f"{host}:{grpc_port}" if grpc_port else None,
+                   f"http://{host}:{metrics_port}/metrics" if metrics_port else None)
+
+    def request(self, path: str, body: dict[str, Any] | None = None, timeout: float = 2.0) -> bytes:
+        """GET (or POST ``body`` as JSON) ``path``; urllib's errors pass through."""
+        data = None if body is None else json.dumps(body).encode()
+        method = "GET" if data is None else "POST"
+        req = urllib.request.Request(f"http://{self.http_url}{path}", data=data, method=method)
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.read()
+
+    def is_ready(self, timeout: float = 1.0) -> bool:
+        """``GET /v2/health/ready`` answered 200."""
+        try:
+            self.request("/v2/health/ready", timeout=timeout)
+        except (OSError, urllib.error.URLError):
+            return False
+        return True
+
+    def server_version(self) -> str:
+        """The version the server reports (``GET /v2``), e.g. ``2.51.0``."""
+        return json.loads(self.request("/v2")).get("version", "")
+
+    def model_states(self) -> States:
+        """``{model: (state, reason)}`` from ``POST /v2/repository/index``."""
+        index = json.loads(self.request("/v2/repository/index", body={}, timeout=5.0) or b"[]")
+        states: States = {}
+        for entry in index:
+            if entry.get("version") or entry["name"] not in states:
+                states[entry["name"]] = (entry.get("state", ""), entry.get("reason", ""))
+        return states
+
+    def model_config(self, model: str, timeout: float = 10.0) -> dict[str, Any]:
+        """The model's config as JSON (``GET /v2/models/<model>/config``)."""
+        return json.loads(self.request(f"/v2/models/{model}/config", timeout=timeout))
+
+    def load_model(self, model: str, timeout: float = 600.0) -> None:
+        """(Re)load ``model`` (explicit model control); HTTPError with Triton's reason when it fails."""
+        self.request(f"/v2/repository/models/{model}/load", body={}, timeout=timeout)
+
+    def unload_model(self, model: str, timeout: float = 60.0) -> None:
+        self.request(f"/v2/repository/models/{model}/unload", body={}, timeout=timeout)
+
+
+def http_error_message(exc: urllib.error.HTTPError) -> str:
+    """``HTTP 400: <Triton's error>`` for an error answer."""
+    try:
+        body = json.loads(exc.read() or b"{}")
+        reason = body.get("error") or exc.reason
+    except (ValueError, OSError):
+        reason = exc.reason
+    return f"HTTP {exc.code}: {reason}"

@@ -1,0 +1,68 @@
+"""Reading tritonserver's log: failed model loads, why it exited, which lines matter to a user.
+
+On a machine without a GPU the server logs CUDA/NVML/DCGM complaints that are harmless; the
+console's log views drop them (:func:`is_noise`) and say so once (:data:`NOISE_NOTE`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+_FAILED_LOAD = re.compile(r"failed to load '(?P<name>[^']+)' version \d+: (?P<reason>.*)")
+_LOG_MESSAGE = re.compile(r'^[EW]\d{4} [\d:.]+\s+\d+ \S+\] "(?P<msg>.*)"\s*$')
+_LOG_LINE = re.compile(r'^(?P<level>[IWE])\d{4} [\d:.]+\s+\d+ (?P<file>[^:\s]+):\d+\] "?(?P<msg>.*?)"?\s*$')
+_GETOPT_ERROR = re.compile(r"^\S*tritonserver: ")
+HARMLESS = ("CudaDriverHelper", "pinned memory", "DCGM", "NVML", "CUDA driver", "cuda_memory_manager",
+            "Unable to allocate pinned system memory", "GPU metrics")
+NOISE_NOTE = "(CUDA/NVML/DCGM messages of a machine without a GPU are hidden: they are harmless)"
+
+
+def message(line: str) -> str:
+    """The message of a glog-style line (``E1129 ... file.cc:12] "msg"``), first line unescaped."""
+    match = _LOG_MESSAGE.match(line)
+    msg = match.group("msg") if match else line.strip()
+    return msg.split("\\n", 1)[0].strip()
+
+
+def is_noise(line: str) -> bool:
+    """A GPU-less machine's harmless CUDA/NVML/DCGM complaint."""
+    return any(h in line for h in HARMLESS)
+
+
+def failed_model(line: str) -> tuple[str, str] | None:
+    """``(model, reason)`` when ``line`` reports a failed model load."""
+    match = _FAILED_LOAD.search(line)
+    if not match:
+        return None
+    return match.group("name"), message(match.group("reason").rstrip('"'))
+
+
+def exit_reason(lines: Sequence[str]) -> str:
+    """The most telling error line of a server that exited."""
+    for line in lines:  # a bad command line: getopt's "<argv0>: complaint" (then the usage text)
+        if _GETOPT_ERROR.match(line):
+            return line.strip()
+    for line in reversed(lines):
+        if line.startswith("error:"):
+            return line[len("error:") :].strip()
+        if line.startswith("E") and _LOG_MESSAGE.match(line):
+            msg = message(line)
+            if not is_noise(msg):
+                return msg
+    return lines[-1].strip() if lines else "no output"
+
+
+def startup_line(line: str) -> str | None:
+    """The server log lines worth showing while models load (errors, loads, the backend's own), shortened."""
+    match = _LOG_LINE.match(line)
+    if not match:
+        return None
+    level, source, msg = match["level"], match["file"], match["msg"]
+    if is_noise(msg):
+        return None
+    if level == "E" or source == "triton_model.py":
+        return msg
+    if msg.startswith("loading: ") or msg.startswith("successfully loaded"):
+        return msg
+    return None

@@ -1,0 +1,376 @@
+"""Start, watch and stop a real ``tritonserver`` process on one model repository.
+
+The server runs under :mod:`console.server.guard` in its own session: the guard, tritonserver and
+the Python backend stubs form one process group, which :meth:`TritonServer.stop` takes down
+together, and which the guard takes down by itself when this process dies without stopping it.
+Models are loaded in explicit model-control mode (all of them, or the ones asked for), so a model
+can be reloaded while the server runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from . import logparse
+from .errors import ServerError
+from .health import ServerHandle
+from .locate import backend_directory, find_tritonserver, server_env, stub_for_python
+from .ports import free_ports, port_in_use
+
+GUARD = Path(__file__).with_name("guard.py")  # standard library only: run by path, isolated
+SHM_PREFIX = "/dev/shm/triton_python_backend_shm_region_"
+LOG_KEEP = 500
+HOST = "127.0.0.1"
+
+LogCallback = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- process groups
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids of process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_exists(pgid: int) -> bool:
+    """Whether any process, zombies included, is still in group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _shm_regions(pids: Iterable[int]) -> set[Path]:
+    """Python-backend shared-memory files mapped by ``pids`` (removed after a kill)."""
+    regions = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for line in Path("/proc", str(pid), "maps").read_text().splitlines():
+                fields = line.split(maxsplit=5)
+                path = fields[5] if len(fields) == 6 else ""
+                if path.startswith(SHM_PREFIX) and not path.endswith("(deleted)"):
+                    regions.add(Path(path))
+    return regions
+
+
+def _poll(done: Callable[[], bool], deadline: float, interval: float = 0.05) -> bool:
+    """Call ``done`` until it is true or ``deadline`` (monotonic) passes; its last answer."""
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+# --------------------------------------------------------------------------- the server
+
+
+_LIVE: set[TritonServer] = set()  # running servers, stopped at interpreter exit
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        with contextlib.suppress(Exception):
+            server.stop(grace=5)
+
+
+class TritonServer:
+    """A tritonserver process on one model repository; ports are picked free unless given.
+
+    ``models``: the models to load (explicit model control); empty loads every model.
+    """
+
+    def __init__(
+        self,
+        model_repository: str | os.PathLike[str],
+        models: Sequence[str] = (),
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        binary: str | os.PathLike[str] | None = None,
+        log_verbose: int = 0,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        host: str = HOST,
+    ) -> None:
+        self.model_repository = Path(model_repository).absolute()
+        self.models = tuple(models)
+        self.host = host  # the address tritonserver listens on: loopback unless told otherwise
+        self._requested = (http_port, grpc_port, metrics_port)
+        self.http_port, self.grpc_port, self.metrics_port = self._requested
+        self._binary_arg = binary
+        self.binary: Path | None = None
+        self.log_verbose = log_verbose
+        self.extra_args = tuple(extra_args)
+        self.env = dict(env or {})
+        self._proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+        self._lines: deque[str] = deque(maxlen=LOG_KEEP)
+        self._lock = threading.Lock()
+        self._failures: list[tuple[str, str]] = []
+        self._on_log: LogCallback | None = None
+        self._lifeline: int | None = None  # write end of the guard's pipe
+
+    # ---- endpoints and state
+
+    @property
+    def handle(self) -> ServerHandle:
+        """The server's endpoints and HTTP API."""
+        return ServerHandle.on(self.host, self.http_port or 0, self.grpc_port, self.metrics_port)
+
+    @property
+    def http_url(self) -> str:
+        return self.handle.http_url
+
+    @property
+    def grpc_url(self) -> str:
+        return self.handle.grpc_url or ""
+
+    @property
+    def pid(self) -> int | None:
+        """The process group id (the guard's pid)."""
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, n: int = 50) -> list[str]:
+        """The last ``n`` log lines (stdout and stderr merged)."""
+        with self._lock:
+            lines = list(self._lines)
+        return lines[-n:] if n > 0 else []
+
+    # ---- lifecycle
+
+    def command(self, backend_dir: Path | None) -> list[str]:
+        """tritonserver's argument list."""
+        assert self.binary is not None
+        args = [
+            str(self.binary),
+            f"--model-repository={self.model_repository}",
+            "--model-control-mode=explicit",
+            *(f"--load-model={m}" for m in (self.models or ("*",))),
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            f"--log-verbose={self.log_verbose}",
+            f"--http-address={self.host}",
+            f"--grpc-address={self.host}",
+            f"--metrics-address={self.host}",
+        ]
+        if backend_dir is not None:
+            args.append(f"--backend-directory={backend_dir}")
+        return [*args, *self.extra_args]
+
+    def _pick_ports(self) -> None:
+        requested = [p for p in self._requested if p is not None]
+        if len(set(requested)) != len(requested):
+            raise ServerError(f"the HTTP, gRPC and metrics ports must differ (got {requested})")
+        for port in requested:
+            if port_in_use(port):
+                raise ServerError(f"port {port} is in use: choose another or leave it out to pick a free one")
+        picked = iter(p for p in free_ports(6) if p not in requested)
+        self.http_port, self.grpc_port, self.metrics_port = (
+            p if p is not None else next(picked) for p in self._requested
+        )
+
+    def start(self, timeout: float = 300.0, on_log: LogCallback | None = None) -> TritonServer:
+        """Launch the server and block until it and its models are ready.
+
+        ``on_log`` receives every log line (from a reader thread) for the server's lifetime.
+        Raises ServerError (with the log's last lines) if a model fails to load, the process exits,
+        or ``timeout`` seconds pass; the process group is stopped before raising.
+        """
+        if self.running:
+            raise ServerError("tritonserver is already running")
+        if not self.model_repository.is_dir():
+            raise ServerError(f"model repository not found: {self.model_repository}")
+        self.binary = find_tritonserver(self._binary_arg)
+        backend_dir = backend_directory(self.binary)
+        if backend_dir is None:
+            stub_for_python(self.binary)
+        env = server_env(self.binary, self.env)
+        self._on_log = on_log
+        self._pick_ports()
+        try:
+            return self._launch(backend_dir, env, timeout)
+        except ServerError as exc:
+            if None not in self._requested or "already in use" not in str(exc):
+                raise
+        self._pick_ports()  # a picked port was taken meanwhile: one more try with fresh ports
+        return self._launch(backend_dir, env, timeout)
+
+    def _launch(self, backend_dir: Path | None, env: dict[str, str], timeout: float) -> TritonServer:
+        with self._lock:
+            self._lines.clear()
+            self._failures.clear()
+        read_end, self._lifeline = os.pipe()
+        os.set_inheritable(read_end, True)
+        guard = [sys.executable, "-I", str(GUARD), str(read_end), "--"]
+        try:
+            self._proc = subprocess.Popen(
+                guard + self.command(backend_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                text=True,
+                errors="replace",
+                bufsize=1,
+                start_new_session=True,
+                pass_fds=(read_end,),
+            )
+        finally:
+            os.close(read_end)
+        _LIVE.add(self)
+        self._reader = threading.Thread(target=self._read_log, args=(self._proc,), daemon=True)
+        self._reader.start()
+        try:
+            self._wait_ready(time.monotonic() + timeout, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _read_log(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        with contextlib.suppress(ValueError, OSError):  # the pipe closed under us by stop()
+            for raw in proc.stdout:
+                self._record(raw.rstrip("\n"))
+
+    def _record(self, line: str) -> None:
+        failed = logparse.failed_model(line)
+        with self._lock:
+            self._lines.append(line)
+            if failed:
+                self._failures.append(failed)
+        if self._on_log is not None:
+            with contextlib.suppress(Exception):
+                self._on_log(line)
+
+    def _fail(self, message: str) -> ServerError:
+        return ServerError(message, self.log_tail(40))
+
+    def _check_failures(self) -> None:
+        with self._lock:
+            failures = list(self._failures)
+        if failures:
+            name, reason = failures[0]
+            raise self._fail(f"model '{name}' failed to load: {reason}")
+
+    def _wait_ready(self, deadline: float, timeout: float) -> None:
+        assert self._proc is not None
+        handle = self.handle
+        while True:
+            self._check_failures()
+            code = self._proc.poll()
+            if code is not None:
+                if self._reader is not None:
+                    self._reader.join(timeout=2)
+                self._check_failures()
+                reason = logparse.exit_reason(self.log_tail(LOG_KEEP))
+                raise self._fail(f"tritonserver exited with code {code}: {reason}")
+            if handle.is_ready():
+                self._check_unavailable(handle)
+                return
+            if time.monotonic() >= deadline:
+                hint = "models still loading? raise the timeout"
+                raise self._fail(f"tritonserver not ready after {timeout:g} s ({hint})")
+            time.sleep(0.1)
+
+    def _check_unavailable(self, handle: ServerHandle) -> None:
+        for name, (state, reason) in handle.model_states().items():
+            if state == "UNAVAILABLE" and (not self.models or name in self.models):
+                raise self._fail(f"model '{name}' failed to load: {reason.splitlines()[0] if reason else state}")
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the server process to exit; its exit code, or None on timeout."""
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        """SIGTERM the whole process group, wait ``grace`` seconds, then SIGKILL what is left.
+
+        Triton's graceful exit (which runs the models' ``finalize``) first waits for open HTTP
+        connections to close: close HTTP clients before stopping, or the grace period runs out.
+        Returns the server's exit code (negative: killed by that signal).
+        """
+        proc = self._proc
+        if proc is None:
+            return None
+        pgid = proc.pid
+        deadline = time.monotonic() + grace
+        shm = _shm_regions(group_members(pgid))
+        if proc.poll() is None:
+            _signal_group(pgid, signal.SIGTERM)
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            self._kill_group(pgid, shm)
+            proc.wait()
+        if not _poll(lambda: not group_members(pgid), max(deadline, time.monotonic() + 0.5)):
+            self._kill_group(pgid, shm)
+        _poll(lambda: not group_members(pgid), time.monotonic() + 5)
+        # stubs orphaned by a kill are zombies until init reaps them (about 1 s here): wait a little
+        _poll(lambda: not _group_exists(pgid), time.monotonic() + 3)
+        for region in shm:  # left behind only when the backend was killed
+            with contextlib.suppress(OSError):
+                region.unlink()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+        _LIVE.discard(self)
+        return proc.returncode
+
+    @staticmethod
+    def _kill_group(pgid: int, shm: set[Path]) -> None:
+        shm |= _shm_regions(group_members(pgid))
+        _signal_group(pgid, signal.SIGKILL)
+
+    def __enter__(self) -> TritonServer:
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

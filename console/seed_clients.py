@@ -37,7 +37,7 @@ def seed_client(mode: str, kind: str, prompt: str, url: str | None, model_name: 
     url = url or default_url
     timeout = default_timeout(kind == "kv") if timeout is None else timeout
     settings = Settings(model_name or model, mode, timeout=timeout, idle_timeout=None,
-                        params=GenerationParams.of(max_tokens=max_tokens), echo=True)
+                        params=GenerationParams(max_tokens=max_tokens), echo=True)
     endpoint = Endpoint(http_url=url, grpc_url=url)
     return headless.run(settings, prompt, endpoint, headless.Output(echo=True, quiet=quiet))
 
@@ -59,7 +59,7 @@ def seed_command(mode: str, kind: str | None = None) -> click.Command:
     @click.option("--causal", is_flag=True, help="Causal model defaults (starcoder samples, 6000 s timeout).")
     @click.option("-q", "--quiet", is_flag=True, help="No speed lines on stderr.")
     def command(prompt: str, url: str | None, model_name: str | None, timeout: float | None,
-                max_tokens: int | None, causal: bool, quiet: bool) -> None:
+                max_tokens: int | None, quiet: bool, causal: bool = False) -> None:
         chosen = kind or ("causal" if causal else "kv")
         sys.exit(seed_client(mode, chosen, prompt, url, model_name, timeout, max_tokens, quiet))
 

@@ -1,12 +1,16 @@
-"""Shared fixtures."""
+"""Shared fixtures; the session checks at its end that no tritonserver or backend stub it started is left."""
 
 from __future__ import annotations
 
+import os
 import textwrap
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import SESSION_MARK, marked_servers
 
 ECHO_CONFIG = """\
 backend: "python"
@@ -86,3 +90,23 @@ def embedded_server(embedded_repo: Path):
     server.start(timeout=600)
     yield server
     server.stop()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Mark this session's environment: every server process it starts inherits the mark."""
+    os.environ[SESSION_MARK] = uuid.uuid4().hex
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a tritonserver, guard or stub started by it is still alive a few seconds after the end."""
+    from console.server.process import _stop_all
+
+    _stop_all()  # what a test left running on purpose (session fixtures) stops like at interpreter exit
+    mark = os.environ[SESSION_MARK]
+    deadline = time.monotonic() + 10
+    while (left := marked_servers(mark)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if left:
+        lines = "\n".join(f"  pid {pid}: {cmd}" for pid, cmd in left)
+        session.config.get_terminal_writer().line(f"processes left behind by the test session:\n{lines}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -3,7 +3,7 @@
 Typical use (any UI)::
 
     call = stream(grpc_url, "smollm2_decoupled", split_prompts("My name is|Maroon bells"),
-                  GenerationParams.of(max_tokens=64), Timeouts(network=600, idle=120))
+                  GenerationParams(max_tokens=64), Timeouts(network=600, idle=120))
     for event in call:          # call.cancel() from another thread stops it, on the server too
         match event:
             case TextDelta(index=i, text=t): ...

@@ -21,7 +21,8 @@ from console.bench.load import LevelResult, RequestRecord, Runner, Target
 from console.bench.prompts import BenchRequest, SyntheticPrompts, read_jsonl
 from console.bench.results import SCHEMA, compare, load_json, summarize
 from console.cli import main
-from console.clients import ClientError, ReplyStats, Timeouts
+from console.clients import ClientError, ReplyStats, model_info
+from console.core.request import Endpoint, Settings
 
 GENAI_PERF = ("time_to_first_token", "inter_token_latency", "request_latency", "output_sequence_length",
               "input_sequence_length", "output_token_throughput", "request_throughput")
@@ -128,7 +129,9 @@ def test_client_capacity_counts_every_token_from_the_zero_cost_model(zero_cost) 
 
 @pytest.mark.server
 def test_request_rate_and_duration_levels_end_every_request_once(zero_cost) -> None:
-    target = Target("zero_cost_stream", (zero_cost.grpc_url,), timeouts=Timeouts(network=60, idle=30))
+    url = zero_cost.grpc_url
+    settings = Settings("zero_cost_stream", timeout=60, idle_timeout=30)
+    target = Target(settings, model_info(url, "zero_cost_stream"), (Endpoint(url, url),))
     runner = Runner(target, [BenchRequest("a b c", 20), BenchRequest("d e", 10)])
     seen: list[int] = []
     level = runner.run(request_rate=50.0, count=10, on_done=lambda r: seen.append(r.index), distribution="poisson")

@@ -19,9 +19,10 @@ from click.testing import CliRunner
 
 from console import doctor, server
 from console.cli import main
-from console.server import ServerError, TritonServer
+from console.server import ServerError, TritonServer, locate, process
+from console.server.process import group_members
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BOOM_MODEL = """\
 class TritonPythonModel:
@@ -44,7 +45,7 @@ class TritonPythonModel:
 
 def assert_group_gone(pgid: int) -> None:
     """No live process is left in the server's process group."""
-    assert server._group_members(pgid) == []
+    assert group_members(pgid) == []
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
 
@@ -62,22 +63,22 @@ def check_client(client, module, data: np.ndarray) -> None:
 
 
 def test_find_tritonserver_and_backend_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(server.ENV_TRITONSERVER, raising=False)
+    monkeypatch.delenv(locate.ENV_TRITONSERVER, raising=False)
     binary = server.find_tritonserver()
     assert os.access(binary, os.X_OK)
     assert server.stub_for_python(binary).is_file()
 
     monkeypatch.setenv("QAIC_CONSOLE_CACHE", str(tmp_path))
-    backends = server.backend_directory(binary)
+    backends = locate.backend_directory(binary)
     if backends is not None:  # the wheel's server: the assembled Python backend, idempotently
-        assert server.backend_directory(binary) == backends
+        assert locate.backend_directory(binary) == backends
         names = {p.name for p in (backends / "python").iterdir() if not p.name.startswith("__")}
-        assert names == {*server.PYTHON_BACKEND_FILES, server.STUB_NAME}
+        assert names == {*locate.PYTHON_BACKEND_FILES, locate.STUB_NAME}
 
     with pytest.raises(ServerError, match="not an executable"):
         server.find_tritonserver(tmp_path / "nope")
-    monkeypatch.setenv(server.ENV_TRITONSERVER, str(tmp_path / "nope"))
-    with pytest.raises(ServerError, match=server.ENV_TRITONSERVER):
+    monkeypatch.setenv(locate.ENV_TRITONSERVER, str(tmp_path / "nope"))
+    with pytest.raises(ServerError, match=locate.ENV_TRITONSERVER):
         server.find_tritonserver()
 
 
@@ -123,7 +124,7 @@ def test_echo_server_http_grpc_and_clean_stop(echo_repo: Path, tmp_path: Path) -
         print(f"tritonserver ready in {time.monotonic() - t0:.2f} s")
         pgid = srv.pid
         assert srv.running
-        assert srv.model_states() == {"echo": ("READY", "")}
+        assert srv.handle.model_states() == {"echo": ("READY", "")}
         data = np.arange(5, dtype=np.float32)
         # close the clients: Triton's graceful exit waits for open HTTP connections
         with httpclient.InferenceServerClient(srv.http_url) as http:
@@ -143,9 +144,9 @@ def test_echo_server_http_grpc_and_clean_stop(echo_repo: Path, tmp_path: Path) -
 def test_stop_without_grace_kills_the_group(echo_repo: Path) -> None:
     srv = TritonServer(echo_repo).start(timeout=120)
     pgid = srv.pid
-    members = server._group_members(pgid)
+    members = group_members(pgid)
     assert len(members) >= 2  # tritonserver + the echo model's stub
-    shm = server._shm_regions(members)
+    shm = process._shm_regions(members)
     assert shm, "the Python backend maps a /dev/shm region"
     assert srv.stop(grace=0) == -signal.SIGKILL
     assert_group_gone(pgid)

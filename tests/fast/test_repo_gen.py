@@ -6,11 +6,9 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
-import tritonclient.http as httpclient
 from click.testing import CliRunner, Result
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
@@ -129,40 +127,6 @@ def test_cli_writes_what_the_server_loaded(tmp_path: Path, embedded_repo: Path) 
     for name in EMBEDDED_SAMPLES:
         for file in ("config.pbtxt", "compile_config.json", "1/model.py"):
             assert (tmp_path / name / file).read_bytes() == (embedded_repo / name / file).read_bytes()
-
-
-# --------------------------------------------------------------------------- the embedded samples in tritonserver
-
-
-@pytest.mark.server
-def test_embedded_models_config_in_server(embedded_server) -> None:
-    client = httpclient.InferenceServerClient(embedded_server.http_url)
-    try:
-        for name in EMBEDDED_SAMPLES:
-            sample = SAMPLES[name]
-            config = client.get_model_config(name)
-            assert config.get("model_transaction_policy", {}).get("decoupled", False) is sample.decoupled
-            prompt = next(i for i in config["input"] if i["name"] == "prompt")
-            assert (prompt["data_type"], prompt["dims"]) == ("TYPE_STRING", [-1])
-            kv = config["parameters"]["use_kv_cache"]["string_value"]
-            assert kv == ("true" if sample.model_type == "kv_cache" else "false")
-            assert config["parameters"]["hf_model_name"]["string_value"] == "embedded"
-    finally:
-        client.close()
-
-
-@pytest.mark.server
-def test_generate_on_smollm2_kv(embedded_server) -> None:
-    body = json.dumps({"prompt": "My name is", "id": "42", "max_tokens": 8}).encode()
-    request = urllib.request.Request(
-        f"http://{embedded_server.http_url}/v2/models/smollm2_kv/generate",
-        data=body, headers={"Content-Type": "application/json"}, method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        reply = json.loads(response.read())
-    text = reply["text_output"]
-    text = text[0] if isinstance(text, list) else text
-    assert isinstance(text, str) and text.strip()
 
 
 # --------------------------------------------------------------------------- the seed's commands as written

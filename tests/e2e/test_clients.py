@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_for_log
 
 from console.clients import (
+    BAD_REQUEST,
     CANCELLED,
     CONNECTION,
     IDLE_TIMEOUT,
@@ -18,20 +20,13 @@ from console.clients import (
     Failure,
     GenerationParams,
     Reply,
-    ReplyStats,
     TextDelta,
     Timeouts,
-    aggregate,
     generate,
     infer,
     model_info,
-    normalize_url,
-    reply_stats,
-    split_prompts,
     stream,
 )
-from console.clients.batch import generate_body, parse_generate
-from console.clients.stats import percentile
 
 PROMPTS = ["My name is", "Maroon bells"]
 GREEDY16 = GenerationParams(max_tokens=16, exclude_input_in_output=True)
@@ -41,18 +36,6 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def wait_for_log(server, needle: str, timeout: float = 30.0) -> str | None:
-    """The first server log line containing ``needle``, polling for at most ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for line in server.log_tail(500):
-            if needle in line:
-                return line
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.05)
 
 
 def run(call) -> tuple[list[TextDelta], list[Reply], Failure | None]:
@@ -67,52 +50,6 @@ def run(call) -> tuple[list[TextDelta], list[Reply], Failure | None]:
         else:
             failure = event
     return deltas, replies, failure
-
-
-# --------------------------------------------------------------------------- pure helpers
-
-
-def test_split_prompts() -> None:
-    assert split_prompts("My name is|Maroon bells") == PROMPTS
-    assert split_prompts("a \\| b|c") == ["a | b", "c"]
-    assert split_prompts("one") == ["one"]
-    for bad in ("", "  ", "a|", "|b", "a| |b"):
-        with pytest.raises(ClientError, match="empty"):
-            split_prompts(bad)
-
-
-def test_normalize_url() -> None:
-    assert normalize_url("http://localhost:8000/") == "localhost:8000"
-    assert normalize_url("grpc://h:1") == "h:1"
-    assert normalize_url("8001") == "127.0.0.1:8001"
-    with pytest.raises(ClientError):
-        normalize_url(" ")
-
-
-def test_reply_stats_follow_genai_perf() -> None:
-    stats = reply_stats([0.5, 0.6, 0.8, 0.9], latency=1.1, output_tokens=7, input_tokens=3)
-    assert stats.time_to_first_token == 0.5
-    assert stats.inter_token_latency == pytest.approx((0.9 - 0.5) / 6)  # to this prompt's last text
-    assert stats.inter_token_latency_p90 == pytest.approx(percentile([0.1, 0.2, 0.1], 90))
-    assert stats.output_token_throughput == pytest.approx(7 / 1.1)
-    assert stats.output_tokens == 7 and stats.input_tokens == 3
-    figures = stats.as_dict()
-    assert figures["time_to_first_token_ms"] == 500.0 and figures["request_latency_ms"] == 1100.0
-    batch = reply_stats([], latency=2.0, output_tokens=10, streamed=False)
-    assert batch.time_to_first_token == 2.0 and batch.inter_token_latency is None
-    assert percentile([1, 2, 3, 4], 50) == 2.5
-    summary = aggregate([stats, batch])
-    assert summary["request_latency"]["max"] == 2.0
-    assert summary["inter_token_latency"]["p50"] == stats.inter_token_latency
-
-
-def test_generate_body_and_answer_shapes() -> None:
-    body = generate_body(["a"], GenerationParams(max_tokens=4, stop=("\n",), exclude_input_in_output=True), "42")
-    assert body == {"prompt": "a", "id": "42", "max_tokens": 4, "stop": ["\n"], "exclude_input_in_output": True}
-    assert generate_body(PROMPTS, GenerationParams(), "7")["prompt"] == PROMPTS
-    assert parse_generate({"text_output": "x", "output_tokens": 3}, 1)["text_output"] == ["x"]
-    with pytest.raises(ClientError, match="2 text_output values for 1 prompts"):
-        parse_generate({"text_output": ["x", "y"]}, 1)
 
 
 # --------------------------------------------------------------------------- against the server
@@ -149,7 +86,8 @@ def test_stream_batch_and_generate_agree(embedded_server) -> None:
         deltas, replies, failure = run(call)
         assert failure is None and not deltas
         assert [r.text for r in replies] == texts
-        assert all(r.stats.output_tokens == 16 and r.stats.time_to_first_token > 0 for r in replies)
+        assert all(r.stats.output_tokens == 16 and r.stats.time_to_first_token is None for r in replies)
+        assert all(r.stats.request_latency > 0 and r.stats.output_token_throughput > 0 for r in replies)
     echoed = infer(embedded_server.http_url, "smollm2_kv", PROMPTS[:1], GenerationParams(max_tokens=16)).replies()
     assert echoed[0].includes_prompt and echoed[0].text == PROMPTS[0] + texts[0]
 
@@ -226,7 +164,7 @@ def test_errors_are_failures(embedded_server) -> None:
     failure = run(stream(embedded_server.grpc_url, "smollm2_decoupled", ["   "]))[2]
     assert failure is not None and failure.kind == SERVER and "empty" in failure.message
     failure = run(infer(embedded_server.http_url, "smollm2_decoupled", PROMPTS))[2]
-    assert failure is not None and failure.kind == SERVER and "decoupled" in failure.message
+    assert failure is not None and failure.kind == BAD_REQUEST and "decoupled" in failure.message  # not sent
     failure = run(generate(embedded_server.http_url, "smollm2_kv", ["   "]))[2]
     assert failure is not None and failure.kind == SERVER and "HTTP 400" in failure.message
     with pytest.raises(ClientError, match="no prompt"):
@@ -276,7 +214,12 @@ def test_server_dying_mid_stream(tmp_path: Path) -> None:
         server.stop(grace=0)
 
 
-def test_reply_stats_type_is_frozen() -> None:
-    stats = ReplyStats(0.1, None, None, 0.2, 5.0, 1, 1)
-    with pytest.raises(AttributeError):
-        stats.request_latency = 1.0  # type: ignore[misc]
+def test_each_prompt_of_a_stream_ends_at_its_own_last_token(embedded_server) -> None:
+    quick = "<|im_start|>user\nReply with one word: yes.<|im_end|>\n<|im_start|>assistant\n"
+    replies = stream(embedded_server.grpc_url, "smollm2_decoupled", [quick, "Once upon a time"],
+                     GenerationParams(max_tokens=48)).replies()
+    early, late = replies
+    assert early.finish_reason == "eos" and late.finish_reason == "length", replies
+    assert early.stats.output_tokens < late.stats.output_tokens
+    assert early.stats.request_latency < late.stats.request_latency
+    assert early.stats.output_token_throughput > early.stats.output_tokens / late.stats.request_latency

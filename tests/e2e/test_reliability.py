@@ -38,7 +38,8 @@ from console.clients import (
     stream,
 )
 from console.clients.events import FINISH_REASONS
-from console.server import TritonServer, _group_members
+from console.server import TritonServer
+from console.server.process import group_members
 
 pytestmark = pytest.mark.server
 FULL = os.environ.get("QAIC_RELIABILITY_FULL") == "1"
@@ -83,7 +84,7 @@ def outcome(call: Call, stop_after: int | None = None) -> tuple[list[TextDelta],
 def stub_rss_mb(server: TritonServer) -> dict[int, float]:
     """RSS (MB) of the server's Python backend stubs, found in its process group."""
     out = {}
-    for pid in _group_members(server.pid or 0):
+    for pid in group_members(server.pid or 0):
         try:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
             status = Path(f"/proc/{pid}/status").read_text()
@@ -197,7 +198,7 @@ def test_streams_cancelled_at_random_points_free_their_slots(embedded_server) ->
 @pytest.mark.slow
 def test_a_killed_server_fails_its_streams_quickly_and_a_new_one_starts(embedded_repo) -> None:
     def small_server() -> TritonServer:
-        server = TritonServer(embedded_repo, model_control_mode="explicit", extra_args=(f"--load-model={STREAM}",))
+        server = TritonServer(embedded_repo, models=(STREAM,))
         return server.start(timeout=300)
 
     server = small_server()
@@ -242,10 +243,10 @@ def test_a_killed_server_fails_its_streams_quickly_and_a_new_one_starts(embedded
         assert failures and failures[0].kind == CONNECTION
     finally:
         server.stop(grace=5)
-    assert not server.running and not _group_members(server.pid or 0)
+    assert not server.running and not group_members(server.pid or 0)
     again = small_server()
     try:
-        assert again.is_ready()
+        assert again.handle.is_ready()
         _, replies, failures = outcome(stream(again.grpc_url, STREAM, ["My name is"], GenerationParams(max_tokens=4),
                                               timeouts))
         assert not failures and replies[0].ok
@@ -298,7 +299,7 @@ def test_bad_prompts_and_controls_get_an_error_or_an_answer(embedded_server, pro
     else:  # a long valid answer is cut short once it has started
         call = stream(embedded_server.grpc_url, STREAM, [prompt], params, Timeouts(network=120, idle=60))
         check_answer_or_error(call, 3 if long_run else None)
-    assert embedded_server.is_ready()
+    assert embedded_server.handle.is_ready()
 
 
 def raw_infer(server: TritonServer, prompts: list[bytes]) -> tuple[list[str] | None, str | None]:
@@ -331,7 +332,7 @@ def test_random_bytes_prompts_are_rejected_cleanly_or_answered(embedded_server, 
         assert "UTF-8" in error or "empty" in error or "ctx_len" in error, error
     else:
         assert valid and texts is not None and len(texts) == len(prompts)
-    assert embedded_server.is_ready()
+    assert embedded_server.handle.is_ready()
 
 
 def _utf8(data: bytes) -> str | None:
@@ -342,7 +343,7 @@ def _utf8(data: bytes) -> str | None:
 
 
 def test_the_server_still_serves_after_the_bad_input(embedded_server) -> None:
-    assert embedded_server.is_ready()
+    assert embedded_server.handle.is_ready()
     _, replies, failures = outcome(stream(embedded_server.grpc_url, STREAM, ["My name is"],
                                           GenerationParams(max_tokens=4), TIMEOUTS))
     assert not failures and replies[0].ok and replies[0].stats.output_tokens == 4

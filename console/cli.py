@@ -6,6 +6,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,13 @@ import click
 
 from console.bench.cli import bench_group
 from console.clients import ClientError
+from console.core.controller import ServerController
 from console.core.controls import click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Endpoint, Settings
 from console.doctor import format_rows, run_doctor
 from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
-from console.server import ServerError, TritonServer
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.tui.command import tui
 from console.web.command import web
@@ -176,34 +177,28 @@ main.add_command(tui, "tui")
 
 # --------------------------------------------------------------------------- serve
 
-
-def _stop(server: TritonServer) -> None:
-    """Stop gracefully; a second Ctrl-C / SIGTERM meanwhile kills it at once."""
-    try:
-        with _signals_raise(signal.SIGINT, signal.SIGTERM):
-            server.stop()
-    except _Terminated:
-        server.stop(grace=0)
+POLL_SECONDS = 2.0
 
 
-def _print_ready(server: TritonServer) -> None:
-    handle = server.handle
-    click.echo(f"tritonserver {handle.server_version()} ready (pid {server.pid})")
-    for name, (state, reason) in sorted(handle.model_states().items()):
-        click.echo(f"  model {name}: {state}{f' ({reason})' if reason else ''}")
-    click.echo(f"  binary  {server.binary}")
-    click.echo(f"  HTTP    {handle.http_url}")
-    click.echo(f"  gRPC    {handle.grpc_url}")
-    click.echo(f"  metrics {handle.metrics_url}")
+def _print_ready(controller: ServerController) -> None:
+    snap, server = controller.snapshot, controller.server
+    click.echo(snap.message)
+    for row in snap.models:
+        click.echo(f"  model {row.name}: {row.state or 'not loaded'}{f' ({row.reason})' if row.reason else ''}")
+    click.echo(f"  binary  {server.binary if server else '?'}")
+    click.echo(f"  HTTP    {snap.http_url}")
+    click.echo(f"  gRPC    {snap.grpc_url}")
+    click.echo(f"  metrics {snap.metrics_url}")
     click.echo("press Ctrl-C to stop")
 
 
-def _serve(server: TritonServer, timeout: float) -> None:
-    click.echo(f"starting tritonserver on {server.model_repository} ...")
-    server.start(timeout=timeout, on_log=click.echo)
-    _print_ready(server)
-    code = server.wait()
-    fail(f"tritonserver exited with code {code}")
+def _watch(controller: ServerController) -> str:
+    """Follow the server until it fails; the reason. A model whose backend dies is reloaded meanwhile."""
+    while True:
+        time.sleep(POLL_SECONDS)
+        snap = controller.poll()
+        if snap.phase == "failed":
+            return snap.message
 
 
 @main.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})
@@ -220,27 +215,46 @@ def _serve(server: TritonServer, timeout: float) -> None:
 @click.option("--log-verbose", type=int, default=0, show_default=True, help="tritonserver --log-verbose level.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address tritonserver listens on (0.0.0.0 exposes it to the network).")
+@click.option("--stop-stale", is_flag=True,
+              help="Stop tritonservers that a console which is gone left on this repository or these ports.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
-          extra: tuple[str, ...]) -> None:
+          stop_stale: bool, extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
-    Arguments after the options (or after --) go to tritonserver as they are, e.g.
+    A model whose Python backend dies is reported and reloaded. Arguments after the options (or
+    after --) go to tritonserver as they are, e.g.
     `qaic-console serve --model-repository llm_model_dir -- --log-info=false`.
     """
     if not model_repository.is_dir():
         fail(f"model repository not found: {model_repository}")
-    server = TritonServer(model_repository, models=models, http_port=http_port, grpc_port=grpc_port,
-                          metrics_port=metrics_port, binary=binary, log_verbose=log_verbose, extra_args=extra,
-                          host=host)
+    started = threading.Event()
+    controller = ServerController(on_change=lambda snap: snap.phase != "starting" and started.set(),
+                                  on_log=click.echo)
     try:
         with _signals_raise(signal.SIGTERM):
-            _serve(server, timeout)
-    except (ServerError, OSError) as exc:
-        fail(str(exc))
+            controller.start(model_repository, models, timeout, http_port=http_port, grpc_port=grpc_port,
+                             metrics_port=metrics_port, binary=binary, log_verbose=log_verbose, extra_args=extra,
+                             host=host, stop_stale=stop_stale)
+            started.wait()
+            if controller.snapshot.phase == "failed":
+                fail(controller.snapshot.message)
+            _print_ready(controller)
+            fail(_watch(controller))
     except (KeyboardInterrupt, _Terminated):
         click.echo("stopping tritonserver ...")
     finally:
-        _stop(server)
+        _stop(controller)
     click.echo("stopped")
+
+
+def _stop(controller: ServerController) -> None:
+    """Stop gracefully; a second Ctrl-C / SIGTERM meanwhile kills it at once."""
+    server = controller.server
+    try:
+        with _signals_raise(signal.SIGINT, signal.SIGTERM):
+            controller.stop()
+    except _Terminated:
+        if server is not None:
+            server.stop(grace=0)

@@ -1,21 +1,27 @@
 """One server controller for every front end: start tritonserver here or connect to a running one,
-follow its models, stop it.
+follow its models, bring back a model whose backend died, stop it.
 
 The TUI and the web UI drive the same :class:`ServerController`. ``start`` returns at once (the
 server starts in a thread); ``connect``, ``poll`` and ``stop`` block briefly, so a UI calls them
 from a worker. Every change produces a new immutable :class:`Snapshot` (``on_change`` receives it,
 from whatever thread made it); ``generation`` moves when the endpoint or the set of ready models
 changes, which is when a UI rebuilds its model lists.
+
+A server started here is watched at each :meth:`ServerController.poll`: a model whose Python
+backend stub died (Triton itself keeps calling it READY) is reported as FAILED in the log and the
+models, and reloaded; the next request is served again without restarting anything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from console.clients import ClientError, ModelInfo, info_from_config, normalize_url
 from console.server import LOG_KEEP, ServerError, ServerHandle, TritonServer, logparse
@@ -25,6 +31,7 @@ from .request import Endpoint
 
 NOT_CONNECTED = "not connected: start a server or connect to a running one by URL"
 BUSY = ("starting", "stopping")
+_INSTANCE = re.compile(r"^(?P<model>.+)_\d+_\d+$")  # a model instance's name: <model>_<group>_<index>
 
 Listener = Callable[["Snapshot"], None]
 
@@ -52,6 +59,7 @@ class Snapshot:
     repository: str = ""
     models: tuple[ModelRow, ...] = ()
     generation: int = 0
+    stale: tuple[Any, ...] = ()  # servers a dead console left (a start failed on them): start(stop_stale=True)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -85,6 +93,8 @@ class ServerController:
         self._snap = Snapshot("idle", NOT_CONNECTED)
         self._log: deque[str] = deque(maxlen=LOG_KEEP)
         self._ready: frozenset[str] = frozenset()
+        self._stubs: dict[str, int] = {}  # model instance -> stub pid, as last seen
+        self._reloading: dict[str, str] = {}  # model -> what happened to it
 
     # ---- state
 
@@ -122,29 +132,31 @@ class ServerController:
 
     # ---- start / connect / stop
 
-    def start(self, repository: Path | None = None, models: Sequence[str] = (),
-              timeout: float = START_TIMEOUT) -> None:
+    def start(self, repository: Path | None = None, models: Sequence[str] = (), timeout: float = START_TIMEOUT,
+              **options: Any) -> None:
         """Start tritonserver on ``repository`` (None: the embedded samples) loading ``models`` (empty: all).
 
+        ``options`` go to :class:`TritonServer` (ports, host, binary, extra_args, stop_stale ...).
         Returns at once; the snapshot follows the start. ServerError when a server is already here.
         """
         with self._lock:
             if self._snap.phase in BUSY or (self._server is not None and self._server.running):
                 raise ServerError("a tritonserver started here is running: stop it first")
-            self._handle, self._ready = None, frozenset()
+            self._handle, self._ready, self._stubs, self._reloading = None, frozenset(), {}, {}
             self._log.clear()
             where = str(repository) if repository else "the embedded samples"
             self._moved(phase="starting", message=f"starting tritonserver on {where} ...", owned=True,
                         http_url=None, grpc_url=None, metrics_url=None, repository=str(repository or ""),
                         models=())
         self._note(logparse.NOISE_NOTE)
-        threading.Thread(target=self._start, args=(repository, tuple(models), timeout), name="qc-server-start",
-                         daemon=True).start()
+        threading.Thread(target=self._start, args=(repository, tuple(models), timeout, options),
+                         name="qc-server-start", daemon=True).start()
 
-    def _start(self, repository: Path | None, models: tuple[str, ...], timeout: float) -> None:
+    def _start(self, repository: Path | None, models: tuple[str, ...], timeout: float,
+               options: dict[str, Any]) -> None:
         try:
             path = repository or embedded_repo(self._note)
-            server = TritonServer(path, models=models)
+            server = TritonServer(path, models=models, **options)
             with self._lock:
                 if self._snap.phase != "starting":  # stopped meanwhile
                     return
@@ -159,7 +171,8 @@ class ServerController:
                     for line in getattr(exc, "log_tail", [])[-15:]:
                         self._note(line)
                     self._server = None
-                    self._moved(phase="failed", message=" ".join(str(exc).split()) or type(exc).__name__)
+                    self._moved(phase="failed", message=" ".join(str(exc).split()) or type(exc).__name__,
+                                stale=tuple(getattr(exc, "servers", ())))
             return
         with self._lock:
             if self._snap.phase != "starting":
@@ -219,10 +232,16 @@ class ServerController:
                                                               f"{exc}")
             return snap
         ready = frozenset(n for n, (state, _) in states.items() if state == "READY")
+        if server is not None:
+            self._watch_stubs(server, handle, ready)
+        with self._lock:
+            failed = dict(self._reloading)
         known = {m.name: m.info for m in snap.models}
         infos = {n: known.get(n) or self._info(handle, n) for n in ready}
-        rows = tuple(ModelRow(n, s, r.splitlines()[0][:200] if r else "", infos.get(n))
+        rows = tuple(ModelRow(n, "FAILED", failed[n], None) if n in failed else
+                     ModelRow(n, s, r.splitlines()[0][:200] if r else "", infos.get(n))
                      for n, (s, r) in sorted(states.items()))
+        ready -= set(failed)
         phase = "ready" if snap.owned else "connected"
         message = snap.message if snap.phase == phase else f"tritonserver at {handle.http_url} answers again"
         with self._lock:
@@ -232,6 +251,37 @@ class ServerController:
         if changed:
             return self._moved(phase=phase, message=message, models=rows)
         return self._set(phase=phase, message=message, models=rows)
+
+    def _watch_stubs(self, server: TritonServer, handle: ServerHandle, ready: frozenset[str]) -> None:
+        """Notice READY models whose backend stub process died, and reload each of them once."""
+        alive = server.stub_instances()
+        with self._lock:
+            seen, self._stubs = self._stubs, {**self._stubs, **alive}
+            dead = {}
+            for instance, pid in seen.items():
+                match = _INSTANCE.match(instance)
+                model = match["model"] if match else instance
+                if instance not in alive and model in ready and model not in self._reloading:
+                    dead[model] = pid
+                    self._reloading[model] = f"its Python backend stub (pid {pid}) died: reloading it ..."
+                    del self._stubs[instance]
+        for model, pid in dead.items():
+            self._note(f"model {model}: its Python backend stub (pid {pid}) died; requests to it fail until it "
+                       "is reloaded: reloading it now")
+            threading.Thread(target=self._reload, args=(handle, model), name="qc-reload", daemon=True).start()
+
+    def _reload(self, handle: ServerHandle, model: str) -> None:
+        try:
+            handle.reload_model(model)
+        except (OSError, ValueError) as exc:
+            with self._lock:
+                self._reloading[model] = f"its backend died and reloading it failed: {' '.join(str(exc).split())}"
+            self._note(f"model {model}: reloading failed: {exc}")
+            return
+        with self._lock:
+            self._reloading.pop(model, None)
+        self._note(f"model {model}: reloaded; it serves again")
+        self.poll()
 
     @staticmethod
     def _info(handle: ServerHandle, name: str) -> ModelInfo | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 
 class ServerError(RuntimeError):
@@ -20,3 +21,14 @@ class ServerError(RuntimeError):
         if not self.log_tail:
             return str(self)
         return "\n".join([str(self), "--- tritonserver log (last lines) ---", *self.log_tail])
+
+
+class StaleServerError(ServerError):
+    """Servers a console that is gone left on this repository or these ports (``servers``)."""
+
+    def __init__(self, servers: Sequence[Any]) -> None:
+        pids = " ".join(str(s.pid) for s in servers)
+        found = "; ".join(s.describe() for s in servers)
+        super().__init__(f"found {found}: stop it first (qaic-console serve --stop-stale, the console's "
+                         f"'stop stale servers' choice, or `kill {pids}`)")
+        self.servers = list(servers)

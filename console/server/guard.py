@@ -25,6 +25,22 @@ def _kill_group(sig: int) -> None:
         os.killpg(os.getpgrp(), sig)
 
 
+def _kill_others() -> None:
+    """SIGKILL every other process of this group (Python backend stubs a crashed server left)."""
+    group, me = os.getpgrp(), os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry), signal.SIGKILL)
+
+
 def main(argv: list[str]) -> int:
     fd, command = int(argv[0]), argv[2:]
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -40,6 +56,7 @@ def main(argv: list[str]) -> int:
             _kill_group(signal.SIGKILL)
     if orphaned_at is not None:
         _kill_group(signal.SIGKILL)  # stubs that outlived tritonserver
+    _kill_others()  # tritonserver is gone (stopped or crashed): nothing of its group may stay
     code = child.returncode
     if code < 0:  # die the way tritonserver died, so the console sees the same status
         signal.signal(-code, signal.SIG_DFL)

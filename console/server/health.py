@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
 States = dict[str, tuple[str, str]]  # model -> (state, reason)
+RELOAD_PARAMETER = "qaic_console_reload"  # changed to make Triton load a model again
 
 
 def _loopback(host: str) -> str:
@@ -68,6 +70,17 @@ class ServerHandle:
     def load_model(self, model: str, timeout: float = 600.0) -> None:
         """(Re)load ``model`` (explicit model control); HTTPError with Triton's reason when it fails."""
         self.request(f"/v2/repository/models/{model}/load", body={}, timeout=timeout)
+
+    def reload_model(self, model: str, timeout: float = 600.0) -> None:
+        """Load ``model`` afresh even though Triton thinks it is loaded (its backend died).
+
+        Triton ignores a load of an unchanged model, so the config goes along with one parameter
+        changed: new instances start, and the old ones go once their requests are done.
+        """
+        config = self.model_config(model)
+        config.setdefault("parameters", {})[RELOAD_PARAMETER] = {"string_value": str(time.time())}
+        self.request(f"/v2/repository/models/{model}/load", body={"parameters": {"config": json.dumps(config)}},
+                     timeout=timeout)
 
     def unload_model(self, model: str, timeout: float = 60.0) -> None:
         self.request(f"/v2/repository/models/{model}/unload", body={}, timeout=timeout)

@@ -15,6 +15,7 @@ _LOG_LINE = re.compile(r'^(?P<level>[IWE])\d{4} [\d:.]+\s+\d+ (?P<file>[^:\s]+):
 _GETOPT_ERROR = re.compile(r"^\S*tritonserver: ")
 HARMLESS = ("CudaDriverHelper", "pinned memory", "DCGM", "NVML", "CUDA driver", "cuda_memory_manager",
             "Unable to allocate pinned system memory", "GPU metrics")
+EXIT_EXPIRED = "Exit timeout expired"  # tritonserver stopped waiting for requests and models at shutdown
 NOISE_NOTE = "(CUDA/NVML/DCGM messages of a machine without a GPU are hidden: they are harmless)"
 
 

@@ -22,52 +22,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from . import logparse
-from .errors import ServerError
+from .errors import ServerError, StaleServerError
 from .health import ServerHandle
-from .locate import backend_directory, find_tritonserver, server_env, stub_for_python
+from .locate import STUB_NAME, backend_directory, find_tritonserver, server_env, stub_for_python
 from .ports import free_ports, port_in_use
+from .procs import cmdline, group_exists, group_members, signal_group
+from .stale import find_servers, stop_servers
 
 GUARD = Path(__file__).with_name("guard.py")  # standard library only: run by path, isolated
 SHM_PREFIX = "/dev/shm/triton_python_backend_shm_region_"
 LOG_KEEP = 500
 HOST = "127.0.0.1"
+EXIT_TIMEOUT = 3  # s tritonserver waits for in-flight requests when stopping (Triton's default: 30)
 
 LogCallback = Callable[[str], None]
-
-
-# --------------------------------------------------------------------------- process groups
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) pids of process group ``pgid``."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path("/proc", entry, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return members
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_exists(pgid: int) -> bool:
-    """Whether any process, zombies included, is still in group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _shm_regions(pids: Iterable[int]) -> set[Path]:
@@ -123,6 +91,7 @@ class TritonServer:
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         host: str = HOST,
+        stop_stale: bool = False,
     ) -> None:
         self.model_repository = Path(model_repository).absolute()
         self.models = tuple(models)
@@ -134,6 +103,7 @@ class TritonServer:
         self.log_verbose = log_verbose
         self.extra_args = tuple(extra_args)
         self.env = dict(env or {})
+        self.stop_stale = stop_stale  # stop servers a dead console left on this repository or these ports
         self._proc: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
         self._lines: deque[str] = deque(maxlen=LOG_KEEP)
@@ -141,6 +111,7 @@ class TritonServer:
         self._failures: list[tuple[str, str]] = []
         self._on_log: LogCallback | None = None
         self._lifeline: int | None = None  # write end of the guard's pipe
+        self._exit_expired = threading.Event()  # tritonserver gave up waiting: it may hang on a dead stub
 
     # ---- endpoints and state
 
@@ -161,6 +132,13 @@ class TritonServer:
     def pid(self) -> int | None:
         """The process group id (the guard's pid)."""
         return self._proc.pid if self._proc else None
+
+    @property
+    def server_pid(self) -> int | None:
+        """The tritonserver process itself (a child of the guard whose pid is :attr:`pid`)."""
+        if self._proc is None:
+            return None
+        return next((p for p in group_members(self._proc.pid) if cmdline(p)[:1] == [str(self.binary)]), None)
 
     @property
     def running(self) -> bool:
@@ -190,9 +168,21 @@ class TritonServer:
             f"--grpc-address={self.host}",
             f"--metrics-address={self.host}",
         ]
+        if not any(a.startswith("--exit-timeout-secs") for a in self.extra_args):
+            args.append(f"--exit-timeout-secs={EXIT_TIMEOUT}")  # a hung request (dead stub) must not hold a stop
         if backend_dir is not None:
             args.append(f"--backend-directory={backend_dir}")
         return [*args, *self.extra_args]
+
+    def _clear_stale(self) -> None:
+        """Servers left by a console that is gone, on this repository or these ports: stop them or say so."""
+        requested = [p for p in self._requested if p is not None]
+        stale = [s for s in find_servers(self.model_repository, requested) if s.orphaned]
+        if not stale:
+            return
+        if not self.stop_stale:
+            raise StaleServerError(stale)
+        stop_servers(stale)
 
     def _pick_ports(self) -> None:
         requested = [p for p in self._requested if p is not None]
@@ -200,7 +190,9 @@ class TritonServer:
             raise ServerError(f"the HTTP, gRPC and metrics ports must differ (got {requested})")
         for port in requested:
             if port_in_use(port):
-                raise ServerError(f"port {port} is in use: choose another or leave it out to pick a free one")
+                holders = find_servers(ports=[port])
+                held = f" by {holders[0].describe()}" if holders else ""
+                raise ServerError(f"port {port} is in use{held}: choose another or leave it out to pick a free one")
         picked = iter(p for p in free_ports(6) if p not in requested)
         self.http_port, self.grpc_port, self.metrics_port = (
             p if p is not None else next(picked) for p in self._requested
@@ -223,6 +215,7 @@ class TritonServer:
             stub_for_python(self.binary)
         env = server_env(self.binary, self.env)
         self._on_log = on_log
+        self._clear_stale()
         self._pick_ports()
         try:
             return self._launch(backend_dir, env, timeout)
@@ -272,6 +265,8 @@ class TritonServer:
 
     def _record(self, line: str) -> None:
         failed = logparse.failed_model(line)
+        if logparse.EXIT_EXPIRED in line:
+            self._exit_expired.set()
         with self._lock:
             self._lines.append(line)
             if failed:
@@ -315,6 +310,17 @@ class TritonServer:
             if state == "UNAVAILABLE" and (not self.models or name in self.models):
                 raise self._fail(f"model '{name}' failed to load: {reason.splitlines()[0] if reason else state}")
 
+    def stub_instances(self) -> dict[str, int]:
+        """``{model instance name: pid}`` of the Python backend stubs alive in the server's group."""
+        if self._proc is None:
+            return {}
+        found = {}
+        for pid in group_members(self._proc.pid):
+            args = cmdline(pid)
+            if args and args[0].endswith(STUB_NAME) and len(args) > 8:
+                found[args[8]] = pid  # the stub's arguments: model.py, shm region, sizes, parent pid, ..., instance
+        return found
+
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the server process to exit; its exit code, or None on timeout."""
         if self._proc is None:
@@ -338,17 +344,18 @@ class TritonServer:
         deadline = time.monotonic() + grace
         shm = _shm_regions(group_members(pgid))
         if proc.poll() is None:
-            _signal_group(pgid, signal.SIGTERM)
-        try:
-            proc.wait(max(deadline - time.monotonic(), 0))
-        except subprocess.TimeoutExpired:
+            self._exit_expired.clear()
+            signal_group(pgid, signal.SIGTERM)
+        # Triton gives in-flight requests EXIT_TIMEOUT s; past that it can hang on a dead stub: kill it then
+        _poll(lambda: proc.poll() is not None or self._exit_expired.is_set(), deadline)
+        if proc.poll() is None:
             self._kill_group(pgid, shm)
             proc.wait()
         if not _poll(lambda: not group_members(pgid), max(deadline, time.monotonic() + 0.5)):
             self._kill_group(pgid, shm)
         _poll(lambda: not group_members(pgid), time.monotonic() + 5)
         # stubs orphaned by a kill are zombies until init reaps them (about 1 s here): wait a little
-        _poll(lambda: not _group_exists(pgid), time.monotonic() + 3)
+        _poll(lambda: not group_exists(pgid), time.monotonic() + 3)
         for region in shm:  # left behind only when the backend was killed
             with contextlib.suppress(OSError):
                 region.unlink()
@@ -365,7 +372,7 @@ class TritonServer:
     @staticmethod
     def _kill_group(pgid: int, shm: set[Path]) -> None:
         shm |= _shm_regions(group_members(pgid))
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
 
     def __enter__(self) -> TritonServer:
         if not self.running:

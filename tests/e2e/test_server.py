@@ -240,7 +240,7 @@ def test_cli_serve_runs_until_sigterm(echo_repo: Path) -> None:
         pid = http_url = None
         assert proc.stdout is not None
         for line in proc.stdout:
-            if match := re.search(r"ready \(pid (\d+)\)", line):
+            if match := re.search(r"started here \(pid (\d+)\)", line):
                 pid = int(match.group(1))
             if match := re.match(r"\s+HTTP\s+(\S+)", line):
                 http_url = match.group(1)

@@ -1,0 +1,126 @@
+"""Nothing outlives the console, and a model whose backend dies comes back (real tritonserver)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import SESSION_MARK, marked_servers
+
+from console.clients import GenerationParams, Timeouts, stream
+from console.core.controller import ServerController
+from console.server import StaleServerError, TritonServer
+from console.server.stale import find_servers
+from repo_gen.samples import write_samples
+
+pytestmark = pytest.mark.server
+MODEL = "smollm2_decoupled"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("lifecycle_repo")
+    write_samples((MODEL,), folder)
+    return folder
+
+
+def until(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)
+    return value
+
+
+def answer(url: str) -> str:
+    return stream(url, MODEL, ["My name is"], GenerationParams(max_tokens=3), Timeouts(network=120)).replies()[0].text
+
+
+def test_sigkill_of_serve_leaves_no_server_behind(repo: Path) -> None:
+    mark = uuid.uuid4().hex
+    env = {**os.environ, SESSION_MARK: mark}
+    cmd = [sys.executable, "-c", "from console.cli import main; main()", "serve", "--model-repository", str(repo)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    try:
+        for line in proc.stdout:  # until the server is ready
+            if "press Ctrl-C to stop" in line:
+                break
+        assert marked_servers(mark), "the server should be running"
+        proc.kill()
+        proc.wait()
+        until(lambda: not marked_servers(mark), 15, "the tritonserver and stubs of a SIGKILLed serve to go")
+    finally:
+        proc.kill()
+
+
+def test_stop_with_a_dead_stub_is_as_quick_as_a_normal_stop(repo: Path) -> None:
+    server = TritonServer(repo).start(timeout=300)
+    try:
+        call = stream(server.grpc_url, MODEL, ["Once upon a time"], GenerationParams(max_tokens=0),
+                      Timeouts(network=120, idle=60))
+        events = iter(call)
+        next(events)  # the request is in flight
+        (pid,) = server.stub_instances().values()
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        server.stop()
+        stopped_in = time.monotonic() - t0
+    finally:
+        server.stop(grace=0)
+    assert not server.running and not server.stub_instances()
+    assert stopped_in < 8, f"stopping took {stopped_in:.1f} s"  # before: 13 s (Triton waited 30 s for the request)
+
+
+def test_a_start_after_a_killed_console_names_the_server_it_left(repo: Path, tmp_path: Path) -> None:
+    # what an older console (no guard) or a hand-started server leaves when its parent dies: a tritonserver
+    # re-parented to init, holding the repository
+    orphan = TritonServer(repo)
+    code = ("import subprocess, sys; from console.server import TritonServer, locate;"
+            f"s = TritonServer({str(repo)!r}); s.binary = locate.find_tritonserver(); s._pick_ports();"
+            "p = subprocess.Popen(s.command(locate.backend_directory(s.binary)), start_new_session=True,"
+            " env=locate.server_env(s.binary), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    pid = int(out.stdout.split()[-1])
+    try:
+        until(lambda: any(s.pid == pid and s.orphaned for s in find_servers(repo)), 30, "the orphaned server")
+        with pytest.raises(StaleServerError) as error:
+            orphan.start(timeout=300)
+        assert str(pid) in str(error.value) and "left by a console that is gone" in str(error.value)
+        again = TritonServer(repo, stop_stale=True).start(timeout=300)
+        try:
+            assert not any(s.pid == pid for s in find_servers(repo)) and answer(again.grpc_url)
+        finally:
+            again.stop()
+    finally:
+        for server in find_servers(repo):
+            os.killpg(os.getpgid(server.pid), signal.SIGKILL)
+
+
+def test_a_model_whose_backend_died_is_reported_and_reloaded(repo: Path) -> None:
+    lines: list[str] = []
+    controller = ServerController(on_log=lines.append)
+    controller.start(repo)
+    try:
+        until(lambda: controller.snapshot.phase != "starting", 300, "the start")
+        snap = until(lambda: controller.poll().infos.get(MODEL) and controller.snapshot, 30, "the model")
+        assert snap.phase == "ready", snap.message
+        (pid,) = controller.server.stub_instances().values()
+        os.kill(pid, signal.SIGKILL)
+        failed = until(lambda: next((m for m in controller.poll().models if m.state == "FAILED"), None), 30,
+                       "the model reported failed")
+        assert failed.name == MODEL and f"pid {pid}" in failed.reason
+        assert any(f"model {MODEL}: its Python backend stub (pid {pid}) died" in line for line in lines)
+        until(lambda: MODEL in controller.poll().infos, 300, "the model back")
+        assert any(f"model {MODEL}: reloaded" in line for line in lines)
+        assert answer(controller.snapshot.grpc_url)
+    finally:
+        controller.stop()
+    assert controller.snapshot.phase == "stopped"

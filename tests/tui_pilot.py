@@ -32,7 +32,7 @@ def text_of(widget: Widget) -> str:
     """What a widget draws (its visible lines, joined by spaces)."""
     from textual.geometry import Region
 
-    return " ".join(strip.text.strip() for strip in widget.render_lines(Region(0, 0, *widget.size)))
+    return " ".join(strip.text.strip() for strip in widget.render_lines(Region(0, 0, *widget.outer_size)))
 
 
 def steady(*keys: str) -> Callable[[object], Awaitable[None]]:

@@ -75,6 +75,7 @@ class ServerPane(Horizontal):
                                            on_log=lambda line: self.post_message(ServerLog(line)))
         self.phase = self.controller.snapshot.phase
         self._polling = False
+        self._ready: list[str] = []  # the ready models last announced
 
     def compose(self) -> ComposeResult:
         http_url, grpc_url, repository = self._initial
@@ -132,8 +133,7 @@ class ServerPane(Horizontal):
             return
         was, self.phase = self.phase, snap.phase
         self._show(snap)
-        if snap.phase != was:
-            self._announce(snap)
+        self._announce(snap, was)
 
     def _show(self, snap: Snapshot) -> None:
         self.query_one("#state", Static).update(Content.from_markup(state_markup(snap)))
@@ -146,13 +146,16 @@ class ServerPane(Horizontal):
             self.query_one("#http-url", Input).value = snap.http_url
             self.query_one("#grpc-url", Input).value = snap.grpc_url or ""
 
-    def _announce(self, snap: Snapshot) -> None:
-        severity = {"failed": "error", "unreachable": "error", "ready": "information"}.get(snap.phase)
-        if snap.phase in ("ready", "connected"):
-            ready = ", ".join(snap.infos) or "none yet"
-            self.post_message(Notice(f"{snap.message}: models ready: {ready}"))
-        elif severity or snap.phase == "stopped":
-            self.post_message(Notice(snap.message, severity or "information"))
+    def _announce(self, snap: Snapshot, was: str) -> None:
+        """A notice when the phase changes, and when the set of ready models does."""
+        ready = sorted(snap.infos)
+        if snap.phase != was and snap.phase in ("failed", "unreachable"):
+            self.post_message(Notice(snap.message, "error"))
+        elif snap.phase != was and snap.phase in ("ready", "connected", "stopped"):
+            self.post_message(Notice(snap.message))
+        if snap.serving and ready != self._ready:
+            self.post_message(Notice(f"models ready: {', '.join(ready) or 'none'}"))
+        self._ready = ready
 
     def _table(self, rows: list[tuple[str, ...]]) -> None:
         table = self.query_one("#models", DataTable)

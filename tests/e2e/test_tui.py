@@ -6,12 +6,15 @@ pane (a model generated with the pane's form, then the embedded samples) and qui
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import DataTable, Log, Select
 from tui_pilot import SIZE, add_control, run, text_of, until
 
@@ -25,10 +28,6 @@ from console.tui.widgets.chat_pane import NO_SERVER, ChatPane
 pytestmark = pytest.mark.server
 
 
-def connected_app(server, tmp_path: Path) -> QaicConsoleApp:
-    return QaicConsoleApp(http_url=server.http_url, grpc_url=server.grpc_url, export_dir=tmp_path)
-
-
 async def ready(pilot, pane: ChatPane, max_tokens: int, chat: bool = True) -> None:
     await until(pilot, lambda: pane.serving and pane.infos, what="the connection")
     pane.controls.set_value("max_tokens", str(max_tokens))
@@ -40,6 +39,17 @@ async def say(pilot, pane: ChatPane, text: str, timeout: float = 120.0) -> None:
     pane.focus_prompt()
     await pilot.press(*text, "enter")
     await until(pilot, lambda: pane.turns and pane.exchange is None, timeout, f"a reply to {text!r}")
+
+
+@contextlib.asynccontextmanager
+async def stream_pane(server, tmp_path: Path, max_tokens: int, chat: bool = True,
+                      ) -> AsyncIterator[tuple[QaicConsoleApp, Pilot, ChatPane]]:
+    """The app connected to ``server`` by URL, its Stream pane ready to send."""
+    app = QaicConsoleApp(http_url=server.http_url, grpc_url=server.grpc_url, export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        stream = app.chat("stream")
+        await ready(pilot, stream, max_tokens, chat)
+        yield app, pilot, stream
 
 
 def log_line(server, needle: str) -> str:
@@ -56,10 +66,7 @@ def exported(folder: Path) -> tuple[str, dict]:
 
 def test_stream_chat_history_raw_copy_export_and_the_models_table(embedded_server, tmp_path: Path) -> None:
     async def go() -> None:
-        app = connected_app(embedded_server, tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            stream = app.chat("stream")
-            await ready(pilot, stream, 12)
+        async with stream_pane(embedded_server, tmp_path, 12) as (app, pilot, stream):
             assert app.active == "stream"
             assert NO_SERVER not in text_of(stream.query_one(".hint"))  # the server is ready: no "F5" hint
             await until(pilot, lambda: "chat template ready" in str(stream.query_one(".status").content), 60,
@@ -102,10 +109,7 @@ def test_stream_chat_history_raw_copy_export_and_the_models_table(embedded_serve
 
 def test_each_prompt_of_a_b_has_its_own_figures(embedded_server, tmp_path: Path) -> None:
     async def go() -> None:
-        app = connected_app(embedded_server, tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            stream = app.chat("stream")
-            await ready(pilot, stream, 24)
+        async with stream_pane(embedded_server, tmp_path, 24) as (app, pilot, stream):
             await say(pilot, stream, "Hi|Tell me a story")  # greedy: "Hi" ends at eos after ~10 tokens
             turn = stream.turns[0]
             assert [turn.replies[i].finish_reason for i in (0, 1)] == ["eos", "length"]
@@ -125,10 +129,7 @@ def test_each_prompt_of_a_b_has_its_own_figures(embedded_server, tmp_path: Path)
 
 def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(embedded_server, tmp_path: Path) -> None:
     async def go() -> None:
-        app = connected_app(embedded_server, tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            stream = app.chat("stream")
-            await ready(pilot, stream, 400, chat=False)
+        async with stream_pane(embedded_server, tmp_path, 400, chat=False) as (app, pilot, stream):
             stream.focus_prompt()
             await pilot.press(*"Once upon a time", "enter")
             await until(pilot, lambda: stream.turns and len(stream.turns[0].arrivals.get(0, ())) >= 3, 60, "text")
@@ -181,10 +182,7 @@ def test_f8_connects_and_the_batch_pane_answers_each_prompt_in_its_block(embedde
 
 def test_a_batch_model_in_the_stream_pane_says_so(embedded_server, tmp_path: Path) -> None:
     async def go() -> None:
-        app = connected_app(embedded_server, tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            stream = app.chat("stream")
-            await ready(pilot, stream, 8, chat=False)
+        async with stream_pane(embedded_server, tmp_path, 8, chat=False) as (app, pilot, stream):
             stream.controls.query_one("#model", Select).value = "smollm2_kv"
             await pilot.pause()
             assert "smollm2_kv is a batch model" in str(stream.query_one(".status").content)
@@ -199,10 +197,7 @@ def test_a_batch_model_in_the_stream_pane_says_so(embedded_server, tmp_path: Pat
 
 def test_a_timeout_shows_a_notice_and_cancels(embedded_server, tmp_path: Path) -> None:
     async def go() -> None:
-        app = connected_app(embedded_server, tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            stream = app.chat("stream")
-            await ready(pilot, stream, 400)
+        async with stream_pane(embedded_server, tmp_path, 400) as (app, pilot, stream):
             stream.controls.set_value("timeout", "0.2")
             await say(pilot, stream, "Tell me a story", timeout=30)
             turn = stream.turns[0]
@@ -220,10 +215,7 @@ def test_a_control_the_model_lacks_is_offered_and_reported_not_sent(embedded_ser
     add_control(monkeypatch, Control("min_tokens", int, "INT32", "Min tokens", "At least this many.", default=2))
 
     async def go() -> None:
-        app = connected_app(embedded_server, tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            stream = app.chat("stream")
-            await ready(pilot, stream, 4)
+        async with stream_pane(embedded_server, tmp_path, 4) as (app, pilot, stream):
             assert stream.controls.query_one("#control-min_tokens").value == "2"
             await say(pilot, stream, "Hi")
             turn = stream.turns[0]
@@ -241,11 +233,8 @@ def test_the_wait_for_the_chat_template_is_shown_apart_from_ttft(embedded_server
     monkeypatch.setattr(template, "_load", lambda path: gate.wait(60) and load(path))
 
     async def go() -> None:
-        app = connected_app(embedded_server, tmp_path)
         try:
-            async with app.run_test(size=SIZE) as pilot:
-                stream = app.chat("stream")
-                await ready(pilot, stream, 4)
+            async with stream_pane(embedded_server, tmp_path, 4) as (app, pilot, stream):
                 status = stream.query_one(".status")
                 await until(pilot, lambda: "loading the chat template" in str(status.content), 30, "the warm-up")
                 stream.focus_prompt()

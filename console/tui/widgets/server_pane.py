@@ -215,20 +215,17 @@ class ServerPane(Horizontal):
             return
         self._stop()
 
-    @work(thread=True, group="stop")
-    def _stop(self) -> None:
-        self.controller.stop()
-
     def shutdown(self) -> None:
         """Stop a server started here, then post :class:`ServerDown` (the app closes then)."""
-        self._shutdown()
+        self._stop(quitting=True)
 
     @work(thread=True, group="stop")
-    def _shutdown(self) -> None:
+    def _stop(self, quitting: bool = False) -> None:
         try:
             self.controller.stop()
         finally:
-            self.post_message(ServerDown())
+            if quitting:
+                self.post_message(ServerDown())
 
     def _poll(self) -> None:
         if not self._polling and self.snapshot.phase in ("ready", "connected", "unreachable"):

@@ -15,8 +15,8 @@ from console.core.controller import ModelRow
 from console.core.controls import form_default
 from console.server import free_port
 from console.tui.app import QaicConsoleApp
-from console.tui.widgets.chat_pane import NO_SERVER, model_options, offered
-from console.tui.widgets.controls import control_id
+from console.tui.widgets.chat_pane import NO_SERVER
+from console.tui.widgets.controls import control_id, model_options, offered
 from console.tui.widgets.server_pane import LOG_HINT, model_row
 
 MIN_TOKENS = Control("min_tokens", int, "INT32", "Min tokens", "Tokens to generate at least.", default=4, minimum=0)

@@ -47,6 +47,18 @@ def figures_line(turn: Turn, index: int, preparing: str = "") -> str:
     return f"▶ {format_stats(live)}"
 
 
+def turn_notes(turn: Turn) -> list[str]:
+    """What the turn's figures alone do not say: controls the model never got, a batch model on a stream."""
+    lines = []
+    if turn.ignored:
+        lines.append(f"not sent: {', '.join(turn.ignored)} ({turn.model} has no input for them)")
+    streamed = [r.stats.streamed for r in turn.replies.values()]
+    if turn.mode == "stream" and streamed and not any(streamed):
+        lines.append(f"{turn.model} is a batch model (not decoupled): it answered in one response, so there is no "
+                     "time to first token or inter-token latency")
+    return lines
+
+
 class AnswerBlock(Vertical):
     """Prompt ``index`` of ``turn``: optional header, the text, the figures."""
 

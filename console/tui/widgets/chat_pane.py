@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Checkbox, Input, Select, Static
 
-from console.clients import CANCELLED, ClientError, Event, Failure, ModelInfo, interface_of, split_prompts
+from console.clients import CANCELLED, ClientError, Event, Failure, ModelInfo, split_prompts
 from console.core.controller import Snapshot
 from console.core.request import Endpoint, Exchange, Settings
 from console.core.template import chat_tokenizer
@@ -21,8 +21,8 @@ from console.core.turns import Turn, last_reply
 from console.server.embedded import EMBEDDED_DEFAULTS
 
 from ..messages import Notice, TemplateLoaded, TurnEnded, TurnEvent
-from .answer_block import AnswerBlock, elapsed
-from .controls import Controls
+from .answer_block import AnswerBlock, elapsed, turn_notes
+from .controls import Controls, model_options, offered
 
 MODES = {"stream": "gRPC stream", "batch": "HTTP batch"}
 HINTS = {
@@ -34,26 +34,6 @@ KEY_HINT = ("Enter sends · a|b sends two prompts in one request · Esc stops (o
             "this pane's controls · Ctrl+Y copies the last reply · Ctrl+S exports · Ctrl+P lists every command.")
 NO_SERVER = "No server yet? F2 for the Server pane, then F5 serves the embedded SmolLM2."
 LOADING, READY = "loading", "ready"
-
-
-def offered(mode: str, info: ModelInfo) -> bool:
-    """Whether a pane offers the model: one whose interface the console speaks; batch: not decoupled."""
-    try:
-        interface_of(info)
-    except ClientError:
-        return False
-    return mode == "stream" or not info.decoupled
-
-
-def model_options(mode: str, infos: dict[str, ModelInfo]) -> list[tuple[str, str]]:
-    """(label, name) for the model select: the pane's own kind first, the others say what they are."""
-    def label(info: ModelInfo) -> str:
-        notes = ["batch model: one response"] if mode == "stream" and not info.decoupled else []
-        notes += [] if info.use_kv_cache else ["causal: slow on a CPU"]
-        return " · ".join([info.name, *notes])
-
-    ordered = sorted(infos.values(), key=lambda i: (mode == "stream" and not i.decoupled, i.name))
-    return [(label(info), info.name) for info in ordered]
 
 
 class ChatPane(Horizontal):
@@ -290,15 +270,3 @@ class ChatPane(Horizontal):
 
     def focus_prompt(self) -> None:
         self.query_one(".prompt", Input).focus()
-
-
-def turn_notes(turn: Turn) -> list[str]:
-    """What the turn's figures alone do not say: controls the model never got, a batch model on a stream."""
-    lines = []
-    if turn.ignored:
-        lines.append(f"not sent: {', '.join(turn.ignored)} ({turn.model} has no input for them)")
-    streamed = [r.stats.streamed for r in turn.replies.values()]
-    if turn.mode == "stream" and streamed and not any(streamed):
-        lines.append(f"{turn.model} is a batch model (not decoupled): it answered in one response, so there is no "
-                     "time to first token or inter-token latency")
-    return lines

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from console.clients import CONTROLS, ClientError, Control
+from console.clients import CONTROLS, ClientError, Control, ModelInfo, interface_of
 from console.core.controls import form_default, params_from_form
 from console.core.request import Settings
 
@@ -26,6 +26,26 @@ def placeholder(control: Control) -> str:
     if control.multiple:
         return "a|b (blank: none)"
     return "model default"
+
+
+def offered(mode: str, info: ModelInfo) -> bool:
+    """Whether a pane offers the model: one whose interface the console speaks; batch: not decoupled."""
+    try:
+        interface_of(info)
+    except ClientError:
+        return False
+    return mode == "stream" or not info.decoupled
+
+
+def model_options(mode: str, infos: dict[str, ModelInfo]) -> list[tuple[str, str]]:
+    """(label, name) for the model select: the pane's own kind first, the others say what they are."""
+    def label(info: ModelInfo) -> str:
+        notes = ["batch model: one response"] if mode == "stream" and not info.decoupled else []
+        notes += [] if info.use_kv_cache else ["causal: slow on a CPU"]
+        return " · ".join([info.name, *notes])
+
+    ordered = sorted(infos.values(), key=lambda i: (mode == "stream" and not i.decoupled, i.name))
+    return [(label(info), info.name) for info in ordered]
 
 
 class Controls(VerticalScroll, can_focus=False):

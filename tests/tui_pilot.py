@@ -35,6 +35,12 @@ def text_of(widget: Widget) -> str:
     return " ".join(strip.text.strip() for strip in widget.render_lines(Region(0, 0, *widget.outer_size)))
 
 
+def table_rows(table) -> dict[str, tuple[str, ...]]:
+    """A DataTable's rows by their first cell."""
+    rows = (tuple(str(cell) for cell in table.get_row_at(i)) for i in range(table.row_count))
+    return {row[0]: row for row in rows}
+
+
 def steady(*keys: str) -> Callable[[object], Awaitable[None]]:
     """A snapshot ``run_before`` pressing ``keys``, then freezing the cursors (a blink would make it flaky)."""
     async def before(pilot) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Log, Select
-from tui_pilot import SIZE, add_control, run, text_of, until
+from tui_pilot import SIZE, add_control, run, table_rows, text_of, until
 
 from console.clients import CANCELLED, TIMEOUT, Control
 from console.core import template
@@ -94,7 +94,7 @@ def test_stream_chat_history_raw_copy_export_and_the_models_table(embedded_serve
             assert not stream.turns and stream.query(".hint") and not stream.query(AnswerBlock)
 
             table = app.server_pane.query_one("#models", DataTable)
-            rows = {row[0]: tuple(row) for row in (table.get_row_at(i) for i in range(table.row_count))}
+            rows = table_rows(table)
             assert rows["smollm2_decoupled"] == ("smollm2_decoupled", "READY", "kv", "stream", "qaic-console", "")
             assert rows["smollm2_causal"] == ("smollm2_causal", "READY", "causal", "batch", "qaic-console", "")
         md, data = exported(tmp_path)

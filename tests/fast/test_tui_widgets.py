@@ -7,8 +7,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input, Label, Select
-from tui_pilot import SIZE, add_control, run, text_of, until
+from textual.widgets import DataTable, Input, Label, Select
+from tui_pilot import SIZE, add_control, run, table_rows, text_of, until
 
 from console.clients import CONTROLS, ClientError, Control, ModelInfo, Tensor
 from console.core.controller import ModelRow
@@ -190,3 +190,17 @@ def test_model_select_says_what_a_model_is() -> None:
         ("kv · batch model: one response", "kv")]
     assert model_options("batch", {n: i for n, i in infos.items() if offered("batch", i)})[0] == (
         "causal · causal: slow on a CPU", "causal")
+
+
+def test_enter_in_repository_lists_its_models(embedded_repo: Path) -> None:
+    async def go() -> None:
+        app = QaicConsoleApp(repository=str(embedded_repo))
+        async with app.run_test(size=SIZE) as pilot:
+            app.server_pane.query_one("#repository", Input).focus()
+            await pilot.press("enter")
+            table = app.server_pane.query_one("#models", DataTable)
+            rows = table_rows(table)
+            assert rows["smollm2_kv"][:4] == ("smollm2_kv", "not served", "kv", "batch")
+            assert rows["smollm2_causal_decoupled"][1:4] == ("not served", "causal", "stream")
+
+    run(go)

@@ -76,6 +76,7 @@ class ServerPane(Horizontal):
         self.phase = self.controller.snapshot.phase
         self._polling = False
         self._ready: list[str] = []  # the ready models last announced
+        self.listing = False  # the table lists the repository's folders (no server yet)
 
     def compose(self) -> ComposeResult:
         http_url, grpc_url, repository = self._initial
@@ -140,8 +141,9 @@ class ServerPane(Horizontal):
         hint = self.query_one("#log-hint", Static)
         hint.update(ELSEWHERE if snap.phase == "connected" else LOG_HINT)
         hint.display = not snap.owned
-        if snap.phase != "idle":  # idle: the repository listing (Enter in Repository) stays
+        if snap.phase != "idle" or not self.listing:
             self._table([model_row(m) for m in snap.models])
+            self.listing = False
         if snap.http_url:
             self.query_one("#http-url", Input).value = snap.http_url
             self.query_one("#grpc-url", Input).value = snap.grpc_url or ""
@@ -153,6 +155,8 @@ class ServerPane(Horizontal):
             self.post_message(Notice(snap.message, "error"))
         elif snap.phase != was and snap.phase in ("ready", "connected", "stopped"):
             self.post_message(Notice(snap.message))
+        elif snap.phase == "idle" and was in ("connected", "unreachable"):
+            self.post_message(Notice("let go of the connected tritonserver (it keeps running)"))
         if snap.serving and ready != self._ready:
             self.post_message(Notice(f"models ready: {', '.join(ready) or 'none'}"))
         self._ready = ready
@@ -243,6 +247,7 @@ class ServerPane(Horizontal):
 
     def show_repository(self, repository: Path) -> None:
         """The model folders of ``repository`` (before a server runs on it)."""
+        self.listing = True
         try:
             models = list_models(repository)
         except ValueError as exc:

@@ -20,7 +20,6 @@ from console.core.transcript import export
 
 from .messages import Notice, ServerChanged, ServerDown
 from .widgets.chat_pane import ChatPane
-from .widgets.controls import Controls
 from .widgets.server_pane import ServerPane
 
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -159,7 +158,7 @@ class QaicConsoleApp(App[None]):
 
     def action_toggle_controls(self) -> None:
         if self.active_chat is not None:
-            controls = self.active_chat.query_one(Controls)
+            controls = self.active_chat.controls
             controls.display = not controls.display
 
     def action_copy(self) -> None:

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import shutil
 from collections.abc import Iterator
@@ -20,11 +19,11 @@ import click
 from backend_model import compile_config
 from backend_model.build import ENGINES
 from backend_model.contract import SessionError
-from backend_model.qaic_session import find_qpc
 
-from .inspection import ModelInfo, detect_model_type, list_models
+from .inspection import ModelInfo, list_models
 from .samples import EMBEDDED_SAMPLES, SAMPLES, SEED_SAMPLES, write_samples
-from .writer import MODEL_TYPES, PRECISIONS, ModelSpec, RepoError, check_backend_dir, check_name, write_model
+from .spec import generate
+from .writer import MODEL_TYPES, PRECISIONS, ModelSpec, RepoError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 DEFAULT_OUT = "llm_model_dir"
@@ -132,56 +131,6 @@ GEN_EPILOG = "\n\n".join([
 # --------------------------------------------------------------------------- repo gen
 
 
-def read_compile_config(path: Path) -> dict[str, Any]:
-    """The keys a compile_config.json gives, validated; the file is copied as given."""
-    compile_config.load(path)  # errors name the file and the key
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _qpc_dir(aic_binary_dir: Path | None) -> str:
-    """The QPC folder as an absolute path (the server may run elsewhere), or ''."""
-    if aic_binary_dir is None:
-        return ""
-    try:
-        find_qpc(aic_binary_dir)
-    except SessionError as exc:
-        raise RepoError(f"--aic_binary_dir: {exc}") from None
-    return str(aic_binary_dir.expanduser().resolve())
-
-
-def resolve_spec(
-    model_name: str,
-    *,
-    aic_binary_dir: Path | None = None,
-    compile_config_path: Path | None = None,
-    hf_model_name: str | None = None,
-    model_type: str | None = None,
-    decoupled: bool | None = None,
-    engine: str | None = None,
-    precision: str | None = None,
-    cpu_threads: int | None = None,
-) -> ModelSpec:
-    """Flags over a sample's defaults (or the template's); the model type may come from the QPC."""
-    check_name(model_name)
-    base = SAMPLES.get(model_name, ModelSpec(model_name))
-    qpc = _qpc_dir(aic_binary_dir)
-    compiled = read_compile_config(compile_config_path) if compile_config_path else dict(base.compile)
-    if model_type is None and qpc and model_name not in SAMPLES:
-        model_type = detect_model_type(qpc, _note)
-        _note(f"model type: {model_type}")
-    return dataclasses.replace(
-        base,
-        model_type=model_type or base.model_type,
-        decoupled=base.decoupled if decoupled is None else decoupled,
-        aic_binary_dir=qpc or base.aic_binary_dir,
-        hf_model_name=hf_model_name or base.hf_model_name,
-        compile=compiled,
-        engine=engine or base.engine,
-        precision=precision or base.precision,
-        cpu_threads=base.cpu_threads if cpu_threads is None else cpu_threads,
-    )
-
-
 @click.command("gen", cls=OneLineCommand, context_settings=CONTEXT_SETTINGS, epilog=GEN_EPILOG)
 @click.option("--model_name", "--model-name", "model_name", required=True,
               help="Model folder name (letters, digits, '_', '-', '.'); a sample's name takes its defaults.")
@@ -214,16 +163,11 @@ def gen(model_name: str, aic_binary_dir: Path | None, python_backend_dir: Path |
         cpu_threads: int | None) -> None:
     """Write <output_dir>/<model_name>/: config.pbtxt, compile_config.json and 1/ (the backend)."""
     with _errors(writing=output_dir / model_name):
-        check_name(model_name)
-        if (output_dir / model_name).exists() and not force:  # before a QPC load that may take minutes
-            raise RepoError(f"{output_dir / model_name} already exists (use --force to replace it)")
-        if python_backend_dir is not None:
-            check_backend_dir(python_backend_dir)
-        spec = resolve_spec(model_name, aic_binary_dir=aic_binary_dir, compile_config_path=compile_config_path,
-                            hf_model_name=hf_model_name, model_type=model_type, decoupled=decoupled,
-                            engine=engine, precision=precision, cpu_threads=cpu_threads)
-        _warn_hf(hf_model_name, spec)
-        target = write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force)
+        spec, target = generate(model_name, output_dir, python_backend_dir=python_backend_dir, force=force,
+                                note=_note, aic_binary_dir=aic_binary_dir, compile_config_path=compile_config_path,
+                                hf_model_name=hf_model_name, model_type=model_type, decoupled=decoupled,
+                                engine=engine, precision=precision, cpu_threads=cpu_threads)
+    _warn_hf(hf_model_name, spec)
     mode = "decoupled" if spec.decoupled else "batch"
     click.echo(f"wrote {target} ({spec.model_type}, {mode}, source {_source(spec)})")
 

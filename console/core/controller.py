@@ -123,7 +123,7 @@ class ServerController:
         return self._set(generation=self._snap.generation + 1, **changes)
 
     def _note(self, line: str) -> None:
-        if logparse.is_noise(line):
+        if logparse.is_noise(line) and line != logparse.NOISE_NOTE:  # the note names the noise it hides
             return
         with self._lock:
             self._log.append(line)

@@ -1,7 +1,8 @@
 """``qaic-console tui``: the Textual console (Server, Stream and Batch panes).
 
-Uses only ``console.clients`` (requests) and ``console.server`` (tritonserver); network and server
-work runs in thread workers so the UI never freezes.
+Built on the UI-free core: sends go through ``console.core.request.Exchange``, the Server pane drives a
+``console.core.controller.ServerController``; network and server work runs in thread workers so the UI never
+freezes.
 """
 
 from __future__ import annotations

@@ -9,20 +9,21 @@ from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 
+from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.screen import Screen
-from textual.widgets import Collapsible, Footer, Header, TabbedContent, TabPane
+from textual.containers import Center
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Collapsible, Footer, Header, Static, TabbedContent, TabPane
 
-from console.transcript import export
+from console.core.transcript import export
 
-from .chat import ChatPane
-from .controls import Controls
-from .messages import Connected, Disconnected, Notice
-from .server_pane import ServerPane
+from .messages import Notice, ServerChanged, ServerDown
+from .widgets.chat_pane import ChatPane
+from .widgets.server_pane import ServerPane
 
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-CHAT_ACTIONS = {"stop", "copy", "clear", "raw", "controls"}
+CHAT_ACTIONS = {"stop", "copy", "clear", "raw", "controls", "toggle_controls"}
 SERVER_ACTIONS = {"embedded", "start", "stop_server", "connect", "generator"}
 
 # (key, action, description, shown in the footer, command-palette help)
@@ -31,18 +32,31 @@ KEYS: tuple[tuple[str, str, str, bool, str], ...] = (
     ("f3", "pane('stream')", "Stream", True, "Show the Stream pane (gRPC, token by token)"),
     ("f4", "pane('batch')", "Batch", True, "Show the Batch pane (HTTP, one response)"),
     ("escape", "stop", "Stop", True, "Stop the reply in flight (cancels it on the server)"),
+    ("ctrl+o", "controls", "Controls", True, "Go to this pane's controls (each chat pane has its own)"),
     ("ctrl+y", "copy", "Copy reply", True, "Copy the last reply to the clipboard"),
     ("ctrl+l", "clear", "Clear", True, "Clear this pane's conversation and history"),
     ("ctrl+s", "export", "Export", True, "Export both conversations as Markdown and JSON (with speed figures)"),
     ("ctrl+r", "raw", "Raw/chat", True, "Toggle raw prompt mode (no chat template, no history)"),
-    ("ctrl+b", "controls", "Controls", False, "Show or hide the controls sidebar"),
+    ("ctrl+b", "toggle_controls", "Show/hide controls", False, "Show or hide this pane's controls"),
     ("f5", "embedded", "Embedded", True, "Serve the embedded SmolLM2 samples (written into the cache once)"),
     ("f6", "start", "Start", True, "Start tritonserver on the repository in the form"),
-    ("f7", "stop_server", "Stop server", True, "Stop the tritonserver started here"),
+    ("f7", "stop_server", "Stop server", True, "Stop the tritonserver started here (or let a connected one go)"),
     ("f8", "connect", "Connect", True, "Connect to the running server at the URLs in the form"),
     ("f9", "generator", "Generate", False, "Show the model generator form (repo gen)"),
     ("f1", "keys", "Keys", True, "Show or hide the key and widget help panel"),
 )
+
+
+class Stopping(ModalScreen[None]):
+    """Shown while quitting waits for the tritonserver started here to stop."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with Center():
+            yield Static(self.text, id="stopping")
 
 
 class QaicConsoleApp(App[None]):
@@ -56,16 +70,16 @@ class QaicConsoleApp(App[None]):
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None, repository: str | None = None,
                  export_dir: str | Path | None = None) -> None:
         super().__init__()
-        self._urls = (http_url, grpc_url)
         self.export_dir = Path(export_dir) if export_dir else Path.cwd()
         self.notices: list[tuple[str, str]] = []  # (severity, text), every notification shown
-
+        self.quitting = False
         self.server_pane = ServerPane(http_url, grpc_url, repository=repository, id="server-pane")
         self.chats = {mode: ChatPane(mode, id=f"{mode}-pane") for mode in ("stream", "batch")}
+        self._initial = "stream" if http_url else "server"
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with TabbedContent(initial="stream" if self._urls[0] else "server"):
+        with TabbedContent(initial=self._initial):
             with TabPane("Server (F2)", id="server"):
                 yield self.server_pane
             with TabPane("Stream (F3)", id="stream"):
@@ -85,7 +99,7 @@ class QaicConsoleApp(App[None]):
 
     @property
     def active_chat(self) -> ChatPane | None:
-        return self.chat(self.active) if self.active in ("stream", "batch") else None
+        return self.chats.get(self.active)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Chat keys on the chat panes, server keys on the Server pane (the footer follows)."""
@@ -95,7 +109,8 @@ class QaicConsoleApp(App[None]):
             return self.active == "server"
         return True
 
-    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self) -> None:
         self.refresh_bindings()
         self._focus_pane()
 
@@ -106,25 +121,23 @@ class QaicConsoleApp(App[None]):
         else:
             self.server_pane.focus_form()
 
-    # ---- messages from the panes
+    # ---- messages
 
     def notice(self, text: str, severity: str = "information") -> None:
         """A notification, also kept in :attr:`notices`."""
         self.notices.append((severity, text))
         self.notify(text, severity=severity, timeout=10 if severity == "error" else 5, markup=False)  # type: ignore[arg-type]
 
-    def on_notice(self, message: Notice) -> None:
+    @on(Notice)
+    def _notice(self, message: Notice) -> None:
         self.notice(message.text, message.severity)
 
-    def on_connected(self, message: Connected) -> None:
-        self.chat("stream").connect(message.grpc_url, message.models)
-        self.chat("batch").connect(message.http_url, message.models)
-        self.sub_title = f"HTTP {message.http_url} · gRPC {message.grpc_url or '-'}"
-
-    def on_disconnected(self, message: Disconnected) -> None:
-        for mode in ("stream", "batch"):
-            self.chat(mode).connect(None, {})
-        self.sub_title = "not connected"
+    @on(ServerChanged)
+    def _server_changed(self, message: ServerChanged) -> None:
+        snap = message.snapshot
+        for pane in self.chats.values():
+            pane.serve(snap)
+        self.sub_title = f"HTTP {snap.http_url} · gRPC {snap.grpc_url or '-'}" if snap.serving else snap.phase
 
     # ---- actions
 
@@ -136,6 +149,17 @@ class QaicConsoleApp(App[None]):
         pane = self.active_chat
         if pane is not None and not pane.stop():
             self.notice("nothing to stop")
+
+    def action_controls(self) -> None:
+        if self.active_chat is not None:
+            controls = self.active_chat.controls
+            controls.display = True
+            controls.focus_first()
+
+    def action_toggle_controls(self) -> None:
+        if self.active_chat is not None:
+            controls = self.active_chat.controls
+            controls.display = not controls.display
 
     def action_copy(self) -> None:
         pane = self.active_chat
@@ -154,13 +178,7 @@ class QaicConsoleApp(App[None]):
         pane = self.active_chat
         if pane is not None:
             chat = pane.controls.toggle_chat()
-            pane.show_status()
             self.notice("chat template on: history is sent" if chat else "raw prompt mode: sent as typed, no history")
-
-    def action_controls(self) -> None:
-        if self.active_chat is not None:
-            controls = self.active_chat.query_one(Controls)
-            controls.display = not controls.display
 
     def action_export(self) -> None:
         turns = [*self.chat("stream").turns, *self.chat("batch").turns]
@@ -198,26 +216,58 @@ class QaicConsoleApp(App[None]):
         else:
             self.action_show_help_panel()
 
+    def save_screenshot_here(self) -> None:
+        """An SVG of the screen into the export folder, saying where."""
+        try:
+            path = self.save_screenshot(path=str(self.export_dir))
+        except OSError as exc:
+            self.notice(f"screenshot failed: {exc}", "error")
+            return
+        self.notice(f"screenshot saved to {path}")
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title != "Screenshot":  # Textual's saves into ~/Downloads, which may not exist
+                yield command
+        yield SystemCommand("Screenshot", "Save an SVG screenshot of the screen where Ctrl+S exports (--export-dir)",
+                            partial(self.call_after_refresh, self.save_screenshot_here))
         for _, action, label, _, help_text in KEYS:
             name = action.partition("(")[0]
             if name != "keys" and self.check_action(name, ()):  # super() has Keys
                 yield SystemCommand(label, help_text, partial(self.run_action, action))
 
-    # ---- shutdown
+    # ---- quitting: a server started here is stopped first, on screen
 
     def on_mount(self) -> None:
         """SIGTERM and SIGHUP (the terminal closed) quit like Ctrl+Q, so a server started here is stopped."""
         loop = asyncio.get_running_loop()
         for signum in QUIT_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # e.g. not the main thread
-                loop.add_signal_handler(signum, self.exit)
+                loop.add_signal_handler(signum, partial(self.call_later, self.action_quit))
+
+    async def action_quit(self) -> None:
+        """Stop the replies in flight and the server started here (saying so), then close."""
+        for pane in self.chats.values():
+            pane.stop()
+        controller = self.server_pane.controller
+        if self.quitting:
+            return
+        if controller.server is None and controller.snapshot.phase != "starting":
+            self.exit()
+            return
+        self.quitting = True
+        pid = controller.server.pid if controller.server is not None else None
+        await self.push_screen(Stopping(f"stopping tritonserver{f' (pid {pid})' if pid else ''}… "
+                                        "qaic-console closes when it is down"))
+        self.server_pane.shutdown()
+
+    @on(ServerDown)
+    def _server_down(self) -> None:
+        self.exit()
 
     async def on_unmount(self) -> None:
-        for mode in ("stream", "batch"):
-            self.chat(mode).stop()
-        await asyncio.to_thread(self.server_pane.shutdown)
+        if self.server_pane.controller.server is not None:  # closed another way: still stop it
+            await asyncio.to_thread(self.server_pane.controller.stop)
         loop = asyncio.get_running_loop()
         for signum in QUIT_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):

@@ -1,0 +1,101 @@
+"""One prompt's reply inside a turn: its header (``a|b``), its text, and its own speed figures.
+
+Everything shown comes from the turn (:class:`console.core.turns.Turn`): its text, its figures (live
+while the reply comes, final once it ends, kept when it is stopped) and its status line.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Static
+
+from console.clients import CANCELLED, format_stats
+from console.core.turns import Turn
+
+
+def elapsed(turn: Turn) -> float:
+    """Seconds since the turn's request went out (since it was submitted while it is being prepared)."""
+    if turn.sent_at is None:
+        return time.time() - turn.started
+    return time.perf_counter() - turn.sent_at
+
+
+def figures_line(turn: Turn, index: int, preparing: str = "") -> str:
+    """The figures line of prompt ``index``: live, final (with the time spent before sending), or why it ended."""
+    reply = turn.replies.get(index)
+    figures = turn.figures(index)
+    if reply is not None or turn.failure is not None:
+        if reply is not None:
+            line = turn.status(index)
+        elif turn.failure.kind == CANCELLED:  # type: ignore[union-attr]
+            line = "■ stopped" + (f" · {format_stats(figures)}" if figures else "")
+        else:
+            line = f"✖ {turn.failure.kind} · {turn.failure.message}"  # type: ignore[union-attr]
+        if turn.sent_at is not None:
+            line += f" · prepare {turn.prepare_seconds:.2f} s"
+        return line
+    if turn.sent_at is None:
+        return f"… preparing: {preparing or 'model config and chat template'} · {elapsed(turn):.1f} s · Esc stops"
+    now = elapsed(turn)
+    live = turn.figures(index, now)
+    if live is None:
+        return f"… waiting {now:.1f} s · Esc stops"
+    return f"▶ {format_stats(live)}"
+
+
+def turn_notes(turn: Turn) -> list[str]:
+    """What the turn's figures alone do not say: controls the model never got, a batch model on a stream."""
+    lines = []
+    if turn.ignored:
+        lines.append(f"not sent: {', '.join(turn.ignored)} ({turn.model} has no input for them)")
+    streamed = [r.stats.streamed for r in turn.replies.values()]
+    if turn.mode == "stream" and streamed and not any(streamed):
+        lines.append(f"{turn.model} is a batch model (not decoupled): it answered in one response, so there is no "
+                     "time to first token or inter-token latency")
+    return lines
+
+
+class AnswerBlock(Vertical):
+    """Prompt ``index`` of ``turn``: optional header, the text, the figures."""
+
+    def __init__(self, turn: Turn, index: int) -> None:
+        super().__init__(classes="answer pending")
+        self.turn, self.index = turn, index
+
+    def compose(self) -> ComposeResult:
+        if len(self.turn.prompts) > 1:
+            header = f"[{self.index + 1}/{len(self.turn.prompts)}] {self.turn.prompts[self.index]}"
+            yield Static(Content(header), classes="answer-header")
+        yield Static(Content("…"), classes="answer-body")
+        yield Static(Content(""), classes="stats")
+
+    @property
+    def finished(self) -> bool:
+        return self.index in self.turn.replies or self.turn.failure is not None
+
+    def show(self, preparing: str = "") -> None:
+        """Render the turn's state for this prompt (``preparing``: what the wait before sending is for)."""
+        turn, i = self.turn, self.index
+        text = turn.text(i)
+        if self.finished:
+            reply = turn.replies.get(i)
+            text = text or ("(empty reply)" if reply is not None else "(no reply)")
+            self.remove_class("pending")
+            stopped = reply is None and turn.failure is not None and turn.failure.kind == CANCELLED
+            self.set_class(stopped, "stopped")
+            self.set_class(not stopped and (reply is None or not reply.ok), "failed")
+        self.query_one(".answer-body", Static).update(Content(text or "…"))
+        self.query_one(".stats", Static).update(Content(figures_line(turn, i, preparing)))
+
+    @property
+    def figures_text(self) -> str:
+        """The figures line as shown."""
+        return str(self.query_one(".stats", Static).content)
+
+    @property
+    def body_text(self) -> str:
+        return str(self.query_one(".answer-body", Static).content)

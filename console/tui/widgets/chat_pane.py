@@ -1,0 +1,273 @@
+"""The Stream and Batch panes: a conversation, a prompt line, live per-prompt figures and the pane's controls.
+
+A send is an :class:`~console.core.request.Exchange` run in a thread worker: the core prepares the request
+(model config, chat template with this pane's history), calls the server and folds every event into the
+turn; the pane renders the turn. ``a|b`` sends two prompts in one request, each answered in its own block.
+"""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.widgets import Checkbox, Input, Select, Static
+
+from console.clients import CANCELLED, ClientError, Event, Failure, ModelInfo, split_prompts
+from console.core.controller import Snapshot
+from console.core.request import Endpoint, Exchange, Settings
+from console.core.template import chat_tokenizer
+from console.core.turns import Turn, last_reply
+from console.server.embedded import EMBEDDED_DEFAULTS
+
+from ..messages import Notice, TemplateLoaded, TurnEnded, TurnEvent
+from .answer_block import AnswerBlock, elapsed, turn_notes
+from .controls import Controls, model_options, offered
+
+MODES = {"stream": "gRPC stream", "batch": "HTTP batch"}
+HINTS = {
+    "stream": "Chat over gRPC streaming: text arrives token by token, with live time to first token, "
+              "inter-token latency and tokens/s for each prompt.",
+    "batch": "Chat over HTTP: one response per request, with the time waited shown meanwhile.",
+}
+KEY_HINT = ("Enter sends · a|b sends two prompts in one request · Esc stops (on the server too) · Ctrl+O goes to "
+            "this pane's controls · Ctrl+Y copies the last reply · Ctrl+S exports · Ctrl+P lists every command.")
+NO_SERVER = "No server yet? F2 for the Server pane, then F5 serves the embedded SmolLM2."
+LOADING, READY = "loading", "ready"
+
+
+class ChatPane(Horizontal):
+    """A chat over one transport: ``mode`` is "stream" (gRPC) or "batch" (HTTP); its own turns and history."""
+
+    def __init__(self, mode: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.mode = mode
+        self.endpoint = Endpoint()
+        self.serving = False
+        self.infos: dict[str, ModelInfo] = {}
+        self.generation = -1
+        self.turns: list[Turn] = []
+        self.exchange: Exchange | None = None
+        self.blocks: list[AnswerBlock] = []  # the latest turn's
+        self.note = Static(classes="turn-note")  # the latest turn's notes (controls not sent, a batch model)
+        self.template: dict[tuple[str, str], str] = {}  # (model, tokenizer) -> loading | ready | why not
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="chat-main"):
+            yield VerticalScroll(self._hint(), classes="conversation")
+            yield Static(classes="status")
+            yield Input(placeholder="Message · Enter sends · a|b sends two prompts · Esc stops", classes="prompt")
+        yield Controls(self.mode, classes="controls")
+
+    def on_mount(self) -> None:
+        self.set_interval(0.1, self._tick)
+        self.show_status()
+
+    @property
+    def controls(self) -> Controls:
+        return self.query_one(Controls)
+
+    # ---- the server
+
+    def serve(self, snapshot: Snapshot) -> None:
+        """Follow the server: its endpoint and, when its models changed, the models this pane offers."""
+        self.serving = snapshot.serving
+        self.endpoint = snapshot.endpoint if snapshot.serving else Endpoint()
+        if snapshot.generation != self.generation:
+            self.generation = snapshot.generation
+            self.infos = {n: i for n, i in snapshot.infos.items() if offered(self.mode, i)}
+            self.template.clear()  # other models, maybe other tokenizers (loaded ones come from a cache)
+            self.controls.set_models(model_options(self.mode, self.infos), EMBEDDED_DEFAULTS[self.mode])
+            self.warm()
+        for hint in self.query(".hint").results(Static):
+            hint.update(self._hint().content)
+        self.show_status()
+
+    def _hint(self) -> Static:
+        lines = [HINTS[self.mode], KEY_HINT] + ([] if self.serving and self.infos else [NO_SERVER])
+        return Static(Content("\n".join(lines)), classes="hint")
+
+    # ---- the chat template, loaded ahead of the first send
+
+    def _template_key(self) -> tuple[str, str] | None:
+        model = self.controls.model
+        return (model, self.controls.tokenizer) if self.controls.chat and model in self.infos else None
+
+    def warm(self) -> None:
+        """Load the chat template now (a worker), not while the first reply is awaited."""
+        key = self._template_key()
+        if key is not None and key not in self.template:
+            self.template[key] = LOADING
+            self._load_template(key, self.infos[key[0]])
+        self.show_status()
+
+    @work(thread=True, group="template")
+    def _load_template(self, key: tuple[str, str], info: ModelInfo) -> None:
+        try:
+            chat_tokenizer(key[1] or None, info)
+        except Exception as exc:  # the send says it again; the pane keeps working
+            self.post_message(TemplateLoaded(key, str(exc) if isinstance(exc, ClientError) else repr(exc)))
+        else:
+            self.post_message(TemplateLoaded(key))
+
+    @on(TemplateLoaded)
+    def _template_loaded(self, message: TemplateLoaded) -> None:
+        message.stop()
+        self.template[message.key] = message.error or READY
+        self.show_status()
+
+    def _template_state(self) -> str:
+        if not self.controls.chat:
+            return "raw prompts (Ctrl+R: chat template)"
+        key = self._template_key()
+        state = self.template.get(key) if key else None
+        if state == LOADING:
+            return "preparing: loading the chat template…"
+        return "chat template ready" if state == READY else f"chat template: {state}" if state else "chat template"
+
+    @on(Select.Changed, "#model")
+    @on(Checkbox.Changed, "#chat")
+    @on(Input.Submitted, "#tokenizer")
+    def _settings_changed(self) -> None:
+        self.warm()
+
+    # ---- status
+
+    def show_status(self, text: str = "") -> None:
+        """The line under the conversation: transport, endpoint, model kind, chat template (or the progress)."""
+        if not text:
+            try:
+                where = self.endpoint.url(self.mode)[0] if self.serving else "not connected (F2: Server pane)"
+            except ClientError as exc:
+                where = str(exc)
+            parts = [MODES[self.mode], where]
+            info = self.infos.get(self.controls.model or "")
+            if self.mode == "stream" and info is not None and not info.decoupled:
+                parts.append(f"{info.name} is a batch model: one response, no ttft/itl")
+            text = " · ".join([*parts, self._template_state()])
+        self.query_one(".status", Static).update(Content(text))
+
+    # ---- sending
+
+    @on(Input.Submitted, ".prompt")
+    def _prompt_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.submit(event.value)
+
+    def submit(self, text: str) -> bool:
+        """Send ``text`` (``a|b``: several prompts); False with a notice when it cannot go."""
+        try:
+            if self.exchange is not None:
+                raise ClientError("a reply is still coming: Esc stops it")
+            if not text.strip():
+                raise ClientError("type a message first")
+            prompts = split_prompts(text)
+            if not self.serving:
+                raise ClientError(f"not connected: the {self.mode} pane needs a server (F2: Server pane; F5 there "
+                                  "serves the embedded SmolLM2)")
+            settings = self.controls.settings()
+        except ClientError as exc:
+            self.post_message(Notice(str(exc), "warning"))
+            return False
+        exchange = Exchange.new(settings, prompts)
+        earlier = list(self.turns)
+        self.turns.append(exchange.turn)
+        self.exchange = exchange
+        self.query_one(".prompt", Input).value = ""
+        self._show_turn(exchange.turn)
+        self._send(exchange, settings, self.endpoint, earlier, self.infos.get(settings.model))
+        return True
+
+    @work(thread=True, group="chat")
+    def _send(self, exchange: Exchange, settings: Settings, endpoint: Endpoint, earlier: list[Turn],
+              info: ModelInfo | None) -> None:
+        """Worker: the core prepares, calls and folds; every event is posted back."""
+        def posted(event: Event) -> None:
+            self.post_message(TurnEvent(exchange, event))
+
+        try:
+            exchange.run(endpoint, settings, earlier, info, on_event=posted)
+        except Exception as exc:  # e.g. a chat template that fails: readable, and the pane keeps working
+            exchange.turn.apply(Failure(f"{type(exc).__name__}: {exc}", "error"))
+        finally:
+            self.post_message(TurnEnded(exchange))
+
+    def _show_turn(self, turn: Turn) -> None:
+        conversation = self.query_one(".conversation", VerticalScroll)
+        conversation.query(".hint").remove()
+        self.blocks = [AnswerBlock(turn, i) for i in range(len(turn.prompts))]
+        self.note = Static(classes="turn-note")
+        self.note.display = False
+        conversation.mount(Static(Content(f"you › {' | '.join(turn.prompts)}"), classes="user"), self.note,
+                           *self.blocks)
+        conversation.scroll_end(animate=False)
+
+    def _render_turn(self) -> None:
+        preparing = "loading the chat template" if self._template_state().startswith("preparing") else ""
+        for block in self.blocks:
+            block.show(preparing)
+        if self.blocks:
+            lines = turn_notes(self.blocks[0].turn)
+            self.note.update(Content("\n".join(lines)))
+            self.note.display = bool(lines)
+
+    @on(TurnEvent)
+    def _turn_event(self, message: TurnEvent) -> None:
+        message.stop()
+        if message.exchange is self.exchange:
+            self._render_turn()
+            self._follow()
+
+    @on(TurnEnded)
+    def _turn_ended(self, message: TurnEnded) -> None:
+        message.stop()
+        if message.exchange is not self.exchange:
+            return  # a send of a cleared conversation
+        self.exchange = None
+        self._render_turn()
+        self._follow()
+        failure = message.exchange.turn.failure
+        if failure is not None:
+            self.post_message(Notice(failure.message, "warning" if failure.kind == CANCELLED else "error"))
+        self.show_status()
+
+    def _follow(self) -> None:
+        conversation = self.query_one(".conversation", VerticalScroll)
+        if conversation.scroll_y >= conversation.max_scroll_y - 3:
+            conversation.scroll_end(animate=False)
+
+    def _tick(self) -> None:
+        exchange = self.exchange
+        if exchange is None:
+            return
+        self._render_turn()
+        turn = exchange.turn
+        verb = "preparing" if turn.sent_at is None else "streaming from" if self.mode == "stream" else "waiting for"
+        self.show_status(f"{verb} {turn.model} · {elapsed(turn):.1f} s · Esc stops")
+
+    # ---- what the app asks of the pane
+
+    def stop(self) -> bool:
+        """Stop the reply in flight (on the server too); False when there is none."""
+        if self.exchange is None:
+            return False
+        self.exchange.cancel()
+        return True
+
+    def clear(self) -> None:
+        """Forget the conversation (display, history and transcript)."""
+        if self.exchange is not None:
+            self.exchange.cancel()
+            self.exchange = None
+        self.turns.clear()
+        self.blocks = []
+        conversation = self.query_one(".conversation", VerticalScroll)
+        conversation.remove_children()
+        conversation.mount(self._hint())
+        self.show_status()
+
+    def last_reply(self) -> str | None:
+        return last_reply(self.turns)
+
+    def focus_prompt(self) -> None:
+        self.query_one(".prompt", Input).focus()

@@ -1,0 +1,136 @@
+"""A chat pane's controls: the model, the timeout, one field per entry of the controls table, the system prompt,
+the chat template and its tokenizer. Each pane has its own."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Checkbox, Input, Label, Select, Static
+
+from console.clients import CONTROLS, ClientError, Control, ModelInfo, interface_of
+from console.core.controls import form_default, params_from_form
+from console.core.request import Settings
+
+from .fields import Field, row, value
+
+INPUT_TYPES = {int: "integer", float: "number", str: "text"}
+OTHER_PANE = {"stream": "Batch (F4)", "batch": "Stream (F3)"}
+
+
+def control_id(name: str) -> str:
+    """The id of a control's field (``control-max_tokens``)."""
+    return f"control-{name}"
+
+
+def placeholder(control: Control) -> str:
+    if control.multiple:
+        return "a|b (blank: none)"
+    return "model default"
+
+
+def offered(mode: str, info: ModelInfo) -> bool:
+    """Whether a pane offers the model: one whose interface the console speaks; batch: not decoupled."""
+    try:
+        interface_of(info)
+    except ClientError:
+        return False
+    return mode == "stream" or not info.decoupled
+
+
+def model_options(mode: str, infos: dict[str, ModelInfo]) -> list[tuple[str, str]]:
+    """(label, name) for the model select: the pane's own kind first, the others say what they are."""
+    def label(info: ModelInfo) -> str:
+        notes = ["batch model: one response"] if mode == "stream" and not info.decoupled else []
+        notes += [] if info.use_kv_cache else ["causal: slow on a CPU"]
+        return " · ".join([info.name, *notes])
+
+    ordered = sorted(infos.values(), key=lambda i: (mode == "stream" and not i.decoupled, i.name))
+    return [(label(info), info.name) for info in ordered]
+
+
+class Controls(VerticalScroll, can_focus=False):
+    """The settings of one chat pane (``mode`` stream or batch); Ctrl+O focuses them, Tab walks them."""
+
+    def __init__(self, mode: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.mode = mode
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"{self.mode.title()} controls (this pane only)", classes="title")
+        yield Static(f"{OTHER_PANE[self.mode]} has its own. Ctrl+O comes here; blank asks the model's default.",
+                     classes="controls-note")
+        yield row("Model", Select([], id="model", prompt="(not connected)", compact=True))
+        yield row("Timeout s", Field(placeholder="model default", id="timeout", type="number", compact=True,
+                                     tooltip="Seconds for the whole call (blank: the model's default, 600 s for "
+                                             "KV-cache models, 6000 s for causal ones; 0: none)."))
+        for control in CONTROLS:
+            yield row(control.label, Field(form_default(control), placeholder=placeholder(control),
+                                           id=control_id(control.name), type=INPUT_TYPES[control.kind],
+                                           compact=True, tooltip=control.help))
+        yield row("System", Field(placeholder="system prompt (chat template)", id="system", compact=True))
+        yield Checkbox("Chat template + history", True, id="chat", compact=True)
+        yield row("Tokenizer", Field(placeholder="embedded: built in", id="tokenizer", compact=True,
+                                     tooltip="Local tokenizer folder whose chat template the model uses."))
+
+    # ---- the model
+
+    def set_models(self, options: list[tuple[str, str]], default: str | None) -> None:
+        """Offer ``options`` (label, name); keep the current choice when it is still served, else ``default``."""
+        select: Select[str] = self.query_one("#model", Select)
+        current = select.value
+        names = [name for _, name in options]
+        select.set_options(options)
+        for pick in (current, default, *names[:1]):
+            if pick in names:
+                select.value = pick
+                return
+
+    @property
+    def model(self) -> str | None:
+        chosen = self.query_one("#model", Select).value
+        return chosen if isinstance(chosen, str) else None
+
+    # ---- chat template
+
+    @property
+    def chat(self) -> bool:
+        """Chat-template mode (else raw prompts)."""
+        return self.query_one("#chat", Checkbox).value
+
+    def toggle_chat(self) -> bool:
+        """Flip chat-template mode; the new value."""
+        box = self.query_one("#chat", Checkbox)
+        box.value = not box.value
+        return box.value
+
+    @property
+    def tokenizer(self) -> str:
+        return value(self, "#tokenizer")
+
+    # ---- values
+
+    def set_value(self, name: str, text: str) -> None:
+        """Set a field by name: a control's (``max_tokens``), ``timeout``, ``system``, ``tokenizer`` or ``chat``."""
+        if name == "chat":
+            self.query_one("#chat", Checkbox).value = text.lower() in ("1", "true", "yes", "on")
+            return
+        selector = f"#{control_id(name)}" if self.query(f"#{control_id(name)}") else f"#{name}"
+        self.query_one(selector, Input).value = text
+
+    def focus_first(self) -> None:
+        """Focus the first control of the table (Max tokens), its value selected for typing over."""
+        self.query_one(f"#{control_id(CONTROLS[0].name)}", Input).focus()
+
+    def settings(self) -> Settings:
+        """What one send uses; ClientError naming the bad field."""
+        model = self.model
+        if model is None:
+            raise ClientError("no model chosen: connect to a server or start one on the Server pane (F2)")
+        params = params_from_form({c.name: value(self, f"#{control_id(c.name)}") for c in CONTROLS})
+        text = value(self, "#timeout")
+        try:
+            timeout = float(text) if text else None
+        except ValueError:
+            raise ClientError(f"Timeout s: {text!r} is not a number") from None
+        return Settings(model, mode=self.mode, params=params, timeout=timeout, chat=self.chat,
+                        system=value(self, "#system"), tokenizer=self.tokenizer)

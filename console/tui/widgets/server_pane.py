@@ -1,0 +1,290 @@
+"""The Server pane: connect to a running tritonserver by URL, or pick / generate a model repository and serve it.
+
+It drives one :class:`~console.core.controller.ServerController`: start returns at once, connect, poll and stop
+run in thread workers; the controller's snapshots and log lines come back as messages. The snapshots bubble on
+to the app, which hands them to the chat panes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.markup import escape
+from textual.widgets import Button, Collapsible, DataTable, Input, Label, Log, Static
+
+from console.clients import ClientError, interface_of
+from console.core.controller import ModelRow, ServerController, Snapshot
+from console.server import LOG_KEEP, ServerError
+from console.server.embedded import DEFAULT_MODELS, START_TIMEOUT
+from repo_gen.inspection import list_models
+
+from ..messages import Generated, Notice, ServerChanged, ServerDown, ServerLog
+from .fields import Field, row, value
+from .generator_form import GeneratorForm
+
+DEFAULT_REPOSITORY = "llm_model_dir"
+POLL_SECONDS = 2.0
+COLUMNS = ("Model", "State", "Type", "Mode", "Interface", "Note")
+MARKS = {
+    "idle": ("○", "text-muted"), "stopped": ("○", "text-muted"), "starting": ("◔", "warning"),
+    "stopping": ("◔", "warning"), "ready": ("●", "success"), "connected": ("●", "success"),
+    "failed": ("✖", "error"), "unreachable": ("✖", "error"),
+}
+LOG_HINT = ("No server yet: F5 serves the embedded SmolLM2 (CPU), F6 starts the repository on the left, F8 connects "
+            "to a running server by its URLs.")
+ELSEWHERE = "Connected to a tritonserver started elsewhere: its log is not shown here."
+
+
+def model_row(model: ModelRow) -> tuple[str, ...]:
+    """A models-table row: name, state, type (kv/causal), mode (stream/batch), the interface it speaks, why."""
+    info, kind, mode, interface = model.info, "", "", ""
+    if info is not None:
+        kind = "kv" if info.use_kv_cache else "causal"
+        mode = "stream" if info.decoupled else "batch"
+        try:
+            interface = interface_of(info).name
+        except ClientError:
+            interface = "unsupported"
+    return model.name, model.state or "not loaded", kind, mode, interface, model.reason
+
+
+def state_markup(snap: Snapshot) -> str:
+    """The phase, its message, and where the server answers."""
+    mark, style = MARKS.get(snap.phase, ("?", "text"))
+    lines = [f"[${style}]{mark} {snap.phase}[/]  {escape(snap.message)}"]
+    if snap.http_url:
+        lines += [f"[b]HTTP[/]     {escape(snap.http_url)}", f"[b]gRPC[/]     {escape(snap.grpc_url or '-')}"]
+    if snap.metrics_url:
+        lines.append(f"[b]metrics[/]  {escape(snap.metrics_url)}")
+    return "\n".join(lines)
+
+
+class ServerPane(Horizontal):
+    """Forms on the left; state, endpoints, models and the server log on the right."""
+
+    def __init__(self, http_url: str | None = None, grpc_url: str | None = None,
+                 repository: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._initial = (http_url or "", grpc_url or "", repository or DEFAULT_REPOSITORY)
+        self.controller = ServerController(on_change=lambda s: self.post_message(ServerChanged(s)),
+                                           on_log=lambda line: self.post_message(ServerLog(line)))
+        self.phase = self.controller.snapshot.phase
+        self._polling = False
+        self._ready: list[str] = []  # the ready models last announced
+        self.listing = False  # the table lists the repository's folders (no server yet)
+
+    def compose(self) -> ComposeResult:
+        http_url, grpc_url, repository = self._initial
+        with VerticalScroll(classes="server-forms"):
+            yield Label("Connect to a running tritonserver", classes="title")
+            yield row("HTTP URL", Field(http_url, placeholder="host:8000", id="http-url", compact=True))
+            yield row("gRPC URL", Field(grpc_url, placeholder="host:8001 (blank: HTTP port + 1)", id="grpc-url",
+                                        compact=True))
+            yield Horizontal(Button("Connect (F8)", id="connect", compact=True), classes="buttons")
+            yield Label("Serve a model repository", classes="title")
+            yield row("Repository", Field(repository, id="repository", compact=True))
+            yield row("Load models", Field(placeholder="all (or a,b)", id="load", compact=True))
+            yield row("Start timeout", Field(f"{START_TIMEOUT:g}", id="start-timeout", type="number", compact=True))
+            yield Horizontal(
+                Button("Embedded (F5)", id="embedded", compact=True, variant="primary"),
+                Button("Start (F6)", id="start", compact=True, variant="success"),
+                Button("Stop (F7)", id="stop", compact=True, variant="error"),
+                classes="buttons",
+            )
+            with Collapsible(title="Generate a model into the repository (F9)", id="generator"):
+                yield GeneratorForm(self.repository)
+        with Vertical(classes="server-state"):
+            yield Static(id="state")
+            yield DataTable(id="models", cursor_type="row", zebra_stripes=True)
+            yield Static(LOG_HINT, id="log-hint")
+            yield Log(id="server-log", max_lines=LOG_KEEP)
+
+    def on_mount(self) -> None:
+        self.query_one("#models", DataTable).add_columns(*COLUMNS)
+        self.query_one("#server-log", Log).border_title = "tritonserver log"
+        self._show(self.controller.snapshot)
+        self.set_interval(POLL_SECONDS, self._poll)
+        if self._initial[0]:
+            self.connect()
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.controller.snapshot
+
+    def repository(self) -> Path:
+        """The repository in the form (default llm_model_dir)."""
+        return Path(value(self, "#repository") or DEFAULT_REPOSITORY).expanduser()
+
+    def focus_form(self) -> None:
+        """Focus the first field that matters: the URL when not serving, else the repository."""
+        self.query_one("#repository" if self.snapshot.serving else "#http-url", Input).focus()
+
+    # ---- what the controller says
+
+    @on(ServerChanged)
+    def _server_changed(self, message: ServerChanged) -> None:
+        snap = message.snapshot
+        if snap is not self.controller.snapshot:
+            message.stop()  # made in another thread before the current one: its message follows
+            return
+        was, self.phase = self.phase, snap.phase
+        self._show(snap)
+        self._announce(snap, was)
+
+    def _show(self, snap: Snapshot) -> None:
+        self.query_one("#state", Static).update(Content.from_markup(state_markup(snap)))
+        hint = self.query_one("#log-hint", Static)
+        hint.update(ELSEWHERE if snap.phase == "connected" else LOG_HINT)
+        hint.display = not snap.owned
+        if snap.phase != "idle" or not self.listing:
+            self._table([model_row(m) for m in snap.models])
+            self.listing = False
+        if snap.http_url:
+            self.query_one("#http-url", Input).value = snap.http_url
+            self.query_one("#grpc-url", Input).value = snap.grpc_url or ""
+
+    def _announce(self, snap: Snapshot, was: str) -> None:
+        """A notice when the phase changes, and when the set of ready models does."""
+        ready = sorted(snap.infos)
+        if snap.phase != was and snap.phase in ("failed", "unreachable"):
+            self.post_message(Notice(snap.message, "error"))
+        elif snap.phase != was and snap.phase in ("ready", "connected", "stopped"):
+            self.post_message(Notice(snap.message))
+        elif snap.phase == "idle" and was in ("connected", "unreachable"):
+            self.post_message(Notice("let go of the connected tritonserver (it keeps running)"))
+        if snap.serving and ready != self._ready:
+            self.post_message(Notice(f"models ready: {', '.join(ready) or 'none'}"))
+        self._ready = ready
+
+    def _table(self, rows: list[tuple[str, ...]]) -> None:
+        table = self.query_one("#models", DataTable)
+        table.clear()
+        for cells in rows:
+            table.add_row(*cells)
+
+    @on(ServerLog)
+    def _log_line(self, message: ServerLog) -> None:
+        message.stop()
+        self.query_one("#server-log", Log).write_line(message.line)  # follows the tail
+
+    # ---- connect, start, stop, poll
+
+    def connect(self) -> None:
+        """Use the server at the URLs in the form (one this console did not start)."""
+        http_url = value(self, "#http-url")
+        if not http_url:
+            self.post_message(Notice("type the server's HTTP URL (host:port); the gRPC one defaults to the HTTP "
+                                     "port + 1", "warning"))
+            return
+        self._connect(http_url, value(self, "#grpc-url"))
+
+    @work(thread=True, group="connect", exclusive=True)
+    def _connect(self, http_url: str, grpc_url: str) -> None:
+        try:
+            self.controller.connect(http_url, grpc_url)
+        except (ClientError, OSError, ValueError) as exc:
+            self.post_message(Notice(str(exc), "error"))
+
+    def start(self, embedded: bool = False) -> None:
+        """Serve the repository in the form (``embedded``: the cached embedded samples, the default models)."""
+        if embedded:
+            self.query_one("#load", Input).value = ",".join(DEFAULT_MODELS)
+        models = [m.strip() for m in value(self, "#load").split(",") if m.strip()]
+        try:
+            timeout = float(value(self, "#start-timeout") or START_TIMEOUT)
+        except ValueError:
+            self.post_message(Notice("Start timeout: not a number", "warning"))
+            return
+        repository = None if embedded else self.repository()
+        if repository is not None and not repository.is_dir():
+            self.post_message(Notice(f"no model repository at {repository}: generate a model (F9) or press F5",
+                                     "warning"))
+            return
+        try:
+            self.controller.start(repository, models, timeout)
+        except ServerError as exc:
+            self.post_message(Notice(f"{exc} (F7)", "warning"))
+            return
+        self.query_one("#server-log", Log).clear()  # its first lines are still on their way as messages
+
+    def stop_server(self) -> None:
+        """Stop the tritonserver started here; a connected one is only let go."""
+        if self.snapshot.phase in ("idle", "stopped", "failed"):
+            self.post_message(Notice("no tritonserver to stop", "warning"))
+            return
+        self._stop()
+
+    def shutdown(self) -> None:
+        """Stop a server started here, then post :class:`ServerDown` (the app closes then)."""
+        self._stop(quitting=True)
+
+    @work(thread=True, group="stop")
+    def _stop(self, quitting: bool = False) -> None:
+        try:
+            self.controller.stop()
+        finally:
+            if quitting:
+                self.post_message(ServerDown())
+
+    def _poll(self) -> None:
+        if not self._polling and self.snapshot.phase in ("ready", "connected", "unreachable"):
+            self._polling = True
+            self._poll_now()
+
+    @work(thread=True, group="poll")
+    def _poll_now(self) -> None:
+        try:
+            self.controller.poll()
+        finally:
+            self._polling = False
+
+    # ---- the repository before a server runs on it
+
+    def show_repository(self, repository: Path) -> None:
+        """The model folders of ``repository`` (before a server runs on it)."""
+        self.listing = True
+        try:
+            models = list_models(repository)
+        except ValueError as exc:
+            self._table([("-", "", "", "", "", str(exc))])
+            return
+        self._table([(m.name, "not served", "kv" if m.model_type == "kv_cache" else m.model_type,
+                      {True: "stream", False: "batch", None: "?"}[m.decoupled], "",
+                      "; ".join(m.problems) or m.source) for m in models])
+
+    @on(Generated)
+    def _generated(self, message: Generated) -> None:
+        if not self.snapshot.serving:
+            self.show_repository(message.path.parent)
+
+    # ---- buttons and fields
+
+    @on(Button.Pressed, "#connect")
+    def _connect_pressed(self) -> None:
+        self.connect()
+
+    @on(Button.Pressed, "#embedded")
+    def _embedded_pressed(self) -> None:
+        self.start(embedded=True)
+
+    @on(Button.Pressed, "#start")
+    def _start_pressed(self) -> None:
+        self.start()
+
+    @on(Button.Pressed, "#stop")
+    def _stop_pressed(self) -> None:
+        self.stop_server()
+
+    @on(Input.Submitted, "#http-url, #grpc-url")
+    def _url_submitted(self) -> None:
+        self.connect()
+
+    @on(Input.Submitted, "#repository")
+    def _repository_submitted(self) -> None:
+        if not self.snapshot.serving:
+            self.show_repository(self.repository())

@@ -1,0 +1,92 @@
+"""A model's spec from the generator's inputs: a sample's defaults under the given values (a library: the CLI
+and the consoles' generator forms both use it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from backend_model import compile_config
+from backend_model.contract import SessionError
+from backend_model.qaic_session import find_qpc
+
+from .inspection import detect_model_type
+from .samples import SAMPLES
+from .writer import ModelSpec, RepoError, check_backend_dir, check_name, write_model
+
+Note = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def read_compile_config(path: Path) -> dict[str, Any]:
+    """The keys a compile_config.json gives, validated; the file is copied as given."""
+    compile_config.load(path)  # errors name the file and the key
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def qpc_dir(aic_binary_dir: Path | None) -> str:
+    """The QPC folder as an absolute path (the server may run elsewhere), or ''."""
+    if aic_binary_dir is None:
+        return ""
+    try:
+        find_qpc(aic_binary_dir)
+    except SessionError as exc:
+        raise RepoError(f"--aic_binary_dir: {exc}") from None
+    return str(aic_binary_dir.expanduser().resolve())
+
+
+def resolve_spec(
+    model_name: str,
+    *,
+    aic_binary_dir: Path | None = None,
+    compile_config_path: Path | None = None,
+    hf_model_name: str | None = None,
+    model_type: str | None = None,
+    decoupled: bool | None = None,
+    engine: str | None = None,
+    precision: str | None = None,
+    cpu_threads: int | None = None,
+    note: Note = _quiet,
+) -> ModelSpec:
+    """Flags over a sample's defaults (or the template's); the model type may come from the QPC
+    (``note`` hears what takes long and what was found)."""
+    check_name(model_name)
+    base = SAMPLES.get(model_name, ModelSpec(model_name))
+    qpc = qpc_dir(aic_binary_dir)
+    compiled = read_compile_config(compile_config_path) if compile_config_path else dict(base.compile)
+    if model_type is None and qpc and model_name not in SAMPLES:
+        model_type = detect_model_type(qpc, note)
+        note(f"model type: {model_type}")
+    return dataclasses.replace(
+        base,
+        model_type=model_type or base.model_type,
+        decoupled=base.decoupled if decoupled is None else decoupled,
+        aic_binary_dir=qpc or base.aic_binary_dir,
+        hf_model_name=hf_model_name or base.hf_model_name,
+        compile=compiled,
+        engine=engine or base.engine,
+        precision=precision or base.precision,
+        cpu_threads=base.cpu_threads if cpu_threads is None else cpu_threads,
+    )
+
+
+def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | None = None, force: bool = False,
+             note: Note = _quiet, **fields: Any) -> tuple[ModelSpec, Path]:
+    """Write ``<output_dir>/<model_name>/`` from :func:`resolve_spec` (``fields``: its keywords); (spec, folder).
+
+    Checked before anything slow (a QPC load may take minutes): the name, an existing folder (unless
+    ``force``), the backend folder. RepoError / CompileConfigError / SessionError on bad input.
+    """
+    check_name(model_name)
+    if (output_dir / model_name).exists() and not force:
+        raise RepoError(f"{output_dir / model_name} already exists (use --force to replace it)")
+    if python_backend_dir is not None:
+        check_backend_dir(python_backend_dir)
+    spec = resolve_spec(model_name, note=note, **fields)
+    return spec, write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force)

@@ -1,0 +1,64 @@
+"""Helpers for the TUI's Pilot tests (fast and e2e): run an async test, wait on the app's state, read what shows."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+from textual.widget import Widget
+from textual.widgets import Input
+
+from console.clients import Control
+
+SIZE = (140, 40)
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(test())
+
+
+async def until(pilot, condition: Callable[[], object], timeout: float = 60.0, what: str = "") -> None:
+    """Let the app run until ``condition()`` is true; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        await pilot.pause(0.05)
+
+
+def text_of(widget: Widget) -> str:
+    """What a widget draws (its visible lines, joined by spaces)."""
+    from textual.geometry import Region
+
+    return " ".join(strip.text.strip() for strip in widget.render_lines(Region(0, 0, *widget.outer_size)))
+
+
+def table_rows(table) -> dict[str, tuple[str, ...]]:
+    """A DataTable's rows by their first cell."""
+    rows = (tuple(str(cell) for cell in table.get_row_at(i)) for i in range(table.row_count))
+    return {row[0]: row for row in rows}
+
+
+def steady(*keys: str) -> Callable[[object], Awaitable[None]]:
+    """A snapshot ``run_before`` pressing ``keys``, then freezing the cursors (a blink would make it flaky)."""
+    async def before(pilot) -> None:
+        await pilot.press(*keys)
+        await pilot.pause()
+        for field in pilot.app.screen.query(Input):
+            field.cursor_blink = False
+
+    return before
+
+
+def add_control(monkeypatch, control: Control) -> None:
+    """Add ``control`` to the controls table for one test, in every console module that holds the table."""
+    from console.clients import params
+
+    original = params.CONTROLS
+    grown = (*original, control)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("console.") and getattr(module, "CONTROLS", None) is original:
+            monkeypatch.setattr(module, "CONTROLS", grown)
+    monkeypatch.setitem(params.BY_NAME, control.name, control)

@@ -58,6 +58,11 @@ def validate(raw: Any, source: str = "compile config") -> dict[str, Any]:
 
 def load(path: str | Path) -> dict[str, Any]:
     """Read and validate a compile_config.json."""
+    return validate(read(path), str(path))
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """The JSON object of a compile_config.json as written, read once (a pipe works too); not validated."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -69,7 +74,9 @@ def load(path: str | Path) -> dict[str, Any]:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CompileConfigError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    return validate(raw, str(path))
+    if not isinstance(raw, dict):
+        raise CompileConfigError(f"{path}: must be a JSON object, got {type(raw).__name__}")
+    return raw
 
 
 def explicit(config: dict[str, Any]) -> dict[str, Any]:

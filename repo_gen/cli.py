@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -203,11 +204,17 @@ def samples(embedded: bool, output_dir: Path, force: bool) -> None:
 # --------------------------------------------------------------------------- repo list
 
 
+def _kind(model: ModelInfo) -> str:
+    """The model type, marked when it recomputes every token on the CPU (no QPC): very slow there."""
+    slow = model.model_type == "causal" and not model.source.startswith("qpc")
+    return f"{model.model_type} (slow on CPU)" if slow else model.model_type
+
+
 def format_table(models: list[ModelInfo]) -> str:
     """A plain, aligned table: one row per model."""
     header = ("MODEL", "TYPE", "DECOUPLED", "COMPILE", "SOURCE", "VALID")
     rows = [header] + [
-        (m.name, m.model_type, {True: "yes", False: "no", None: "?"}[m.decoupled], m.compile_summary(), m.source,
+        (m.name, _kind(m), {True: "yes", False: "no", None: "?"}[m.decoupled], m.compile_summary(), m.source,
          "yes" if m.valid else "no: " + "; ".join(m.problems))
         for m in models
     ]
@@ -219,7 +226,11 @@ def format_table(models: list[ModelInfo]) -> str:
 @click.argument("directory", default=DEFAULT_OUT, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="One JSON array (every field, compile config with defaults).")
 def list_command(directory: Path, as_json: bool) -> None:
-    """Show each model of DIRECTORY (default llm_model_dir): type, mode, source, dimensions, validity."""
+    """Show each model of DIRECTORY (default llm_model_dir): type, mode, source, dimensions, validity.
+
+    Exit code 1 when a model would not load. Causal models recompute the whole sequence at every token:
+    on the CPU they are very slow (about 1 token/s for the embedded one); prefer kv_cache models there.
+    """
     with _errors():
         models = list_models(directory)
     if as_json:
@@ -228,6 +239,10 @@ def list_command(directory: Path, as_json: bool) -> None:
         click.echo(format_table(models))
     else:
         click.echo(f"no models in {directory}")
+    broken = [m.name for m in models if not m.valid]
+    if broken:
+        click.echo(f"error: {len(broken)} of {len(models)} models would not load: {', '.join(broken)}", err=True)
+        sys.exit(1)
 
 
 # --------------------------------------------------------------------------- groups and entry point

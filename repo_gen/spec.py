@@ -4,7 +4,6 @@ and the consoles' generator forms both use it)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,10 @@ def _quiet(_: str) -> None:
 
 
 def read_compile_config(path: Path) -> dict[str, Any]:
-    """The keys a compile_config.json gives, validated; the file is copied as given."""
-    compile_config.load(path)  # errors name the file and the key
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The keys a compile_config.json gives, validated; the file is copied as given (read once: a pipe works)."""
+    raw = compile_config.read(path)
+    compile_config.validate(raw, str(path))  # errors name the file and the key
+    return raw
 
 
 def qpc_dir(aic_binary_dir: Path | None) -> str:

@@ -212,7 +212,7 @@ def _run(options: dict[str, Any]) -> int:
               help="Network timeout per request in s (default: 600 KV / 6000 causal; 0 disables).")
 @click.option("--idle-timeout", type=float, default=120, show_default=True,
               help="Stream: seconds without a response before a request fails (0 disables).")
-@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where bench.json, CSVs and plots go [default: bench-results/<model>-<time>].")
 @click.option("--plots", default="png,html", show_default=True, help="Plot formats: png, html, both, or none.")
 @click.option("--json", "json_", is_flag=True, help="Print the level summaries as JSON instead of a table.")

@@ -33,26 +33,37 @@ def _x(levels: list[dict[str, Any]]) -> tuple[list[float], str]:
 def _throughput(document: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    levels = document["levels"]
-    xs, label = _x(levels)
-    fig, left = plt.subplots(figsize=(7, 4.2))
-    tokens = [value(lv, "output_token_throughput") or 0.0 for lv in levels]
-    requests = [value(lv, "request_throughput") or 0.0 for lv in levels]
-    left.plot(xs, tokens, "o-", color="tab:blue", label="output_token_throughput")
-    left.set_xlabel(label)
-    left.set_ylabel("output tokens/s", color="tab:blue")
-    if label == "concurrency" and len(xs) > 1 and min(xs) > 0:
-        left.set_xscale("log", base=2)
-        left.set_xticks(xs, [f"{x:g}" for x in xs])
-    right = left.twinx()
-    right.plot(xs, requests, "s--", color="tab:orange", label="request_throughput")
-    right.set_ylabel("requests/s", color="tab:orange")
-    left.set_title(f"{document['config'].get('model', '')} ({document['config'].get('mode', '')}): throughput")
-    left.grid(alpha=0.3)
-    fig.tight_layout()
+    fig = throughput_figure(document)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def throughput_figure(document: dict[str, Any]) -> Any:
+    """Output tokens/s and requests/s against the load, each on its own plot."""
+    import matplotlib.pyplot as plt
+
+    levels = document["levels"]
+    xs, label = _x(levels)
+    # two plots, one axis each: with requests of similar lengths the two curves have the same shape and
+    # would lie on top of each other on twin axes
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.6), sharex=True)
+    tokens = [value(lv, "output_token_throughput") or 0.0 for lv in levels]
+    requests = [value(lv, "request_throughput") or 0.0 for lv in levels]
+    top.plot(xs, tokens, "o-", color="tab:blue")
+    top.set_ylabel("output tokens/s")
+    bottom.plot(xs, requests, "s--", color="tab:orange")
+    bottom.set_ylabel("requests/s")
+    bottom.set_xlabel(label)
+    if label == "concurrency" and len(xs) > 1 and min(xs) > 0:
+        bottom.set_xscale("log", base=2)
+        bottom.set_xticks(xs, [f"{x:g}" for x in xs])
+    for axis in (top, bottom):
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+    top.set_title(f"{document['config'].get('model', '')} ({document['config'].get('mode', '')}): throughput")
+    fig.tight_layout()
+    return fig
 
 
 def _distribution(document: dict[str, Any], field: str, title: str, path: Path) -> Path | None:

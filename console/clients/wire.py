@@ -16,6 +16,7 @@ from .errors import CANCELLED, CONNECTION, SERVER, TIMEOUT, ClientError
 from .events import ModelInfo, Tensor
 
 PROTOCOLS = ("http", "grpc")
+MAX_NAME = 255  # a model name is a folder name
 _NUMPY = {"INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_}
 
 
@@ -91,10 +92,43 @@ def error_message(exc: BaseException, url: str, protocol: str, lost: bool = Fals
     """One line for a failed call; ``lost``: the server had answered before (it went away)."""
     message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
     message = " ".join((message or type(exc).__name__).split())
+    if isinstance(exc, http.client.HTTPException):
+        return f"{url} does not answer HTTP ({type(exc).__name__}): is it tritonserver's gRPC port? (HTTP is " \
+               "usually the gRPC port - 1, e.g. 8000)"
     if error_kind(exc) == CONNECTION:
         what = "lost the connection to" if lost else "cannot reach"
-        return f"{what} tritonserver at {url} ({protocol}): {message}"
+        hint = ""
+        if protocol.lower() == "grpc" and "Socket closed" in message:
+            hint = " (is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
+        return f"{what} tritonserver at {url} ({protocol}): {message}{hint}"
     return message
+
+
+def served_models(url: str, protocol: str, timeout: float = 5.0) -> list[str]:
+    """The READY models at ``url`` ([] when they cannot be listed)."""
+    try:
+        if protocol == "grpc":
+            import tritonclient.grpc as grpcclient
+
+            client = grpcclient.InferenceServerClient(url)
+            try:
+                index = client.get_model_repository_index(as_json=True, client_timeout=timeout).get("models", [])
+            finally:
+                client.close()
+        else:
+            request = urllib.request.Request(f"http://{url}/v2/repository/index", data=b"{}", method="POST")
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                index = json.loads(resp.read() or b"[]")
+    except (InferenceServerException, OSError, ValueError, http.client.HTTPException):
+        return []
+    return sorted({m["name"] for m in index if m.get("state") == "READY"})
+
+
+def _unknown_model(url: str, model: str, protocol: str) -> ClientError:
+    served = served_models(url, protocol)
+    shown = model if len(model) <= 60 else f"{model[:40]}... ({len(model)} characters)"
+    listing = f"it serves {', '.join(served)}" if served else "it serves no ready model"
+    return ClientError(f"model {shown!r} is not served at {url}: {listing}", SERVER)
 
 
 def http_error(exc: urllib.error.HTTPError) -> str:
@@ -132,6 +166,9 @@ def info_from_config(model: str, config: dict[str, Any]) -> ModelInfo:
 def model_info(url: str, model: str, protocol: str = "grpc", timeout: float = 10.0) -> ModelInfo:
     """Read a served model's config: interface, decoupled, ``use_kv_cache`` (default timeout), ``hf_model_name``."""
     url = normalize_url(url)
+    if len(model.encode()) > MAX_NAME:
+        raise ClientError(f"model name of {len(model)} characters is too long: model names are folder names "
+                          f"(at most {MAX_NAME} bytes)")
     try:
         if protocol == "grpc":
             import tritonclient.grpc as grpcclient
@@ -145,7 +182,12 @@ def model_info(url: str, model: str, protocol: str = "grpc", timeout: float = 10
             with urllib.request.urlopen(f"http://{url}/v2/models/{model}/config", timeout=timeout) as resp:
                 config = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
+        if exc.code in (400, 404):
+            raise _unknown_model(url, model, protocol) from None
         raise ClientError(http_error(exc), SERVER) from None
-    except (InferenceServerException, OSError, ValueError) as exc:
-        raise ClientError(error_message(exc, url, protocol), error_kind(exc)) from None
+    except (InferenceServerException, OSError, ValueError, http.client.HTTPException) as exc:
+        if isinstance(exc, InferenceServerException) and "unknown model" in str(exc.message()):
+            raise _unknown_model(url, model, protocol) from None
+        kind = CONNECTION if isinstance(exc, http.client.HTTPException) else error_kind(exc)
+        raise ClientError(error_message(exc, url, protocol), kind) from None
     return info_from_config(model, config)

@@ -18,6 +18,7 @@ from console.bench.cli import bench_group, parse_levels, plot_formats
 from console.bench.display import ProgressBar, levels_table
 from console.bench.engine import loop_overhead_ms
 from console.bench.load import LevelResult, RequestRecord, Runner, Target
+from console.bench.plots import throughput_figure
 from console.bench.prompts import BenchRequest, SyntheticPrompts, read_jsonl
 from console.bench.results import SCHEMA, compare, load_json, summarize
 from console.cli import main
@@ -40,7 +41,7 @@ def runs(embedded_server, tmp_path_factory) -> dict[str, Any]:
     """Two short real runs: a streaming sweep (c=1,2) and a batch run over two URLs (round-robin)."""
     out = tmp_path_factory.mktemp("bench")
     code, text = bench("--url", embedded_server.grpc_url, "--concurrency", "1,2", "--requests", "3", "--warmup", "1",
-                       "--input-tokens-mean", "8", "--output-tokens-mean", "6", "--output-dir", str(out / "stream"),
+                       "--input-tokens-mean", "8", "--output-tokens-mean", "6", "-o", str(out / "stream"),
                        "-q")
     assert code == 0, text
     code, text = bench("--url", embedded_server.http_url, "--url", f"http://{embedded_server.http_url}",
@@ -58,6 +59,9 @@ def test_a_stream_sweep_writes_json_csv_and_plots_with_genai_perf_names(runs) ->
     assert document["schema"] == SCHEMA and document["config"]["model"] == "smollm2_decoupled"
     levels = document["levels"]
     assert [lv["concurrency"] for lv in levels] == [1, 2]
+    figure = throughput_figure(document)  # tokens/s and requests/s each on a plot of its own
+    assert [len(axis.lines) for axis in figure.axes] == [1, 1]
+    assert [axis.get_ylabel() for axis in figure.axes] == ["output tokens/s", "requests/s"]
     for level in levels:
         assert level["request_count"] == 3 and level["error_count"] == 0
         for metric in GENAI_PERF:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -414,8 +415,9 @@ def test_list_reports_broken_models(tmp_path: Path) -> None:
     assert "no config.pbtxt" in models["junk"].problems
     assert "does not parse" in models["garbled"].problems[0]
     result = run(["list", str(tmp_path)])
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # a script can tell a broken repository
     assert "no: no 1/model.py" in result.stdout
+    assert result.stderr.startswith("error: 5 of 5 models would not load: garbled, junk, smollm2_causal")
 
 
 def test_list_missing_or_empty_dir(tmp_path: Path) -> None:
@@ -435,3 +437,15 @@ def test_cpu_threads_reach_the_engine_settings(tmp_path: Path) -> None:
     with pytest.raises(SessionError, match="cpu_threads"):
         BackendSettings.from_model_dir(tmp_path / "threaded", {"cpu_threads": "-2"})
     assert_error(run(["gen", "--model_name", "x", "--cpu_threads", "-1", "-o", str(tmp_path)]), "cpu_threads")
+
+
+def test_compile_config_from_a_pipe_is_read_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "compile_config"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text('{"ctx_len": 256, "full_batch_size": 2}'))
+    writer.start()
+    result = run(["gen", "--model_name", "piped", "--compile_config_path", str(fifo), "-o", str(tmp_path / "out")])
+    writer.join()
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "out" / "piped" / "compile_config.json").read_text())
+    assert written == {"ctx_len": 256, "full_batch_size": 2}

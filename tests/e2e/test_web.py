@@ -94,6 +94,13 @@ class Web:
         return self.page.evaluate("sel => [...document.querySelectorAll(sel + ' .virtual-row')].map(r =>"
                                   " [...r.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim()))", selector)
 
+    def wait_log_tail(self, needle: str = "") -> None:
+        """Wait until the log box shows ``needle`` and is scrolled to its last line."""
+        self.page.wait_for_function(
+            "n => { const t = document.querySelector('#qc-log textarea'); return t.value.includes(n) &&"
+            " t.scrollHeight > t.clientHeight && t.scrollTop + t.clientHeight >= t.scrollHeight - 2; }",
+            arg=needle, timeout=WAIT_MS)
+
     def x_labels(self, plot: str) -> list[str]:
         """The tick labels of a plot's x axis."""
         return self.page.evaluate("sel => [...document.querySelectorAll(sel + ' g.role-axis[aria-label^=\"X-axis\"]"
@@ -238,9 +245,7 @@ def test_server_tab_starts_chosen_models_and_shows_the_served_repository(web: We
     raw = web.console.controller.server.log_tail(500)
     assert any("NVML" in line or "CudaDriverHelper" in line for line in raw), "the server logged no GPU noise"
     assert "NVML" not in shown and "CudaDriverHelper" not in shown
-    page.wait_for_function("() => { const t = document.querySelector('#qc-log textarea');"
-                           " return t.scrollHeight > t.clientHeight && t.scrollTop + t.clientHeight >= t.scrollHeight"
-                           " - 2; }", timeout=WAIT_MS)
+    web.wait_log_tail()
 
     # the chat template was loaded when the models arrived, before any message
     web.tab("Chat")
@@ -267,6 +272,9 @@ def test_stream_grows_live_and_stop_cancels_on_the_server(web: Web) -> None:
     assert "request cancelled on the server" in stopped
     line = web.log.wait_for(f"request {streaming} ")
     assert "finish=cancelled" in line, line
+    web.tab("Server")  # the log grew while its tab was hidden: it opens at its tail
+    web.wait_log_tail(f"request {streaming} ")
+    web.tab("Chat")
     assert "✖ cancelled" in web.answers()[-1]
     exported = web.export()["turns"][-1]
     assert exported["request_id"] == streaming and exported["error_kind"] == "cancelled"

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,26 +32,20 @@ WAIT_MS = 120_000
 START_MS = 600_000
 INJECTION = "<script>window.__pwned=1</script>|<img src=x onerror=window.__pwned=1>"
 LOADED = ("smollm2_decoupled", "smollm2_kv", "echo_llm", "echo")
-ECHO_LLM_CONFIG = """\
-backend: "python"
-max_batch_size: 0
-input [ { name: "prompt" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
 ECHO_LLM = """\
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
+def answer(request):
+    prompts = pb_utils.get_input_tensor_by_name(request, "prompt").as_numpy().reshape(-1)
+    return pb_utils.InferenceResponse([pb_utils.Tensor("text_output", np.array([b"echo: " + p for p in prompts],
+                                                                                dtype=np.object_))])
+
+
 class TritonPythonModel:
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            prompts = pb_utils.get_input_tensor_by_name(request, "prompt").as_numpy().reshape(-1)
-            texts = np.array([b"echo: " + p for p in prompts], dtype=np.object_)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", texts)]))
-        return responses
+        return [answer(r) for r in requests]
 """
 
 
@@ -145,31 +138,30 @@ class Web:
         return [m.inner_text() for m in self.page.locator("#qc-chat .message.bot").all()]
 
     def export(self) -> dict[str, Any]:
-        """Click Export; the JSON transcript it offered."""
-        shown = self.page.locator("#qc-files").inner_text() if self.page.locator("#qc-files").is_visible() else ""
+        """Click Export; the JSON transcript it offered (a name the file list did not show before)."""
+        files = self.page.locator("#qc-files")
+        shown = files.inner_text() if files.is_visible() else ""
         self.page.locator("#qc-export").click()
-        self.page.wait_for_function("old => { const e = document.querySelector('#qc-files');"
-                                    " const t = e ? e.innerText : ''; return t.includes('.json') && t !== old; }",
-                                    arg=shown, timeout=WAIT_MS)
-        assert ".md" in self.text("#qc-files")
-        newest = max(self.console.export_dir.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-        return json.loads(newest.read_text())
+        stem = self.page.wait_for_function(
+            "old => { const e = document.querySelector('#qc-files'); const t = e ? e.innerText : '';"
+            " return (t.match(/qaic-transcript-[\\d-]+/g) || []).find(s => !old.includes(s)); }",
+            arg=shown, timeout=WAIT_MS).json_value()
+        assert ".md" in files.inner_text() and ".json" in files.inner_text()
+        return json.loads((self.console.export_dir / f"{stem}.json").read_text())
 
     def toast(self, needle: str) -> str:
         return self.wait_text(".toast-body", needle)
 
 
 @pytest.fixture(scope="module")
-def web_repo(tmp_path_factory: pytest.TempPathFactory, echo_repo: Path) -> Path:
+def web_repo(tmp_path_factory: pytest.TempPathFactory, echo_repo: Path, python_model) -> Path:
     """Three embedded samples, a Python model with the prompt/text_output interface and no controls, and the
     FP32 ``echo`` model (an interface the console does not speak)."""
     from repo_gen.samples import write_samples
 
     repo = tmp_path_factory.mktemp("web_repo")
     write_samples(("smollm2_decoupled", "smollm2_kv", "smollm2_causal"), repo)
-    (repo / "echo_llm" / "1").mkdir(parents=True)
-    (repo / "echo_llm" / "config.pbtxt").write_text(ECHO_LLM_CONFIG)
-    (repo / "echo_llm" / "1" / "model.py").write_text(textwrap.dedent(ECHO_LLM))
+    python_model(repo, "echo_llm", ECHO_LLM, llm=True)
     shutil.copytree(echo_repo / "echo", repo / "echo")
     return repo
 

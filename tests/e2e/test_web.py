@@ -257,6 +257,8 @@ def test_stream_grows_live_and_stop_cancels_on_the_server(web: Web) -> None:
                            arg=len(first), timeout=WAIT_MS)
     live = web.text("#qc-live")
     assert live.startswith("streaming") and re.search(r"ttft \d+ ms · itl \d+ ms", live), live
+    prepared = int(re.search(r"prepared in (\d+) ms", live).group(1))
+    assert prepared < 1000, f"the first message waited {prepared} ms for its chat template (warmed beforehand)"
     streaming = web.request_id()
 
     page.locator("#qc-stop").click()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,29 +125,29 @@ class WebConsole:
 
     def send(self, tab: str, text: str, turns: list[Turn], form: Mapping[str, Any]) -> Iterator[ChatFrame]:
         """Send the message (``a|b``: several prompts); frames of its progress until it ends."""
-        try:
-            prompts = split_prompts(text)
-            settings = self._settings(form)
-        except ClientError as exc:
-            gr.Warning(str(exc))
-            yield SKIP_CHAT
-            return
-        yield from self._exchange(tab, prompts, turns, settings, clear_box=True)
+        yield from self._checked(tab, lambda: (split_prompts(text), turns), form, clear_box=True)
 
     def retry(self, tab: str, turns: list[Turn], form: Mapping[str, Any]) -> Iterator[ChatFrame]:
         """Send the last message's prompts again with the current controls, in its place."""
-        if not turns:
-            gr.Warning("nothing to retry yet")
-            yield SKIP_CHAT
-            return
+        def last() -> tuple[list[str], list[Turn]]:
+            if not turns:
+                raise ClientError("nothing to retry yet")
+            return turns[-1].prompts, turns[:-1]
+
+        yield from self._checked(tab, last, form, clear_box=False)
+
+    def _checked(self, tab: str, what: Callable[[], tuple[list[str], list[Turn]]], form: Mapping[str, Any],
+                 clear_box: bool) -> Iterator[ChatFrame]:
+        """Send ``what()`` gives (prompts, earlier turns) with the form's settings; a warning and nothing sent
+        when either is wrong."""
         try:
+            prompts, earlier = what()
             settings = self._settings(form)
         except ClientError as exc:
             gr.Warning(str(exc))
             yield SKIP_CHAT
             return
-        *older, last = turns
-        yield from self._exchange(tab, last.prompts, older, settings, clear_box=False)
+        yield from self._exchange(tab, prompts, earlier, settings, clear_box)
 
     def _settings(self, form: Mapping[str, Any]) -> Settings:
         """The form's settings; ClientError saying how to go on when no server answers."""
@@ -168,8 +168,8 @@ class WebConsole:
         def work() -> None:
             try:
                 exchange.run(snap.endpoint, settings, earlier, snap.infos.get(settings.model))
-            except (ClientError, OSError) as exc:  # what the call did not turn into a Failure event
-                turn.apply(Failure(" ".join(str(exc).split()), getattr(exc, "kind", CONNECTION)))
+            except Exception as exc:  # the thread's end: whatever the call did not turn into a Failure event
+                turn.apply(Failure(" ".join(str(exc).split()) or type(exc).__name__, getattr(exc, "kind", CONNECTION)))
             finally:
                 done.set()
 

@@ -202,13 +202,12 @@ def live_markdown(turn: Turn | None, clock: float, template_loading: bool = Fals
     now = clock - turn.sent_at
     head += f" · prepared in {turn.prepare_seconds * 1000:.0f} ms"
     n = len(turn.prompts)
-    lines = [_live_line(turn, i, now) for i in range(n)]
+    lines = [_label(i, n) + _live_line(turn, i, now) for i in range(n)]
     if turn.failure is not None:
         word, lines = turn.failure.kind, [*lines, md(turn.failure.message)]
     else:
         word = "done" if turn.done else ("streaming" if turn.mode == "stream" else "waiting")
-    return f"**{md(word)}** · {head}  \n" + "  \n".join(_label(i, n) + line if n > 1 else line
-                                                        for i, line in enumerate(lines))
+    return f"**{md(word)}** · {head}  \n" + "  \n".join(lines)
 
 
 def _live_line(turn: Turn, index: int, now: float) -> str:
@@ -220,11 +219,6 @@ def _live_line(turn: Turn, index: int, now: float) -> str:
     if turn.mode == "stream":
         return f"waiting for the first token · {now:.1f} s"
     return f"waiting for one response · {now:.1f} s"
-
-
-def retry_text(turn: Turn) -> str:
-    """The input that sends ``turn``'s prompts again (``|`` inside a prompt escaped)."""
-    return "|".join(p.replace("|", "\\|") for p in turn.prompts)
 
 
 # --------------------------------------------------------------------------- speed

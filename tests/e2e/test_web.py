@@ -275,6 +275,17 @@ def test_stream_grows_live_and_stop_cancels_on_the_server(web: Web) -> None:
     assert exported["replies"][0]["time_to_first_token_ms"] > 0, "a stopped reply keeps its figures"
 
 
+def test_closing_a_tab_stops_its_message_on_the_server(web: Web) -> None:
+    other = Web(web.page.context.browser.new_page(), web.console, web.log)
+    other.page.goto(web.page.url)
+    other.wait_text("#qc-model-note", "chat template ready")
+    other.fill("max-tokens", "300")
+    other.send("Tell me a long story about a brave knight.", until="streaming ·")
+    running = other.request_id()
+    other.page.close(run_before_unload=True)
+    assert "finish=cancelled" in web.log.wait_for(f"request {running} ")
+
+
 def test_each_prompt_of_a_batch_ends_at_its_own_last_token(web: Web) -> None:
     web.clear()
     web.mode("stream")

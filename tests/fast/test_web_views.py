@@ -71,6 +71,7 @@ def test_markup_from_prompts_models_and_servers_stays_text() -> None:
     assert "✖ server: &lt;i&gt;gone&lt;/i&gt;" in shown[-1] and "<" not in "".join(shown)
     live = views.live_markdown(turn, 2.0)
     assert "<" not in live and r"\*\*bold\*\*" in live
+    assert live.startswith("**server**") and "[1/2] length · 10 tokens" in live and "[2/2] server" in live
     snap = Snapshot("failed", "<img src=x onerror=alert(1)> _x_")
     assert "<img" not in views.status_markdown(snap) and r"\_x\_" in views.status_markdown(snap)
     assert views.md("a|b `c` [d](e) #f") == r"a\|b \`c\` \[d\]\(e\) \#f"
@@ -212,11 +213,6 @@ def test_no_server_no_send(recwarn: pytest.WarningsRecorder) -> None:
     console = WebConsole(ServerController())
     frames = list(console.send("tab", "hello", [], {"model": "m", "mode": "stream"}))
     assert len(frames) == 1 and "no server to send to: not connected" in str(recwarn.pop().message)
-
-
-def test_retry_text_keeps_literal_bars() -> None:
-    turn = Turn("stream", "m", ["a|b", "c"], "qc-r")
-    assert views.retry_text(turn) == "a\\|b|c"
 
 
 def test_command_binds_loopback_without_share_and_connects_or_starts() -> None:

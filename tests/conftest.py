@@ -42,14 +42,20 @@ class TritonPythonModel:
                 f.write(sys.prefix)
 """
 
-WriteModel = Callable[[Path, str, str], Path]
+LLM_CONFIG = ECHO_CONFIG.replace('"INPUT0" data_type: TYPE_FP32', '"prompt" data_type: TYPE_STRING').replace(
+    '"OUTPUT0" data_type: TYPE_FP32', '"text_output" data_type: TYPE_STRING')  # the consoles' LLM interface
+
+WriteModel = Callable[..., Path]
 
 
-def write_python_model(repo: Path, name: str, model_py: str) -> Path:
-    """Write a Python-backend FP32 echo-shaped model ``name`` with ``model_py`` as ``1/model.py``."""
+def write_python_model(repo: Path, name: str, model_py: str, llm: bool = False) -> Path:
+    """Write a Python-backend FP32 echo-shaped model ``name`` with ``model_py`` as ``1/model.py``.
+
+    ``llm``: STRING ``prompt`` -> ``text_output`` instead (the interface the consoles speak, no controls).
+    """
     folder = repo / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "config.pbtxt").write_text(ECHO_CONFIG)
+    (folder / "config.pbtxt").write_text(LLM_CONFIG if llm else ECHO_CONFIG)
     (folder / "1" / "model.py").write_text(textwrap.dedent(model_py))
     return folder
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -291,7 +292,10 @@ class ServerController:
 
     def _died(self, server: TritonServer) -> Snapshot:
         code = server.wait(0)
-        reason = logparse.exit_reason(server.log_tail(LOG_KEEP))
+        if code is not None and code < 0:  # its last log line says nothing then, and may name its ports
+            reason = f"killed by {signal.Signals(-code).name}"
+        else:
+            reason = logparse.exit_reason(server.log_tail(LOG_KEEP))
         with self._lock:
             if self._server is not server:
                 return self._snap

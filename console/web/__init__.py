@@ -1,6 +1,6 @@
 """``qaic-console web``: a Gradio console in the browser (server control, stream and batch chat, speed).
 
-``backend`` holds the server side (a tritonserver started here, or one reached by URL), ``chat`` the
-per-message logic (requests through :mod:`console.clients`, live figures, rendering, export) and
-``app`` the Gradio page. Importing this package does not import Gradio.
+Built on the UI-free core (:mod:`console.core`): ``app`` is the page's layout and wiring,
+``handlers`` what its events do, ``views`` what it shows (pure functions), ``command`` the CLI.
+Importing this package does not import Gradio.
 """

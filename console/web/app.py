@@ -1,254 +1,76 @@
-"""The Gradio page: Chat (stream or batch), Speed and Server tabs; :func:`launch` serves it.
+"""The Gradio page: layout and wiring only (what the events do is in :mod:`.handlers`, what is shown in :mod:`.views`).
 
-Stop reaches the server: the Stop button (and closing the tab) call ``Call.cancel()`` of the
-session's running request, which cancels a gRPC stream on the server; the message then ends with
-its ``cancelled`` figures. Gradio's own cancel of the event closes the generator, which also
-cancels the call. Messages are rendered as escaped plain text (no Markdown, no HTML).
+Chat (stream or batch, controls made from the controls table), Speed (per mode) and Server tabs;
+the header and the Server tab follow the shared server controller through a timer.
 """
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
-import threading
-import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
 import pandas as pd
 
-from console.clients import CONNECTION, Call, ClientError, Failure, split_prompts
-from console.server import ServerError
+from console.clients import CONTROLS
+from console.core.controls import form_default
+from console.server.embedded import DEFAULT_MODELS
+from console.server.logparse import NOISE_NOTE
 
-from .backend import DEFAULT_MODELS, Backend, Snapshot, describe_repo, write_samples_into
-from .chat import (
-    MODES,
-    SPEED_COLUMNS,
-    Live,
-    Settings,
-    esc,
-    export_files,
-    follow,
-    messages,
-    new_turn,
-    retry_text,
-    speed_rows,
-    start_call,
-    summary_markdown,
-)
+from . import views
+from .handlers import WebConsole
 
 HOST = "127.0.0.1"
-REFRESH_S = 2.0
-FRAME_S = 0.05  # at most this often a streaming update goes to the page
-PHASE_ICONS = {"ready": "●", "starting": "◐", "stopping": "◐", "failed": "✖", "unreachable": "✖"}
+TICK_S = 1.0
 CSS = """
 #qc-chat .message-content, #qc-chat .md, #qc-chat .prose { white-space: pre-wrap; }
-#qc-log textarea { font-family: ui-monospace, monospace; font-size: 12px; }
-#qc-repo textarea { font-family: ui-monospace, monospace; font-size: 12px; }
+#qc-log textarea, #qc-repo-path textarea { font-family: ui-monospace, monospace; font-size: 12px; }
 """
 THEME = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
+SCROLL_LOG = """() => requestAnimationFrame(() => {
+  const t = document.querySelector('#qc-log textarea'); if (t) t.scrollTop = t.scrollHeight; })"""
+PLACEHOLDER = ("With the chat template, earlier one-prompt exchanges of the same mode are sent as history. "
+               "`a|b` sends two prompts in one request (answered apart, no history); `\\|` is a literal |.")
 
 
-class Runs:
-    """The running request of each browser session, so Stop (another event) can cancel it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls: dict[str, Call | None] = {}
-        self._stopped: set[str] = set()
-
-    def begin(self, key: str) -> None:
-        with self._lock:
-            self._calls[key] = None
-            self._stopped.discard(key)
-
-    def attach(self, key: str, call: Call) -> None:
-        """Remember ``call``; cancel it at once when Stop came while it was being prepared."""
-        with self._lock:
-            self._calls[key] = call
-            stopped = key in self._stopped
-        if stopped:
-            call.cancel()
-
-    def stop(self, key: str) -> bool:
-        """Cancel the session's request (on the server for gRPC); False when none runs."""
-        with self._lock:
-            if key not in self._calls:
-                return False
-            self._stopped.add(key)
-            call = self._calls[key]
-        if call is not None:
-            call.cancel()
-        return True
-
-    def end(self, key: str) -> None:
-        with self._lock:
-            self._calls.pop(key, None)
-            self._stopped.discard(key)
-
-
-# --------------------------------------------------------------------------- views
-
-
-def status_markdown(snap: Snapshot) -> str:
-    icon = PHASE_ICONS.get(snap.phase, "○")
-    text = f"{icon} **{esc(snap.phase)}** · {esc(snap.message)}"
-    if snap.http_url:
-        text += f"  \nHTTP `{esc(snap.http_url)}` · gRPC `{esc(snap.grpc_url or '?')}`"
-    return text
-
-
-def models_frame(snap: Snapshot) -> pd.DataFrame:
-    rows = [[name, state or "not loaded", reason] for name, state, reason in snap.models]
-    return pd.DataFrame(rows, columns=["model", "state", "reason"])
-
-
-def model_choices(backend: Backend, mode: str, current: str | None) -> dict[str, Any]:
-    """Dropdown update: the ready models for ``mode`` (decoupled ones stream), keeping ``current``."""
-    infos = backend.infos()
-    names = [n for n, info in infos.items() if info.decoupled == (mode == "stream")]
-    preferred = [n for n in DEFAULT_MODELS if n in names]
-    value = current if current in names else (preferred or names or [None])[0]
-    return gr.update(choices=names, value=value)
-
-
-def speed_views(turns: list) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(summary, table, TTFT plot data, tokens/s plot data) of the session's replies."""
-    table = pd.DataFrame(speed_rows(turns), columns=SPEED_COLUMNS)
-    return summary_markdown(turns), table, table.dropna(subset=["TTFT ms"]), table.dropna(subset=["tokens/s"])
-
-
-# --------------------------------------------------------------------------- chat handlers
-
-
-def respond(backend: Backend, runs: Runs, key: str, text: str, turns: list, settings: Settings) -> Iterator[tuple]:
-    """Send one message and stream its progress: (chatbot, turns, live, input box)."""
-    try:
-        prompts = split_prompts(text)
-    except ClientError as exc:
-        gr.Warning(str(exc))
-        yield gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return
-    turn = new_turn(prompts, settings)
-    earlier, turns = turns, [*turns, turn]
-    live = Live(settings.model, turn.request_id)
-    yield messages(turns), turns, live.line(settings.mode), ""
-    runs.begin(key)
-    try:
-        call = start_call(backend, turn, settings, earlier)
-        runs.attach(key, call)
-        live.sent = True
-        yield gr.skip(), gr.skip(), live.line(settings.mode), gr.skip()
-        shown = 0.0
-        with contextlib.closing(iter(call)) as events:  # closing early (Gradio's cancel) cancels the call
-            for ended in follow(events, turn, live):
-                if ended or time.monotonic() - shown >= FRAME_S:
-                    shown = time.monotonic()
-                    yield messages(turns), gr.skip(), live.line(settings.mode), gr.skip()
-    except (ClientError, OSError) as exc:
-        turn.failure = live.failure = Failure(" ".join(str(exc).split()), getattr(exc, "kind", CONNECTION))
-    finally:
-        runs.end(key)
-    yield messages(turns), turns, live.line(settings.mode), gr.skip()
-
-
-def build_app(backend: Backend) -> gr.Blocks:
-    """The page; every tab of one app shares ``backend``, chat state is per browser session."""
-    runs = Runs()
-    export_dir = Path(tempfile.mkdtemp(prefix="qaic-web-"))
+def build_app(console: WebConsole) -> gr.Blocks:
+    """The page; every tab of the app shares ``console`` (its server), chat state is per browser tab."""
     with gr.Blocks(title="qaic-console", analytics_enabled=False) as demo:
         turns = gr.State([])
-        seen = gr.State(-1)
+        seen = gr.State((-1, ""))  # (generation, repository) this tab shows
         gr.Markdown("## qaic-console · LLMs on Cloud AI 100 through Triton")
-        status = gr.Markdown(NOT_READY, elem_id="qc-status")
+        status = gr.Markdown("○ loading …", elem_id="qc-status")
         with gr.Tabs():
             with gr.Tab("Chat", id="chat"):
-                chat_view = _chat_tab()
+                chat = _chat_tab()
             with gr.Tab("Speed", id="speed"):
-                speed_view = _speed_tab()
-            with gr.Tab("Server", id="server"):
-                server_view = _server_tab()
-        timer = gr.Timer(REFRESH_S)
-        c, s, v = chat_view, speed_view, server_view
-        controls = {name: c[name] for name in Settings.__dataclass_fields__}
-        speed_outputs = [s["summary"], s["table"], s["ttft"], s["tps"]]
-
-        def settings_of(values: dict) -> Settings:
-            return Settings(**{name: values[comp] for name, comp in controls.items()})
-
-        def send(values: dict, request: gr.Request) -> Iterator[tuple]:
-            yield from respond(backend, runs, request.session_hash, values[c["box"]], values[turns],
-                               settings_of(values))
-
-        def retry(values: dict, request: gr.Request) -> Iterator[tuple]:
-            if not values[turns]:
-                gr.Warning("nothing to retry yet")
-                yield gr.skip(), gr.skip(), gr.skip(), gr.skip()
-                return
-            *older, last = values[turns]
-            yield from respond(backend, runs, request.session_hash, retry_text(last), older, settings_of(values))
-
-        def stop(request: gr.Request) -> None:
-            runs.stop(request.session_hash)
-
-        def export(history: list) -> Any:
-            if not history:
-                gr.Warning("nothing to export yet")
-                return gr.skip()
-            return gr.update(value=export_files(history, export_dir / time.strftime("%Y%m%d-%H%M%S")), visible=True)
-
-        chat_outputs = [c["chatbot"], turns, c["live"], c["box"]]
-        inputs = {c["box"], turns, *controls.values()}
-        sending = gr.on([c["send"].click, c["box"].submit], send, inputs, chat_outputs, concurrency_limit=None,
-                        show_progress="hidden")
-        retrying = c["retry"].click(retry, inputs, chat_outputs, concurrency_limit=None, show_progress="hidden")
-        for event in (sending, retrying):
-            event.then(speed_views, turns, speed_outputs, show_progress="hidden")
-        c["stop"].click(stop, None, None, queue=False)
-        demo.unload(stop)
-        for clearing in (c["clear"].click, c["chatbot"].clear):
-            clearing(lambda: ([], [], ""), None, [c["chatbot"], turns, c["live"]], queue=False).then(
-                speed_views, turns, speed_outputs, show_progress="hidden")
-        c["export"].click(export, turns, c["files"])
-
-        def pick_model(mode: str, current: str | None) -> dict[str, Any]:
-            return model_choices(backend, mode, current)
-
-        c["mode"].change(pick_model, [c["mode"], c["model"]], c["model"], show_progress="hidden")
-
-        def refresh(last: int, mode: str, current: str | None) -> tuple:
-            snap = backend.snapshot()
-            picked = model_choices(backend, mode, current) if snap.version != last else gr.skip()
-            return status_markdown(snap), models_frame(snap), "\n".join(snap.log), snap.version, picked
-
-        refresh_outputs = [status, v["models"], v["log"], seen, c["model"]]
-        refresh_inputs = [seen, c["mode"], c["model"]]
-        timer.tick(refresh, refresh_inputs, refresh_outputs, show_progress="hidden")
-        demo.load(refresh, refresh_inputs, refresh_outputs, show_progress="hidden")
-        _wire_server(backend, v, [status])
+                speed = _speed_tab()
+            with gr.Tab("Server", id="server") as server_tab:
+                server = _server_tab()
+        stop = _wire_chat(console, chat, turns, list(speed.values()))
+        demo.unload(stop)  # closing the tab stops its message (on the server too)
+        _wire_server(console, server, status)
+        refresh_inputs = [seen, chat["mode"], chat["model"]]
+        refresh_outputs = [status, server["models"], server["log"], seen, chat["model"], chat["note"],
+                           server["repo"], server["start"], server["stop"]]
+        gr.Timer(TICK_S).tick(console.refresh, refresh_inputs, refresh_outputs, show_progress="hidden")
+        demo.load(console.refresh, refresh_inputs, refresh_outputs, show_progress="hidden")
+        server["log"].change(None, js=SCROLL_LOG)
+        server_tab.select(None, js=SCROLL_LOG)
     return demo
-
-
-NOT_READY = "○ loading ..."
 
 
 # --------------------------------------------------------------------------- layout
 
 
 def _chat_tab() -> dict[str, Any]:
-    d = Settings()
     view: dict[str, Any] = {}
     with gr.Row():
         with gr.Column(scale=3):
             view["chatbot"] = gr.Chatbot(
                 elem_id="qc-chat", height=520, render_markdown=False, sanitize_html=True, allow_tags=False,
                 latex_delimiters=[], group_consecutive_messages=False, feedback_options=None,
-                buttons=["copy", "copy_all"], show_label=False,
-                placeholder="With the chat template, earlier one-prompt exchanges are sent as history. "
-                            "`a|b` sends two prompts in one request (answered apart, not kept in the history); "
-                            "`\\|` is a literal |.",
+                buttons=["copy", "copy_all"], show_label=False, placeholder=PLACEHOLDER,
             )
             view["live"] = gr.Markdown(elem_id="qc-live")
             view["box"] = gr.Textbox(show_label=False, placeholder="Message · Enter sends · a|b: two prompts",
@@ -261,56 +83,62 @@ def _chat_tab() -> dict[str, Any]:
                 view["export"] = gr.Button("Export", elem_id="qc-export")
             view["files"] = gr.File(label="Transcript (Markdown, JSON with the speed figures)", file_count="multiple",
                                     interactive=False, elem_id="qc-files", visible=False)
-        with gr.Column(scale=1, min_width=260):
-            view["mode"] = gr.Radio([(label, key) for key, label in MODES.items()], value=d.mode, label="Mode",
-                                    elem_id="qc-mode")
-            view["model"] = gr.Dropdown([], label="Model", elem_id="qc-model", allow_custom_value=False)
-            view["max_tokens"] = gr.Number(d.max_tokens, label="Max tokens (0: up to the context)", precision=0,
-                                           minimum=0, elem_id="qc-max-tokens")
-            view["temperature"] = gr.Slider(0, 2, d.temperature, step=0.05, label="Temperature (0: greedy)")
-            view["top_p"] = gr.Slider(0.05, 1, d.top_p, step=0.05, label="Top p")
-            view["top_k"] = gr.Number(d.top_k, label="Top k (0: off)", precision=0, minimum=0)
-            view["seed"] = gr.Number(d.seed, label="Seed (0: not sent)", precision=0)
-            view["timeout"] = gr.Number(d.timeout, label="Timeout s (0: 600 KV / 6000 causal)", minimum=0,
-                                        elem_id="qc-timeout")
-            view["system"] = gr.Textbox(d.system, label="System prompt (with the chat template)", lines=2)
-            view["chat"] = gr.Checkbox(d.chat, label="Chat template + history (off: raw prompt)",
+        with gr.Column(scale=1, min_width=280):
+            view["mode"] = gr.Radio([(label, key) for key, label in views.MODES.items()], value="stream",
+                                    label="Mode", elem_id="qc-mode")
+            # custom values allowed: a tick's choices may cross a mode change in flight (the server checks the name)
+            view["model"] = gr.Dropdown([], label="Model", elem_id="qc-model", allow_custom_value=True)
+            view["note"] = gr.Markdown(elem_id="qc-model-note")
+            view["chat"] = gr.Checkbox(True, label="Chat template + history (off: raw prompt)",
                                        elem_id="qc-chat-template")
-            view["echo"] = gr.Checkbox(d.echo, label="Batch: echo the prompt (exclude_input_in_output=False)",
+            with gr.Accordion("Controls (blank: the model's default)", open=True):
+                view["controls"] = {
+                    c.name: gr.Textbox(form_default(c), label=c.label, info=f"{c.help} ({c.rule()})",
+                                       placeholder="model default", lines=1, max_lines=1,
+                                       elem_id=f"qc-control-{c.name.replace('_', '-')}")
+                    for c in CONTROLS
+                }
+                view["timeout"] = gr.Textbox("", label="Timeout s", info="Whole call (blank: 600 KV / 6000 causal; "
+                                             "0: none).", placeholder="model default", elem_id="qc-timeout")
+            view["system"] = gr.Textbox("", label="System prompt (with the chat template)", lines=2)
+            view["echo"] = gr.Checkbox(False, label="Batch: echo the prompt (exclude_input_in_output=False)",
                                        elem_id="qc-echo")
-            view["tokenizer"] = gr.Textbox(d.tokenizer, label="Tokenizer folder (embedded models: built in)")
+            view["tokenizer"] = gr.Textbox("", label="Tokenizer folder (embedded models: built in)")
     return view
 
 
 def _speed_tab() -> dict[str, Any]:
-    view: dict[str, Any] = {}
-    view["summary"] = gr.Markdown(summary_markdown([]), elem_id="qc-summary")
-    empty = pd.DataFrame(columns=SPEED_COLUMNS)
+    view: dict[str, Any] = {"summary": gr.Markdown(views.summary_markdown([]), elem_id="qc-summary")}
+    empty = views.plot_data(views.speed_table([]))
     with gr.Row():
-        for key, title in (("ttft", "TTFT ms"), ("tps", "tokens/s")):
-            view[key] = gr.LinePlot(empty, x="#", y=title, color="mode", title=f"{title} per reply", height=240,
-                                    x_title="reply", elem_id=f"qc-plot-{key}")
-    view["table"] = gr.Dataframe(pd.DataFrame(columns=SPEED_COLUMNS), label="Per reply", interactive=False,
+        for key, y, title in (("ttft", "TTFT ms", "Stream · time to first token (ms)"),
+                              ("latency", "latency ms", "Batch · request latency (ms)")):
+            view[key] = gr.ScatterPlot(empty[key], x="reply", y=y, title=title, x_title="reply", y_title="ms",
+                                       y_axis_format=",.0f", height=240, sort=[], elem_id=f"qc-plot-{key}")
+        view["tps"] = gr.ScatterPlot(empty["tps"], x="reply", y="tokens/s", color="mode", title="Output tokens/s",
+                                     x_title="reply", y_axis_format=",.1f", height=240, sort=[],
+                                     elem_id="qc-plot-tps")
+    view["table"] = gr.Dataframe(views.speed_table([]), label="Per reply (times in ms)", interactive=False,
                                  elem_id="qc-speed")
-    return view
+    return {k: view[k] for k in ("summary", "table", "ttft", "latency", "tps")}  # the order speed() returns
 
 
 def _server_tab() -> dict[str, Any]:
     view: dict[str, Any] = {}
     gr.Markdown("#### Run tritonserver here")
     with gr.Row():
-        view["repo"] = gr.Textbox(label="Model repository (empty: the embedded SmolLM2 samples in the cache)",
-                                  scale=3, elem_id="qc-repo-path")
-        view["samples"] = gr.Radio([("embedded (CPU)", "embedded"), ("seed (QAIC)", "seed")], value="embedded",
-                                   label="Samples", scale=1)
+        view["repo"] = gr.Textbox(label="Model repository (empty: the embedded SmolLM2 samples)", scale=4,
+                                  elem_id="qc-repo-path")
+        view["list"] = gr.Button("List models", scale=1, elem_id="qc-list")
+    from repo_gen.samples import EMBEDDED_SAMPLES
+
+    view["load"] = gr.CheckboxGroup(list(EMBEDDED_SAMPLES), value=list(DEFAULT_MODELS), elem_id="qc-load",
+                                    label="Models to load (none ticked: all; causal ones are slow on a CPU)")
+    view["listing"] = gr.Dataframe(pd.DataFrame(columns=views.REPO_COLUMNS),
+                                   label="Repository", interactive=False, elem_id="qc-repo")
     with gr.Row():
-        view["write"] = gr.Button("Write samples")
-        view["inspect"] = gr.Button("Inspect repository")
         view["start"] = gr.Button("Start tritonserver", variant="primary", elem_id="qc-start")
-        view["stop"] = gr.Button("Stop tritonserver", variant="stop", elem_id="qc-server-stop")
-    view["load"] = gr.CheckboxGroup(list(DEFAULT_MODELS), value=list(DEFAULT_MODELS),
-                                    label="Models to load (none ticked: all)")
-    view["table"] = gr.Textbox(label="Repository", lines=4, max_lines=12, interactive=False, elem_id="qc-repo")
+        view["stop"] = gr.Button("Stop tritonserver", interactive=False, elem_id="qc-server-stop")
     gr.Markdown("#### Or connect to a running tritonserver")
     with gr.Row():
         view["http"] = gr.Textbox(label="HTTP host:port", placeholder="127.0.0.1:8000", elem_id="qc-http-url")
@@ -318,77 +146,73 @@ def _server_tab() -> dict[str, Any]:
                                   elem_id="qc-grpc-url")
         view["connect"] = gr.Button("Connect", elem_id="qc-connect")
     gr.Markdown("#### State")
-    view["models"] = gr.Dataframe(pd.DataFrame(columns=["model", "state", "reason"]), label="Models",
-                                  interactive=False, elem_id="qc-models")
-    view["log"] = gr.Textbox(label="tritonserver log (last lines)", lines=12, max_lines=12, interactive=False,
-                             autoscroll=True, elem_id="qc-log")
+    view["models"] = gr.Dataframe(pd.DataFrame(columns=views.MODEL_COLUMNS), label="Models", interactive=False,
+                                  elem_id="qc-models")
+    view["log"] = gr.Textbox(label="tritonserver log (last lines)", info=NOISE_NOTE, lines=14, max_lines=14,
+                             interactive=False, autoscroll=True, elem_id="qc-log")
     return view
 
 
-def _wire_server(backend: Backend, v: dict[str, Any], status: list) -> None:
-    """The Server tab's buttons (the timer shows their effect)."""
+# --------------------------------------------------------------------------- wiring
 
-    def inspect(repo: str, ticked: list[str]) -> tuple:
-        try:
-            table, names = describe_repo(repo)
-        except (OSError, ValueError) as exc:
-            return f"error: {exc}", gr.skip()
-        keep = [n for n in ticked if n in names] or [n for n in DEFAULT_MODELS if n in names] or names
-        return table, gr.update(choices=names, value=keep)
 
-    def write(repo: str, samples: str, ticked: list[str]) -> tuple:
-        try:
-            gr.Info(write_samples_into(repo, samples == "embedded"))
-        except (OSError, ValueError) as exc:
-            gr.Warning(str(exc))
-        return inspect(repo, ticked)
+def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
+               speed_outputs: list[Any]) -> Callable[[gr.Request], None]:
+    """The chat's events; returns the tab's stop handler."""
+    fields = {"mode": c["mode"], "model": c["model"], "chat": c["chat"], "system": c["system"],
+              "tokenizer": c["tokenizer"], "echo": c["echo"], "timeout": c["timeout"], **c["controls"]}
 
-    def start(repo: str, ticked: list[str]) -> str:
-        try:
-            backend.start(repo, ticked)
-        except ServerError as exc:
-            gr.Warning(str(exc))
-        return status_markdown(backend.snapshot())
+    def form(values: dict) -> dict[str, Any]:
+        return {name: values[comp] for name, comp in fields.items()}
 
-    def stop() -> str:
-        gr.Info(backend.stop())
-        return status_markdown(backend.snapshot())
+    def send(values: dict, request: gr.Request) -> Iterator[tuple]:
+        yield from console.send(request.session_hash, values[c["box"]], values[turns], form(values))
 
-    def connect(http: str, grpc: str) -> str:
-        try:
-            gr.Info(backend.connect(http, grpc))
-        except (ClientError, OSError) as exc:
-            gr.Warning(str(exc))
-        return status_markdown(backend.snapshot())
+    def retry(values: dict, request: gr.Request) -> Iterator[tuple]:
+        yield from console.retry(request.session_hash, values[turns], form(values))
 
-    repo_outputs = [v["table"], v["load"]]
-    v["inspect"].click(inspect, [v["repo"], v["load"]], repo_outputs)
-    v["repo"].submit(inspect, [v["repo"], v["load"]], repo_outputs)
-    v["write"].click(write, [v["repo"], v["samples"], v["load"]], repo_outputs)
-    v["start"].click(start, [v["repo"], v["load"]], status)
-    v["stop"].click(stop, None, status)
-    v["connect"].click(connect, [v["http"], v["grpc"]], status)
+    def stop(request: gr.Request) -> None:
+        console.stop(request.session_hash)
+
+    def clear(request: gr.Request) -> tuple:
+        console.stop(request.session_hash)
+        return [], [], ""
+
+    inputs = {c["box"], turns, *fields.values()}
+    outputs = [c["chatbot"], turns, c["live"], c["box"]]
+    sending = gr.on([c["send"].click, c["box"].submit], send, inputs, outputs, concurrency_limit=None,
+                    show_progress="hidden")
+    retrying = c["retry"].click(retry, inputs, outputs, concurrency_limit=None, show_progress="hidden")
+    clearing = c["clear"].click(clear, None, [c["chatbot"], turns, c["live"]], queue=False)
+    for event in (sending, retrying, clearing):
+        event.then(console.speed, turns, speed_outputs, show_progress="hidden")
+    c["stop"].click(stop, None, None, queue=False)
+    c["export"].click(console.export, turns, c["files"])
+    c["mode"].change(console.models_for, [c["mode"], c["model"]], [c["model"], c["note"]], show_progress="hidden")
+    c["model"].change(console.model_note, c["model"], c["note"], show_progress="hidden")
+    return stop
+
+
+def _wire_server(console: WebConsole, v: dict[str, Any], status: gr.Markdown) -> None:
+    v["list"].click(console.list_repository, [v["repo"], v["load"]], [v["listing"], v["load"]])
+    v["repo"].submit(console.list_repository, [v["repo"], v["load"]], [v["listing"], v["load"]])
+    v["start"].click(console.start, [v["repo"], v["load"]], status)
+    v["stop"].click(console.stop_server, None, status)
+    v["connect"].click(console.connect, [v["http"], v["grpc"]], status)
 
 
 # --------------------------------------------------------------------------- serving
 
 
-def _warm_up() -> None:
-    """Import transformers now, so the first chat template does not wait seconds for it."""
-    with contextlib.suppress(Exception):
-        import transformers  # noqa: F401
-
-
-def launch(backend: Backend, host: str = HOST, port: int | None = None, share: bool = False,
+def launch(console: WebConsole, host: str = HOST, port: int | None = None, share: bool = False,
            block: bool = True) -> gr.Blocks:
     """Serve the page on ``host`` (loopback by default; no share link unless ``share``).
 
     ``block=False`` returns at once (the app runs in a thread: ``block_thread()`` or ``close()`` it).
     """
-    demo = build_app(backend)
-    threading.Thread(target=_warm_up, name="qc-web-warm-up", daemon=True).start()
+    demo = build_app(console)
     demo.queue(default_concurrency_limit=4)
-    demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block,
-                theme=THEME, css=CSS, ssr_mode=False, mcp_server=False, show_error=False, quiet=True,
+    demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block, theme=THEME,
+                css=CSS, ssr_mode=False, mcp_server=False, show_error=False, quiet=True,
                 footer_links=["gradio", "settings"], inbrowser=False)
     return demo

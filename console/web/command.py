@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
+from console.core.controller import ServerController
 from console.server.embedded import DEFAULT_MODELS
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def begin(controller: ServerController, url: str | None, grpc_url: str | None, repository: Path | None,
+          models: Sequence[str], start: bool | None) -> str:
+    """Connect ``controller`` to the server at ``url``, or start one (default: unless ``url``); what happened.
+
+    Without a repository the embedded samples are served, ``models`` (default: the stream and batch
+    defaults) loaded. ClientError / ServerError / OSError when it cannot.
+    """
+    said = []
+    if url:
+        said.append(controller.connect(url, grpc_url or "").message)
+    if start if start is not None else not url:
+        controller.start(repository, tuple(models) or (() if repository else DEFAULT_MODELS))
+        said.append("starting tritonserver (progress and log in the Server tab) ...")
+    return "\n".join(said)
 
 
 @click.command("web", context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,33 +39,34 @@ from console.server.embedded import DEFAULT_MODELS
 @click.option("--grpc-url", default=None, help="Its gRPC host:port for streaming (default: the HTTP port + 1).")
 @click.option("--model-repository", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Repository to serve (default: the embedded SmolLM2 samples, stream and batch models).")
+@click.option("--model", "models", multiple=True,
+              help="Model to load (repeatable; default: every model of --model-repository, or the embedded "
+                   "stream and batch samples).")
 @click.option("--start/--no-start", default=None,
               help="Start tritonserver with the page (default: yes, unless --url is given).")
 def web(host: str, port: int | None, share: bool, url: str | None, grpc_url: str | None,
-        model_repository: Path | None, start: bool | None) -> None:
+        model_repository: Path | None, models: tuple[str, ...], start: bool | None) -> None:
     """A browser console: server control, stream and batch chat, live speed figures."""
     from console.clients import ClientError
+    from console.server import ServerError
 
     from .app import launch
-    from .backend import Backend
+    from .handlers import WebConsole
 
-    backend = Backend()
+    controller = ServerController()
     try:
-        if url:
-            click.echo(backend.connect(url, grpc_url or ""))
-        if start if start is not None else not url:
-            repo = str(model_repository or "")
-            backend.start(repo, () if repo else DEFAULT_MODELS)
-            click.echo("starting tritonserver (progress and log in the Server tab) ...")
-    except (ClientError, OSError) as exc:
+        said = begin(controller, url, grpc_url, model_repository, models, start)
+        if said:
+            click.echo(said)
+    except (ClientError, ServerError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     try:
-        demo = launch(backend, host=host, port=port, share=share, block=False)
+        demo = launch(WebConsole(controller), host=host, port=port, share=share, block=False)
         click.echo(f"qaic-console web on {demo.local_url}" + (f" and {demo.share_url}" if demo.share_url else ""))
-        if host not in ("127.0.0.1", "localhost", "::1"):
+        if host not in LOOPBACK:
             click.echo(f"warning: --host {host} serves the page beyond this machine, without a login", err=True)
         click.echo("press Ctrl-C to stop")
         demo.block_thread()
     finally:
-        backend.close()
+        controller.stop()

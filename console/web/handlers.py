@@ -1,0 +1,295 @@
+"""What the page's events do.
+
+One :class:`WebConsole` per app: the :class:`ServerController` every browser tab shares, the
+exchange each tab is running (so Stop, another event, can cancel it) and the chat templates loaded
+ahead of the first message. A message goes through the core's :class:`Exchange`; its turn is
+folded by the core and rendered by :mod:`.views`. Chat state (the turns) is per tab.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from console.clients import CONNECTION, CONTROLS, ClientError, Failure, ModelInfo, split_prompts
+from console.core.controller import ServerController, Snapshot
+from console.core.controls import params_from_form
+from console.core.request import Exchange, Settings
+from console.core.template import chat_tokenizer
+from console.core.transcript import export
+from console.core.turns import Turn
+from console.server import ServerError, embedded
+
+from . import views
+
+FRAME_S = 0.1  # a running message refreshes the page at most this often
+POLL_S = 1.0  # the server is polled at most this often, whatever the number of tabs
+LOG_LINES = 80
+ChatFrame = tuple[Any, Any, Any, Any]  # chatbot, turns, live panel, input box
+SKIP_CHAT: ChatFrame = (gr.skip(), gr.skip(), gr.skip(), gr.skip())
+
+
+def settings_from(form: Mapping[str, Any]) -> Settings:
+    """The Settings of the chat form (controls from the table); ClientError naming the bad field."""
+    params = params_from_form({c.name: form.get(c.name) for c in CONTROLS})
+    if not form.get("model"):
+        raise ClientError("no model picked: start a server or connect to one (Server tab)")
+    timeout = str(form.get("timeout") or "").strip()
+    try:
+        seconds = float(timeout) if timeout else None
+    except ValueError:
+        raise ClientError(f"Timeout: {timeout!r} is not a number") from None
+    return Settings(model=form["model"], mode=form.get("mode") or "stream", params=params, timeout=seconds,
+                    chat=bool(form.get("chat")), system=form.get("system") or "",
+                    tokenizer=(form.get("tokenizer") or "").strip(), echo=bool(form.get("echo")))
+
+
+class Running:
+    """The exchange each browser tab is running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_tab: dict[str, Exchange] = {}
+
+    def begin(self, tab: str, exchange: Exchange) -> None:
+        with self._lock:
+            self._by_tab[tab] = exchange
+
+    def end(self, tab: str, exchange: Exchange) -> None:
+        with self._lock:
+            if self._by_tab.get(tab) is exchange:
+                del self._by_tab[tab]
+
+    def cancel(self, tab: str) -> bool:
+        """Cancel the tab's exchange (also before its call exists); False when none runs."""
+        with self._lock:
+            exchange = self._by_tab.get(tab)
+        if exchange is not None:
+            exchange.cancel()
+        return exchange is not None
+
+
+class Templates:
+    """Chat templates loaded when a model becomes ready, so its first message does not wait for them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state: dict[str, str] = {}  # model -> loading … | ready | not loaded: why
+
+    def state(self, model: str) -> str | None:
+        return self._state.get(model)
+
+    def loading(self, model: str) -> bool:
+        return self._state.get(model) != "ready"
+
+    def mark(self, model: str, state: str) -> None:
+        with self._lock:
+            self._state[model] = state
+
+    def warm(self, infos: Mapping[str, ModelInfo]) -> None:
+        """Load the templates of the embedded models among ``infos`` in a thread (others need a tokenizer folder)."""
+        with self._lock:
+            todo = [info for name, info in infos.items() if info.embedded and name not in self._state]
+            self._state.update({info.name: "loading …" for info in todo})
+        if todo:
+            threading.Thread(target=self._load, args=(todo,), name="qc-web-templates", daemon=True).start()
+
+    def _load(self, infos: Sequence[ModelInfo]) -> None:
+        for info in infos:
+            try:
+                chat_tokenizer(None, info)
+                self.mark(info.name, "ready")
+            except ClientError as exc:
+                self.mark(info.name, f"not loaded: {exc}")
+
+
+class WebConsole:
+    """The page's handlers on one server controller."""
+
+    def __init__(self, controller: ServerController, export_dir: Path | None = None) -> None:
+        self.controller = controller
+        self.running = Running()
+        self.templates = Templates()
+        self.export_dir = export_dir or Path(tempfile.mkdtemp(prefix="qaic-web-"))
+        self._poll_lock = threading.Lock()
+        self._polled = 0.0
+        self._warmed = -1
+
+    # ---- chat
+
+    def send(self, tab: str, text: str, turns: list[Turn], form: Mapping[str, Any]) -> Iterator[ChatFrame]:
+        """Send the message (``a|b``: several prompts); frames of its progress until it ends."""
+        yield from self._checked(tab, lambda: (split_prompts(text), turns), form, clear_box=True)
+
+    def retry(self, tab: str, turns: list[Turn], form: Mapping[str, Any]) -> Iterator[ChatFrame]:
+        """Send the last message's prompts again with the current controls, in its place."""
+        def last() -> tuple[list[str], list[Turn]]:
+            if not turns:
+                raise ClientError("nothing to retry yet")
+            return turns[-1].prompts, turns[:-1]
+
+        yield from self._checked(tab, last, form, clear_box=False)
+
+    def _checked(self, tab: str, what: Callable[[], tuple[list[str], list[Turn]]], form: Mapping[str, Any],
+                 clear_box: bool) -> Iterator[ChatFrame]:
+        """Send ``what()`` gives (prompts, earlier turns) with the form's settings; a warning and nothing sent
+        when either is wrong."""
+        try:
+            prompts, earlier = what()
+            settings = self._settings(form)
+        except ClientError as exc:
+            gr.Warning(str(exc))
+            yield SKIP_CHAT
+            return
+        yield from self._exchange(tab, prompts, earlier, settings, clear_box)
+
+    def _settings(self, form: Mapping[str, Any]) -> Settings:
+        """The form's settings; ClientError saying how to go on when no server answers."""
+        snap = self.controller.snapshot
+        if not snap.serving:
+            raise ClientError(views.no_server(snap))
+        return settings_from(form)
+
+    def _exchange(self, tab: str, prompts: list[str], earlier: list[Turn], settings: Settings,
+                  clear_box: bool) -> Iterator[ChatFrame]:
+        snap = self.controller.snapshot
+        exchange = Exchange.new(settings, prompts)
+        turn, turns = exchange.turn, [*earlier, exchange.turn]
+        loading = settings.templated and self.templates.loading(settings.model)
+        box = "" if clear_box else gr.skip()
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                exchange.run(snap.endpoint, settings, earlier, snap.infos.get(settings.model))
+            except Exception as exc:  # the thread's end: whatever the call did not turn into a Failure event
+                turn.apply(Failure(" ".join(str(exc).split()) or type(exc).__name__, getattr(exc, "kind", CONNECTION)))
+            finally:
+                done.set()
+
+        self.running.begin(tab, exchange)
+        yield views.messages(turns), turns, views.live_markdown(turn, time.perf_counter(), loading), box
+        threading.Thread(target=work, name="qc-web-exchange", daemon=True).start()
+        shown = None
+        try:
+            while True:
+                finished = done.wait(FRAME_S)
+                progress = (turn.sent_at, sum(map(len, turn.arrivals.values())), len(turn.replies), turn.failure)
+                chat = views.messages(turns) if progress != shown else gr.skip()
+                shown = progress
+                yield chat, gr.skip(), views.live_markdown(turn, time.perf_counter(), loading), gr.skip()
+                if finished:
+                    break
+        finally:
+            if not done.is_set():  # the page went away: Gradio closed this generator
+                exchange.cancel()
+            self.running.end(tab, exchange)
+        if settings.templated and turn.sent_at is not None:
+            self.templates.mark(settings.model, "ready")
+        yield views.messages(turns), turns, views.live_markdown(turn, time.perf_counter()), gr.skip()
+
+    def stop(self, tab: str) -> None:
+        """Stop the tab's message: cancelled on the server (gRPC), also while it is being prepared."""
+        self.running.cancel(tab)
+
+    def export(self, turns: list[Turn]) -> Any:
+        """The transcript as Markdown and JSON (with every reply's figures), offered for download."""
+        if not turns:
+            gr.Warning("nothing to export yet")
+            return gr.skip()
+        now = time.time()
+        paths = export(turns, self.export_dir, time.strftime("qaic-transcript-%Y%m%d-%H%M%S", time.localtime(now))
+                       + f"-{int(now * 1000) % 1000:03d}")
+        return gr.update(value=[str(p) for p in paths], visible=True)
+
+    @staticmethod
+    def speed(turns: list[Turn]) -> tuple[Any, ...]:
+        """The Speed tab: summary per mode, the per-reply table, and its plots."""
+        table = views.speed_table(turns)
+        order = list(table["reply"].astype(str))
+        plots = views.plot_data(table)
+        return (views.summary_markdown(turns), table,
+                *(gr.update(value=plots[key], sort=order) for key in ("ttft", "latency", "tps")))
+
+    # ---- server
+
+    def poll(self) -> Snapshot:
+        """The server's state, read again at most every POLL_S (all tabs share the reading)."""
+        if self._poll_lock.acquire(blocking=False):
+            try:
+                if time.monotonic() - self._polled >= POLL_S:
+                    self.controller.poll()
+                    self._polled = time.monotonic()
+            finally:
+                self._poll_lock.release()
+        snap = self.controller.snapshot
+        if snap.generation != self._warmed:
+            self._warmed = snap.generation
+            self.templates.warm(snap.infos)
+        return snap
+
+    def refresh(self, seen: tuple[int, str], mode: str, model: str | None) -> tuple[Any, ...]:
+        """The timer's tick: header, models, log, buttons; model lists and the repository when they changed."""
+        snap = self.poll()
+        moved = snap.generation != seen[0]
+        shown = snap.repository if snap.owned and snap.repository else seen[1]
+        picked, note = self.models_for(mode, model, snap) if moved else (gr.skip(), self.model_note(model))
+        running = snap.owned and snap.phase in ("starting", "ready", "stopping")
+        connected = not snap.owned and snap.phase in ("connected", "unreachable")
+        start = gr.update(variant="secondary" if running or snap.serving else "primary", interactive=not running)
+        stop = gr.update(value="Disconnect" if connected else "Stop tritonserver", interactive=running or connected,
+                         variant="stop" if running else "secondary")
+        log = views.log_text(self.controller.log_tail(LOG_LINES)) if snap.owned else (
+            "(a server reached by URL: its log is where it runs)" if snap.http_url else "")
+        return (views.status_markdown(snap), views.model_table(snap), log, (snap.generation, shown), picked, note,
+                shown if shown != seen[1] else gr.skip(), start, stop)
+
+    def models_for(self, mode: str, current: str | None, snap: Snapshot | None = None) -> tuple[Any, str]:
+        """The model selector for ``mode`` (keeping ``current`` when offered) and the note on the pick."""
+        choices = views.model_choices((snap or self.controller.snapshot).infos, mode)
+        value = views.pick_model(choices, mode, current)
+        return gr.update(choices=choices, value=value), self.model_note(value)
+
+    def model_note(self, model: str | None) -> str:
+        info = self.controller.snapshot.infos.get(model or "")
+        return views.model_note(info, self.templates.state(model or "") if info else None)
+
+    @staticmethod
+    def list_repository(repo: str, ticked: list[str]) -> tuple[Any, Any]:
+        """The repository's models (empty: the embedded samples) as a table and as the models to load."""
+        from repo_gen.inspection import list_models
+
+        try:
+            path = Path(repo).expanduser() if repo.strip() else embedded.embedded_repo(lambda _: None)
+            found = list_models(path)
+        except (OSError, ValueError) as exc:
+            gr.Warning(str(exc))
+            return gr.skip(), gr.skip()
+        names = [m.name for m in found]
+        return views.repo_table(found), gr.update(choices=names, value=[n for n in ticked if n in names])
+
+    def start(self, repo: str, models: list[str]) -> str:
+        """Start tritonserver here on ``repo`` (empty: the embedded samples) loading the ticked models."""
+        try:
+            self.controller.start(Path(repo).expanduser() if repo.strip() else None, models)
+        except ServerError as exc:
+            gr.Warning(str(exc))
+        return views.status_markdown(self.controller.snapshot)
+
+    def stop_server(self) -> str:
+        """Stop the server started here, or let go of the one reached by URL."""
+        return views.status_markdown(self.controller.stop())
+
+    def connect(self, http: str, grpc: str) -> str:
+        """Use the running server at ``http`` (and ``grpc``, default: the HTTP port + 1)."""
+        try:
+            self.controller.connect(http, grpc)
+        except (ClientError, OSError) as exc:
+            gr.Warning(str(exc))
+        return views.status_markdown(self.controller.snapshot)

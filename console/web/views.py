@@ -1,0 +1,280 @@
+"""What the page shows, as pure functions of the core's state (no Gradio here).
+
+Every text that comes from a user, a model or a server goes through :func:`esc` (chat messages,
+HTML) or :func:`md` (Markdown panels), so no markup in it is ever live. Times are in ms wherever
+the page shows a table or a plot.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from console.clients import ClientError, ModelInfo, format_stats, interface_of
+from console.core.controller import Snapshot
+from console.core.transcript import summary
+from console.core.turns import Turn
+from console.server.embedded import EMBEDDED_DEFAULTS
+from console.server.logparse import NOISE_NOTE
+
+MODES = {"stream": "Stream · gRPC, token by token", "batch": "Batch · HTTP, one response"}
+PHASE_ICONS = {"ready": "●", "connected": "●", "starting": "◐", "stopping": "◐", "failed": "✖", "unreachable": "✖"}
+RESTART = {
+    "failed": "to restart it: Server tab → Start tritonserver (or connect to a running one by URL)",
+    "stopped": "Server tab → Start tritonserver, or connect to a running one by URL",
+    "unreachable": "still polling; Server tab → Connect to reach another server",
+}
+MODEL_COLUMNS = ["model", "state", "interface", "kind", "reason"]
+REPO_COLUMNS = ["model", "type", "mode", "source", "valid"]
+SPEED_COLUMNS = ["reply", "mode", "model", "prompt", "finish", "output tokens", "prepare ms", "TTFT ms", "ITL ms",
+                 "latency ms", "tokens/s"]
+SUMMARY_LABELS = {  # transcript.summary() key -> label (times in ms, as everywhere on the page)
+    "time_to_first_token_ms": "TTFT ms",
+    "inter_token_latency_ms": "ITL ms",
+    "request_latency_ms": "latency ms",
+    "output_token_throughput": "tokens/s",
+    "output_tokens": "output tokens",
+}
+SUMMARY_NOTES = {
+    "stream": "time to first token and inter-token latency from the streamed tokens",
+    "batch": "one response per request: request latency only (no time to first token)",
+}
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+
+
+def esc(text: str) -> str:
+    """Text as HTML that shows it literally."""
+    return html.escape(text, quote=True)
+
+
+def md(text: str) -> str:
+    """Text for a Markdown panel that shows it literally (neither Markdown nor HTML is interpreted)."""
+    return html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
+
+
+def _label(index: int, count: int) -> str:
+    return f"[{index + 1}/{count}] " if count > 1 else ""
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+# --------------------------------------------------------------------------- server
+
+
+def status_markdown(snap: Snapshot) -> str:
+    """The header: the server's phase and message, its addresses while it serves, how to go on."""
+    text = f"{PHASE_ICONS.get(snap.phase, '○')} **{md(snap.phase)}** · {md(snap.message)}"
+    if snap.http_url:
+        text += f"  \nHTTP {md(snap.http_url)} · gRPC {md(snap.grpc_url or '?')}"
+    if snap.phase in RESTART:
+        text += f"  \n{md(RESTART[snap.phase])}"
+    return text
+
+
+def no_server(snap: Snapshot) -> str:
+    """Why nothing can be sent now, and how to go on."""
+    return f"no server to send to: {snap.message}" + (f" ({RESTART[snap.phase]})" if snap.phase in RESTART else "")
+
+
+def interface_name(info: ModelInfo) -> str:
+    """The Triton LLM interface the model speaks, or ``unsupported``."""
+    try:
+        return interface_of(info).name
+    except ClientError:
+        return "unsupported"
+
+
+def model_kind(info: ModelInfo) -> str:
+    """``stream, KV cache`` / ``batch, causal (slow on a CPU)``."""
+    how = "stream" if info.decoupled else "batch"
+    return f"{how}, KV cache" if info.use_kv_cache else f"{how}, causal (slow on a CPU)"
+
+
+def model_table(snap: Snapshot) -> pd.DataFrame:
+    """The models table (MODEL_COLUMNS): state, interface and kind of each model the server reports."""
+    rows = []
+    for row in snap.models:
+        interface = interface_name(row.info) if row.info else ""
+        kind = model_kind(row.info) if row.info and interface != "unsupported" else ""
+        rows.append([row.name, row.state or "not loaded", interface, kind, row.reason])
+    return pd.DataFrame(rows, columns=MODEL_COLUMNS)
+
+
+def model_choices(infos: Mapping[str, ModelInfo], mode: str) -> list[tuple[str, str]]:
+    """(label, name) of the ready models a ``mode`` can use: decoupled ones stream, the others answer once."""
+    out = []
+    for name, info in sorted(infos.items()):
+        if info.decoupled == (mode == "stream") and interface_name(info) != "unsupported":
+            out.append((name if info.use_kv_cache else f"{name} · causal, slow on a CPU", name))
+    return out
+
+
+def pick_model(choices: Sequence[tuple[str, str]], mode: str, current: str | None) -> str | None:
+    """Keep ``current`` when it is still offered, else the mode's embedded default, else the first."""
+    names = [name for _, name in choices]
+    if current in names:
+        return current
+    default = EMBEDDED_DEFAULTS.get(mode)
+    return default if default in names else (names[0] if names else None)
+
+
+def model_note(info: ModelInfo | None, template: str | None) -> str:
+    """The line under the model selector: kind, interface and the chat template's state."""
+    if info is None:
+        return "no model ready yet: start a server or connect to one (Server tab)"
+    parts = [model_kind(info), f"interface {interface_name(info)}"]
+    if template:
+        parts.append(f"chat template {template}")
+    return md(" · ".join(parts))
+
+
+def log_text(lines: Iterable[str]) -> str:
+    """The log box: the server's last lines (the note on hidden GPU noise is the box's caption)."""
+    return "\n".join(line for line in lines if line != NOISE_NOTE)
+
+
+def repo_table(models: Iterable[Any]) -> pd.DataFrame:
+    """A repository listing (``repo_gen.inspection.ModelInfo`` rows): name, type, mode, source, validity."""
+    rows = [[m.name, m.model_type, {True: "stream", False: "batch", None: "?"}[m.decoupled], m.source,
+             "yes" if m.valid else "no: " + "; ".join(m.problems)] for m in models]
+    return pd.DataFrame(rows, columns=REPO_COLUMNS)
+
+
+# --------------------------------------------------------------------------- chat
+
+
+def _footer(turn: Turn, index: int) -> str:
+    reply = turn.replies.get(index)
+    if reply is None:
+        return "" if turn.failure else " …"
+    return f"\n\n— {turn.status(index)}"
+
+
+def _turn_note(turn: Turn) -> str:
+    """What the turn's last answer adds: the time spent before sending and the controls not sent."""
+    notes = []
+    if turn.sent_at is not None:
+        notes.append(f"prepared in {turn.prepare_seconds * 1000:.0f} ms before sending (model config, chat "
+                     "template; not part of ttft)")
+    if turn.ignored:
+        notes.append(f"not sent, {turn.model} has no input for: {', '.join(turn.ignored)}")
+    return "".join(f"\n— {n}" for n in notes) if turn.done else ""
+
+
+def messages(turns: Sequence[Turn]) -> list[dict[str, str]]:
+    """Chatbot messages (escaped): the prompts, one answer per prompt with its figures, any error."""
+    out: list[dict[str, str]] = []
+    for turn in turns:
+        n = len(turn.prompts)
+        out.append({"role": "user", "content": esc("\n".join(_label(i, n) + p for i, p in enumerate(turn.prompts)))})
+        answers = []
+        for i in range(n):
+            text, footer = turn.shown(i), _footer(turn, i)
+            if text or footer:
+                answers.append(_label(i, n) + text + footer)
+        if turn.failure is not None:
+            answers.append(f"✖ {turn.failure.kind}: {turn.failure.message}")
+        if answers:
+            answers[-1] += _turn_note(turn)
+        out += [{"role": "assistant", "content": esc(a)} for a in answers]
+    return out
+
+
+def live_markdown(turn: Turn | None, clock: float, template_loading: bool = False) -> str:
+    """The panel under the chat: the running (or last) request, each prompt's live figures.
+
+    ``clock`` is ``time.perf_counter()`` now; ``template_loading`` says the chat template is being loaded.
+    """
+    if turn is None:
+        return ""
+    head = f"{md(turn.model)} · request {md(turn.request_id)}"
+    if turn.failure is not None and turn.sent_at is None:
+        return f"**{md(turn.failure.kind)}** · {head} · {md(turn.failure.message)}"
+    if turn.sent_at is None:
+        doing = "loading the chat template …" if template_loading else "reading the model config …"
+        return f"**preparing** · {head} · {doing}"
+    now = clock - turn.sent_at
+    head += f" · prepared in {turn.prepare_seconds * 1000:.0f} ms"
+    n = len(turn.prompts)
+    lines = [_label(i, n) + _live_line(turn, i, now) for i in range(n)]
+    if turn.failure is not None:
+        word, lines = turn.failure.kind, [*lines, md(turn.failure.message)]
+    else:
+        word = "done" if turn.done else ("streaming" if turn.mode == "stream" else "waiting")
+    return f"**{md(word)}** · {head}  \n" + "  \n".join(lines)
+
+
+def _live_line(turn: Turn, index: int, now: float) -> str:
+    if index in turn.replies or turn.failure is not None:
+        return md(turn.status(index) or "no answer")
+    stats = turn.figures(index, now)
+    if stats is not None:
+        return "streaming · " + md(format_stats(stats))
+    if turn.mode == "stream":
+        return f"waiting for the first token · {now:.1f} s"
+    return f"waiting for one response · {now:.1f} s"
+
+
+# --------------------------------------------------------------------------- speed
+
+
+def speed_rows(turns: Sequence[Turn]) -> list[list[Any]]:
+    """One row per answered (or stopped) prompt of the finished turns (SPEED_COLUMNS; times in ms)."""
+    rows: list[list[Any]] = []
+    for turn in turns:
+        if not turn.done:
+            continue
+        for i, prompt in enumerate(turn.prompts):
+            stats = turn.figures(i)
+            if stats is None:
+                continue
+            reply = turn.replies.get(i)
+            finish = reply.finish_reason if reply else (turn.failure.kind if turn.failure else "?")
+            tps = stats.output_token_throughput
+            rows.append([len(rows) + 1, turn.mode, turn.model, prompt[:60], finish, stats.output_tokens,
+                         _ms(turn.prepare_seconds), _ms(stats.time_to_first_token), _ms(stats.inter_token_latency),
+                         _ms(stats.request_latency), None if tps is None else round(tps, 1)])
+    return rows
+
+
+def speed_table(turns: Sequence[Turn]) -> pd.DataFrame:
+    return pd.DataFrame(speed_rows(turns), columns=SPEED_COLUMNS)
+
+
+def plot_data(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Plot frames: stream TTFT and batch latency apart, tokens/s of both; ``reply`` is a category ("1", "2" ...)
+    so the x axis shows whole reply numbers and one reply is one point."""
+    frame = table.assign(reply=table["reply"].astype(str))
+    stream, batch = frame[frame["mode"] == "stream"], frame[frame["mode"] != "stream"]
+    return {
+        "ttft": stream.dropna(subset=["TTFT ms"])[["reply", "TTFT ms"]],
+        "latency": batch[["reply", "latency ms"]],
+        "tps": frame.dropna(subset=["tokens/s"])[["reply", "tokens/s", "mode"]],
+    }
+
+
+def summary_markdown(turns: Sequence[Turn]) -> str:
+    """genai-perf statistics per mode (stream and batch measure different things), times in ms."""
+    stats = summary([t for t in turns if t.done])
+    if not stats:
+        return "No replies yet: each reply's figures appear here, stream and batch apart."
+    counts = speed_table(turns)["mode"].value_counts()
+    parts = []
+    for mode, rows in stats.items():
+        count = int(counts.get(mode, 0))
+        replies = f"{count} reply" if count == 1 else f"{count} replies"
+        parts += [f"**{md(MODES.get(mode, mode))}** · {replies} · {md(SUMMARY_NOTES.get(mode, ''))}", "",
+                  "| metric | avg | p50 | p90 | p99 | min | max |", "|---|---|---|---|---|---|---|"]
+        for key, label in SUMMARY_LABELS.items():
+            if key in rows:
+                s = rows[key]
+                parts.append(f"| {label} | " + " | ".join(f"{s[k]:.1f}" for k in ("avg", "p50", "p90", "p99",
+                                                                                    "min", "max")) + " |")
+        parts.append("")
+    return "\n".join(parts)

@@ -1,0 +1,451 @@
+"""``qaic-console web`` in a real headless Chromium, on a tritonserver the page itself starts.
+
+One page and one server for the module: the first test starts the server from the Server tab
+(the embedded samples, two of its models plus two small Python models ticked), the last one kills
+it. The tests in between chat with it; each clears the chat first where it counts replies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.core.controller import ServerController
+from console.server import free_port
+from console.server.logparse import NOISE_NOTE
+
+pytestmark = [pytest.mark.server, pytest.mark.browser]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WAIT_MS = 120_000
+START_MS = 600_000
+INJECTION = "<script>window.__pwned=1</script>|<img src=x onerror=window.__pwned=1>"
+LOADED = ("smollm2_decoupled", "smollm2_kv", "echo_llm", "echo")
+ECHO_LLM = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def answer(request):
+    prompts = pb_utils.get_input_tensor_by_name(request, "prompt").as_numpy().reshape(-1)
+    return pb_utils.InferenceResponse([pb_utils.Tensor("text_output", np.array([b"echo: " + p for p in prompts],
+                                                                                dtype=np.object_))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [answer(r) for r in requests]
+"""
+
+
+class LogWatch:
+    """The controller's log lines as they arrive; :meth:`wait_for` waits on a condition, not a clock."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+
+    def add(self, line: str) -> None:
+        with self._cond:
+            self.lines.append(line)
+            self._cond.notify_all()
+
+    def wait_for(self, needle: str, timeout: float = 60.0) -> str:
+        with self._cond:
+            self._cond.wait_for(lambda: any(needle in line for line in self.lines), timeout)
+            return next((line for line in reversed(self.lines) if needle in line), "")
+
+
+class Web:
+    """The page, the console behind it and the log it follows."""
+
+    def __init__(self, page: Any, console: Any, log: LogWatch) -> None:
+        self.page, self.console, self.log = page, console, log
+
+    def text(self, selector: str) -> str:
+        return self.page.locator(selector).first.inner_text()
+
+    def wait_text(self, selector: str, *needles: str, timeout: int = WAIT_MS) -> str:
+        self.page.wait_for_function(
+            "([sel, needles]) => { const e = document.querySelector(sel); const t = e ? e.innerText : '';"
+            " return needles.every(n => t.includes(n)); }", arg=[selector, list(needles)], timeout=timeout)
+        return self.text(selector)
+
+    def table(self, selector: str) -> list[list[str]]:
+        """A Dataframe's rows as cell texts."""
+        return self.page.evaluate("sel => [...document.querySelectorAll(sel + ' .virtual-row')].map(r =>"
+                                  " [...r.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim()))", selector)
+
+    def wait_log_tail(self, needle: str = "") -> None:
+        """Wait until the log box shows ``needle`` and is scrolled to its last line."""
+        self.page.wait_for_function(
+            "n => { const t = document.querySelector('#qc-log textarea'); return t.value.includes(n) &&"
+            " t.scrollHeight > t.clientHeight && t.scrollTop + t.clientHeight >= t.scrollHeight - 2; }",
+            arg=needle, timeout=WAIT_MS)
+
+    def x_labels(self, plot: str) -> list[str]:
+        """The tick labels of a plot's x axis."""
+        return self.page.evaluate("sel => [...document.querySelectorAll(sel + ' g.role-axis[aria-label^=\"X-axis\"]"
+                                  " .role-axis-label text')].map(t => t.textContent)", plot)
+
+    def tab(self, name: str) -> None:
+        self.page.get_by_role("tab", name=name).click()
+
+    def fill(self, control: str, value: str) -> None:
+        self.page.locator(f"#qc-control-{control} input, #qc-control-{control} textarea").first.fill(value)
+
+    def mode(self, mode: str) -> None:
+        label = {"stream": "Stream · gRPC, token by token", "batch": "Batch · HTTP, one response"}[mode]
+        self.page.get_by_label(label).check()
+
+    def model(self, name: str) -> None:
+        self.page.locator("#qc-model input").click()
+        self.page.get_by_role("option", name=re.compile(f"^{re.escape(name)}")).click()
+        self.page.wait_for_function("n => document.querySelector('#qc-model input').value.startsWith(n)", arg=name,
+                                    timeout=WAIT_MS)
+
+    def request_id(self) -> str:
+        found = re.search(r"request (qc-\w+)", self.text("#qc-live"))
+        return found.group(1) if found else ""
+
+    def send(self, text: str, until: str = "done") -> str:
+        """Send ``text`` and wait until the live panel shows ``until`` for the new request; the panel."""
+        old = self.request_id()
+        self.page.locator("#qc-input textarea").fill(text)
+        self.page.locator("#qc-send").click()
+        self.page.wait_for_function(
+            "([w, old]) => { const t = document.querySelector('#qc-live')?.innerText ?? '';"
+            " const id = (t.match(/request (qc-\\w+)/) || [])[1]; return id && id !== old && t.includes(w); }",
+            arg=[until, old], timeout=WAIT_MS)
+        return self.text("#qc-live")
+
+    def clear(self) -> None:
+        self.page.locator("#qc-clear").click()
+        self.page.wait_for_function("!document.querySelector('#qc-chat .message')", timeout=WAIT_MS)
+
+    def answers(self) -> list[str]:
+        return [m.inner_text() for m in self.page.locator("#qc-chat .message.bot").all()]
+
+    def export(self) -> dict[str, Any]:
+        """Click Export; the JSON transcript it offered (a name the file list did not show before)."""
+        files = self.page.locator("#qc-files")
+        shown = files.inner_text() if files.is_visible() else ""
+        self.page.locator("#qc-export").click()
+        stem = self.page.wait_for_function(
+            "old => { const e = document.querySelector('#qc-files'); const t = e ? e.innerText : '';"
+            " return (t.match(/qaic-transcript-[\\d-]+/g) || []).find(s => !old.includes(s)); }",
+            arg=shown, timeout=WAIT_MS).json_value()
+        assert ".md" in files.inner_text() and ".json" in files.inner_text()
+        return json.loads((self.console.export_dir / f"{stem}.json").read_text())
+
+    def toast(self, needle: str) -> str:
+        return self.wait_text(".toast-body", needle)
+
+
+@pytest.fixture(scope="module")
+def web_repo(tmp_path_factory: pytest.TempPathFactory, echo_repo: Path, python_model) -> Path:
+    """Three embedded samples, a Python model with the prompt/text_output interface and no controls, and the
+    FP32 ``echo`` model (an interface the console does not speak)."""
+    from repo_gen.samples import write_samples
+
+    repo = tmp_path_factory.mktemp("web_repo")
+    write_samples(("smollm2_decoupled", "smollm2_kv", "smollm2_causal"), repo)
+    python_model(repo, "echo_llm", ECHO_LLM, llm=True)
+    shutil.copytree(echo_repo / "echo", repo / "echo")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def web(web_repo: Path) -> Iterator[Web]:
+    """The web console (no server yet; its embedded samples are ``web_repo``) open in Chromium."""
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's /usr/bin/chromium is missing (apt-get install chromium; scripts/setup.sh --test)")
+    from playwright.sync_api import sync_playwright
+
+    from console.web.app import launch
+    from console.web.handlers import WebConsole
+
+    log = LogWatch()
+    controller = ServerController(on_log=log.add)
+    console = WebConsole(controller)
+    with pytest.MonkeyPatch.context() as mp:
+        for where in ("console.core.controller", "console.server.embedded"):
+            mp.setattr(f"{where}.embedded_repo", lambda progress: web_repo)
+        demo = launch(console, port=free_port(), block=False)
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(demo.local_url)
+                page.wait_for_function("document.querySelector('#qc-status')?.innerText.includes('idle')",
+                                       timeout=WAIT_MS)
+                yield Web(page, console, log)
+                browser.close()
+        finally:
+            demo.close()
+            controller.stop()
+
+
+def test_server_tab_starts_chosen_models_and_shows_the_served_repository(web: Web, web_repo: Path) -> None:
+    page = web.page
+    web.tab("Server")
+    assert "primary" in page.locator("#qc-start").get_attribute("class")
+    page.locator("#qc-list").click()  # the box is empty: the embedded samples
+    web.wait_text("#qc-repo", "echo_llm", "smollm2_causal")
+    load = page.locator("#qc-load")
+    for name in LOADED:
+        load.get_by_label(name, exact=True).check()
+    assert not load.get_by_label("smollm2_causal", exact=True).is_checked()
+    page.locator("#qc-start").click()
+    web.wait_text("#qc-status", "starting")
+    page.wait_for_function("document.querySelector('#qc-start').disabled", timeout=WAIT_MS)
+    status = web.wait_text("#qc-status", "ready", "HTTP 127.0.0.1:", timeout=START_MS)
+    snap = web.console.controller.snapshot
+    assert snap.http_url in status and snap.grpc_url in status
+
+    # the Repository box shows what is served; the Start button is no longer the highlighted one
+    page.wait_for_function("v => document.querySelector('#qc-repo-path textarea, #qc-repo-path input').value === v",
+                           arg=str(web_repo), timeout=WAIT_MS)
+    start = page.locator("#qc-start")
+    page.wait_for_function("!document.querySelector('#qc-start').classList.contains('primary')", timeout=WAIT_MS)
+    assert "secondary" in start.get_attribute("class") and start.is_disabled()
+    assert page.locator("#qc-server-stop").is_enabled()
+
+    # each model's interface; the unticked one is not loaded
+    web.wait_text("#qc-models", "echo_llm", "unsupported")
+    rows = {row[0]: row for row in web.table("#qc-models")}
+    assert rows["smollm2_decoupled"][1:4] == ["READY", "qaic-console", "stream, KV cache"]
+    assert rows["echo_llm"][1:4] == ["READY", "qaic-console", "batch, KV cache"]
+    assert rows["echo"][1:3] == ["READY", "unsupported"]
+    assert rows["smollm2_causal"][1] == "not loaded"
+
+    # the log: harmless GPU noise hidden (said once), scrolled to its last line
+    log = page.locator("#qc-log textarea")
+    shown = log.input_value()
+    assert web.text("#qc-log").count(NOISE_NOTE) == 1 and web.text("#qc-log").count("(CUDA") == 1
+    raw = web.console.controller.server.log_tail(500)
+    assert any("NVML" in line or "CudaDriverHelper" in line for line in raw), "the server logged no GPU noise"
+    assert "NVML" not in shown and "CudaDriverHelper" not in shown
+    web.wait_log_tail()
+
+    # the chat template was loaded when the models arrived, before any message
+    web.tab("Chat")
+    web.wait_text("#qc-model-note", "chat template ready")
+
+
+def test_stream_grows_live_and_stop_cancels_on_the_server(web: Web) -> None:
+    page = web.page
+    web.clear()
+    web.mode("stream")
+    web.fill("max-tokens", "300")
+    web.send("Tell me a long story about a brave dragon.", until="streaming ·")
+    reply = page.locator("#qc-chat .message.bot").last
+    page.wait_for_function("() => /tok\\/s/.test(document.querySelector('#qc-live').innerText)", timeout=WAIT_MS)
+    first = reply.inner_text()
+    page.wait_for_function("n => [...document.querySelectorAll('#qc-chat .message.bot')].pop().innerText.length > n",
+                           arg=len(first), timeout=WAIT_MS)
+    live = web.text("#qc-live")
+    assert live.startswith("streaming") and re.search(r"ttft \d+ ms · itl \d+ ms", live), live
+    prepared = int(re.search(r"prepared in (\d+) ms", live).group(1))
+    assert prepared < 1000, f"the first message waited {prepared} ms for its chat template (warmed beforehand)"
+    streaming = web.request_id()
+
+    page.locator("#qc-stop").click()
+    stopped = web.wait_text("#qc-live", "cancelled")
+    assert "request cancelled on the server" in stopped
+    line = web.log.wait_for(f"request {streaming} ")
+    assert "finish=cancelled" in line, line
+    web.tab("Server")  # the log grew while its tab was hidden: it opens at its tail
+    web.wait_log_tail(f"request {streaming} ")
+    web.tab("Chat")
+    assert "✖ cancelled" in web.answers()[-1]
+    exported = web.export()["turns"][-1]
+    assert exported["request_id"] == streaming and exported["error_kind"] == "cancelled"
+    assert exported["replies"][0]["time_to_first_token_ms"] > 0, "a stopped reply keeps its figures"
+
+
+def test_closing_a_tab_stops_its_message_on_the_server(web: Web) -> None:
+    other = Web(web.page.context.browser.new_page(), web.console, web.log)
+    other.page.goto(web.page.url)
+    other.wait_text("#qc-model-note", "chat template ready")
+    other.fill("max-tokens", "300")
+    other.send("Tell me a long story about a brave knight.", until="streaming ·")
+    running = other.request_id()
+    other.page.close(run_before_unload=True)
+    assert "finish=cancelled" in web.log.wait_for(f"request {running} ")
+
+
+def test_each_prompt_of_a_batch_ends_at_its_own_last_token(web: Web) -> None:
+    web.clear()
+    web.mode("stream")
+    web.fill("max-tokens", "48")
+    done = web.send("What is 2+2? Answer with a number only.|Write a long poem about the sea.")
+    short, long = done.splitlines()[1:3]
+    assert short.startswith("[1/2] eos") and long.startswith("[2/2] length · 48 tokens"), done
+
+    def seconds(line: str) -> float:
+        return float(re.search(r"· ([\d.]+) s$", line.strip()).group(1))
+
+    assert seconds(short) < seconds(long)
+    answers = web.answers()
+    assert short.split("[1/2] ")[1] in answers[0] and long.split("[2/2] ")[1] in answers[1]
+
+    web.tab("Speed")
+    web.wait_text("#qc-speed", "Write a long poem")
+    rows = web.table("#qc-speed")
+    assert [r[4] for r in rows] == ["eos", "length"]
+    latency = [float(r[9]) for r in rows]
+    assert latency[0] < latency[1] and all(abs(a - b * 1000) < 10 for a, b in zip(latency, map(seconds, (short, long))))
+    web.tab("Chat")
+
+    replies = web.export()["turns"][-1]["replies"]
+    assert [r["finish_reason"] for r in replies] == ["eos", "length"]
+    assert replies[0]["request_latency_ms"] < replies[1]["request_latency_ms"]
+    assert replies[0]["output_tokens"] < replies[1]["output_tokens"] == 48
+
+
+def test_history_is_per_mode_and_never_sent_with_several_prompts(web: Web) -> None:
+    web.clear()
+    web.mode("stream")
+    web.fill("max-tokens", "8")
+    web.send("My name is Zorblax.")
+    web.send("What is my name?")
+    web.mode("batch")
+    web.page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_kv'", timeout=WAIT_MS)
+    web.send("What is my name?")
+    web.mode("stream")
+    web.page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'",
+                               timeout=WAIT_MS)
+    web.send("What is my name?|Say hi.")
+    turns = web.export()["turns"][-4:]
+    sent = [[r["sent"] for r in t["replies"]] for t in turns]
+    assert [t["mode"] for t in turns] == ["stream", "stream", "batch", "stream"]
+    assert "Zorblax" in sent[1][0], "the stream history carries the earlier stream turn"
+    assert "Zorblax" not in sent[2][0], "batch mode has its own history"
+    assert not any("Zorblax" in s for s in sent[3]), "a|b prompts carry no history"
+
+
+def test_batch_markup_stays_text_and_speed_shows_latency_apart(web: Web) -> None:
+    page = web.page
+    web.clear()
+    web.mode("batch")
+    page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_kv'", timeout=WAIT_MS)
+    page.locator("#qc-chat-template input").uncheck()
+    page.locator("#qc-echo input").check()  # the reply starts with the prompt: markup in the model output
+    web.fill("max-tokens", "8")
+    web.send(INJECTION)
+    answers = web.answers()[-2:]
+    assert answers[0].startswith("[1/2] <script>window.__pwned=1</script>"), answers
+    assert answers[1].startswith("[2/2] <img src=x onerror=window.__pwned=1>"), answers
+    assert all("— length · 8 tokens · one response" in a and "latency" in a for a in answers)
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#qc-chat script, #qc-chat img[src='x'], #qc-speed img").count() == 0
+
+    web.tab("Speed")
+    web.wait_text("#qc-speed", "<img src=x onerror")
+    rows = web.table("#qc-speed")
+    assert [r[1] for r in rows] == ["batch", "batch"] and all(r[7] == "" for r in rows), "batch: no TTFT"
+    summary = web.text("#qc-summary")
+    assert "Batch" in summary and "latency ms" in summary and "TTFT" not in summary and "Stream" not in summary
+    # the latency plot draws both replies as points, the x axis counts whole replies
+    page.wait_for_function("document.querySelectorAll('#qc-plot-latency .mark-symbol path').length === 2",
+                           timeout=WAIT_MS)
+    assert web.x_labels("#qc-plot-latency") == ["1", "2"]
+    page.locator("#qc-plot-ttft").scroll_into_view_if_needed()
+    assert page.locator("#qc-plot-ttft .mark-symbol path").count() == 0
+
+    web.tab("Chat")
+    page.locator("#qc-echo input").uncheck()
+    page.locator("#qc-chat-template input").check()
+    web.mode("stream")
+    page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'", timeout=WAIT_MS)
+    web.send("Hi!")
+    web.tab("Speed")
+    page.wait_for_function("document.querySelectorAll('#qc-plot-ttft .mark-symbol path').length === 1",
+                           timeout=WAIT_MS)  # a series of one point is drawn
+    summary = web.wait_text("#qc-summary", "Stream")
+    assert summary.index("Batch") < summary.index("Stream") and "TTFT ms" in summary.split("Stream")[1]
+    assert page.evaluate("window.__pwned") is None
+    web.tab("Chat")
+
+
+def test_controls_are_checked_zero_is_sent_and_ignored_ones_are_named(web: Web) -> None:
+    page = web.page
+    web.clear()
+    web.mode("batch")
+    web.model("echo_llm")
+    page.locator("#qc-chat-template input").uncheck()
+    web.fill("top-p", "2")
+    page.locator("#qc-input textarea").fill("hello")
+    page.locator("#qc-send").click()
+    assert "Top p must be a number > 0 and <= 1, got 2" in web.toast("Top p")
+    assert page.locator("#qc-chat .message").count() == 0, "nothing is sent when a control is invalid"
+
+    web.fill("top-p", "")
+    web.fill("seed", "0")
+    web.send("hello")
+    answer = web.answers()[-1]
+    assert answer.startswith("echo: hello")
+    assert "not sent, echo_llm has no input for: max_tokens, seed" in answer
+    turn = web.export()["turns"][-1]
+    assert turn["params"]["seed"] == 0 and "top_p" not in turn["params"]
+    assert turn["ignored_controls"] == ["max_tokens", "seed"]
+    web.fill("seed", "")
+    page.locator("#qc-chat-template input").check()
+
+
+def test_retry_sends_the_last_prompts_again(web: Web) -> None:
+    web.clear()
+    web.mode("stream")
+    web.page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'",
+                               timeout=WAIT_MS)
+    web.fill("max-tokens", "4")
+    first = web.send("Say hi.|Say bye.")
+    old = web.request_id()
+    web.page.locator("#qc-retry").click()
+    web.page.wait_for_function("old => { const t = document.querySelector('#qc-live').innerText;"
+                               " return !t.includes(old) && t.startsWith('done'); }", arg=old, timeout=WAIT_MS)
+    turns = web.export()["turns"]
+    assert len(turns) == 1 and [r["prompt"] for r in turns[0]["replies"]] == ["Say hi.", "Say bye."]
+    assert turns[0]["request_id"] != old and "[2/2]" in first
+
+
+def test_connect_by_url_instead_of_starting(web: Web) -> None:
+    from console.web.command import begin
+
+    served = web.console.controller.snapshot
+    other = ServerController()
+    said = begin(other, served.http_url, served.grpc_url, None, (), None)
+    try:
+        assert other.server is None and other.snapshot.phase == "connected" and "connected" in said
+        assert other.snapshot.endpoint == served.endpoint
+        assert set(other.snapshot.infos) == set(served.infos)
+    finally:
+        other.stop()
+    assert web.console.controller.snapshot.phase == "ready"
+
+
+def test_a_dead_tritonserver_is_reported_with_how_to_restart(web: Web) -> None:
+    page = web.page
+    served = web.console.controller.snapshot
+    os.killpg(web.console.controller.server.pid, signal.SIGKILL)
+    status = web.wait_text("#qc-status", "failed", "exited")
+    assert "killed by SIGKILL" in status and "Server tab → Start tritonserver" in status
+    assert "127.0.0.1:" not in status and "HTTP" not in status, f"the dead server's addresses: {status}"
+    assert served.http_url and served.http_url not in web.text("body")
+    page.wait_for_function("document.querySelector('#qc-start').classList.contains('primary')"
+                           " && !document.querySelector('#qc-start').disabled", timeout=WAIT_MS)
+    page.locator("#qc-input textarea").fill("Hello?")
+    page.locator("#qc-send").click()
+    assert "start it again" in web.toast("no server to send to")

@@ -255,13 +255,13 @@ class ServerController:
 
     def _watch_stubs(self, server: TritonServer, handle: ServerHandle, ready: frozenset[str]) -> None:
         """Notice READY models whose backend stub process died, and reload each of them once."""
-        alive = server.stub_instances()
+        # instances only: while a model loads, a stub named after the model itself comes and goes
+        alive = {name: pid for name, pid in server.stub_instances().items() if _INSTANCE.match(name)}
         with self._lock:
             seen, self._stubs = self._stubs, {**self._stubs, **alive}
             dead = {}
             for instance, pid in seen.items():
-                match = _INSTANCE.match(instance)
-                model = match["model"] if match else instance
+                model = _INSTANCE.match(instance)["model"]  # type: ignore[index]
                 if instance not in alive and model in ready and model not in self._reloading:
                     dead[model] = pid
                     self._reloading[model] = f"its Python backend stub (pid {pid}) died: reloading it ..."

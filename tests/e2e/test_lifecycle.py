@@ -118,7 +118,7 @@ def test_a_model_whose_backend_died_is_reported_and_reloaded(repo: Path) -> None
                        "the model reported failed")
         assert failed.name == MODEL and f"pid {pid}" in failed.reason
         assert any(f"model {MODEL}: its Python backend stub (pid {pid}) died" in line for line in lines)
-        until(lambda: MODEL in controller.poll().infos, 300, "the model back")
+        until(lambda: MODEL in controller.poll().infos, 300, f"the model back (log: {lines[-5:]})")
         assert any(f"model {MODEL}: reloaded" in line for line in lines)
         assert answer(controller.snapshot.grpc_url)
     finally:

@@ -191,6 +191,20 @@ def export_artifacts(directory: Path, force: bool) -> None:
                f"--aic_binary_dir <path/to/qpc> --python_backend_dir {folders[1]}")
 
 
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--url", required=True, help="host:port of the server's HTTP endpoint.")
+def models(url: str) -> None:
+    """List the models a running tritonserver serves: state, interface, modes, type, ignored controls."""
+    from console.served import format_models, served_models
+
+    try:
+        title, rows = served_models(url)
+    except ClientError as exc:
+        fail(str(exc))
+    click.echo(title)
+    click.echo(format_models(rows) if rows else "no models")
+
+
 main.add_command(repo_group, "repo")
 main.add_command(client, "client")
 main.add_command(bench_group, "bench")
@@ -212,7 +226,7 @@ def _stop(server: TritonServer) -> None:
 
 def _print_ready(server: TritonServer) -> None:
     handle = server.handle
-    click.echo(f"tritonserver {handle.server_version()} ready (pid {server.pid})")
+    click.echo(f"tritonserver {handle.describe_version()} ready (pid {server.pid})")
     for name, (state, reason) in sorted(handle.model_states().items()):
         click.echo(f"  model {name}: {state}{f' ({reason})' if reason else ''}")
     click.echo(f"  binary  {server.binary}")

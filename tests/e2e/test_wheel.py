@@ -10,6 +10,7 @@ editable install is not active there).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,14 +22,18 @@ import pytest
 from backend_model.models import cache_root
 
 ROOT = Path(__file__).resolve().parents[2]
+LOCAL = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", "llm_model_dir",
+         "bench-results", "out")
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """{'bin': the fresh venv's bin/, 'work': an empty folder outside the tree, 'env' ...}."""
     tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "source"  # a copy: setuptools leaves build/ behind, and reuses a stale one
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(*LOCAL))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", "-w", str(tmp / "dist")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           cwd=source, capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (tmp / "dist").glob("qaic_console-*.whl")
     base = getattr(sys, "_base_executable", sys.executable)

@@ -26,7 +26,8 @@ def _fingerprint() -> str:
     from repo_gen.writer import TEMPLATES, bundled_backend_package
 
     digest = hashlib.sha256()
-    files = [*sorted(bundled_backend_package().glob("*.py")), *sorted(TEMPLATES.iterdir()), Path(samples.__file__)]
+    templates = sorted(p for p in TEMPLATES.iterdir() if p.is_file())
+    files = [*sorted(bundled_backend_package().glob("*.py")), *templates, Path(samples.__file__)]
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

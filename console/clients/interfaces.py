@@ -168,7 +168,7 @@ class Interface:
         return piece
 
     def counts_are_deltas(self, streaming: bool) -> bool:
-        """Whether each streamed response's token counts are for that response only (then they add up)."""
+        """Whether each streamed response's output token count is for that response only (then they add up)."""
         return False
 
     def finish(self, prompt: str, text: str, exclude: bool | None) -> tuple[str, bool]:

@@ -49,7 +49,7 @@ class _Collected:
             if name == "text_output" or values is None:
                 continue
             earlier = self.last.get(name)
-            if self.sums and name.endswith("_tokens") and earlier is not None:
+            if self.sums and name == "output_tokens" and earlier is not None:
                 values = [a + b for a, b in zip(earlier, values)]
             self.last[name] = values
 

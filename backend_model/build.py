@@ -10,9 +10,10 @@ from . import compile_config
 from .contract import Dims, SessionError
 from .engine import Engine
 from .models import EMBEDDED, Progress, eos_ids, load_pretrained
+from .parameters import BOOLEANS, ENGINES, TRUE
 from .qaic_session import QaicSession, qaic_available
 
-ENGINES = ("auto", "qaic", "cpu")
+__all__ = ["ENGINES", "BackendSettings", "build_engine", "choose_engine"]
 
 
 @dataclass
@@ -37,14 +38,14 @@ class BackendSettings:
         if engine not in ENGINES:
             raise SessionError(f"parameter engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         kv = parameters.get("use_kv_cache", "true").strip().lower()
-        if kv not in ("true", "false", "1", "0", "yes", "no"):
+        if kv not in BOOLEANS:
             raise SessionError(f"parameter use_kv_cache must be true or false, got {kv!r}")
         devices = parameters.get("device_ids", "").strip()
         threads = parameters.get("cpu_threads", "0").strip() or "0"
         if not threads.isdigit():
             raise SessionError(f"parameter cpu_threads must be an integer >= 0, got {threads!r}")
         return cls(
-            use_kv_cache=kv in ("true", "1", "yes"),
+            use_kv_cache=kv in TRUE,
             engine=engine,
             aic_binary_dir=parameters.get("aic_binary_dir", "").strip(),
             hf_model_name=parameters.get("hf_model_name", "").strip() or EMBEDDED,

@@ -13,6 +13,10 @@ from typing import Protocol
 
 import numpy as np
 
+from .errors import SessionError
+
+__all__ = ["Dims", "Session", "SessionError", "TokenHistory"]
+
 
 @dataclass(frozen=True)
 class Dims:
@@ -41,10 +45,6 @@ class Session(Protocol):
     kind: str
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
-
-
-class SessionError(RuntimeError):
-    """A session cannot be created or run (missing runtime, bad model, bad shapes)."""
 
 
 class TokenHistory:

@@ -1,48 +1,20 @@
 """The QAIC session: the contract on a compiled QPC through QEfficient's ``QAICInferenceSession``.
 
-QEfficient and qaicrt exist only inside Qualcomm's environment (``/opt/qeff-env``), so they are
-imported lazily, here and nowhere else.
+QEfficient and qaicrt exist only inside Qualcomm's environment (``/opt/qeff-env``): :mod:`.qpc`
+imports them lazily, when a QPC is opened.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .contract import Dims, SessionError, TokenHistory
+from .contract import Dims, TokenHistory
+from .qpc import find_qpc, has_kv_cache, open_session, qaic_available, specializations
 
-
-def qaic_available() -> bool:
-    """True when QEfficient and the qaicrt runtime can be imported."""
-    return all(importlib.util.find_spec(m) is not None for m in ("QEfficient", "qaicrt"))
-
-
-def find_qpc(path: str | Path) -> Path:
-    """The directory holding ``programqpc.bin`` inside a QPC folder (any QEfficient layout)."""
-    root = Path(path).expanduser()
-    if not root.exists():
-        raise SessionError(f"QPC directory {root} does not exist")
-    if (root / "programqpc.bin").is_file():
-        return root
-    found = sorted(root.rglob("programqpc.bin"))
-    if not found:
-        raise SessionError(f"no programqpc.bin under {root}: not a compiled QPC")
-    return found[0].parent
-
-
-def _open_session(qpc: Path, device_ids: list[int] | None):
-    if importlib.util.find_spec("QEfficient") is None:
-        raise SessionError(
-            "QEfficient is not installed: run inside Qualcomm's container with "
-            "`source /opt/qeff-env/bin/activate`, or use engine=cpu"
-        )
-    from QEfficient.generation.cloud_infer import QAICInferenceSession
-
-    return QAICInferenceSession(str(qpc), device_ids=device_ids)
+__all__ = ["QaicSession", "find_qpc", "qaic_available", "read_dims"]
 
 
 def _binding_dims(session: Any, name: str) -> list[list[int]]:
@@ -54,7 +26,7 @@ def _binding_dims(session: Any, name: str) -> list[list[int]]:
 def read_dims(session: Any, qpc: Path) -> tuple[Dims, bool]:
     """Compile dimensions (and whether the QPC has a KV cache) from a loaded session."""
     names = set(session.input_names)
-    kv = any(n.startswith("past_key") for n in names)
+    kv = has_kv_cache(list(names))
     ids = _binding_dims(session, "input_ids")
     vocab = max(d[-1] for d in _binding_dims(session, "logits"))
     batch_size = max(d[0] for d in ids)
@@ -64,9 +36,8 @@ def read_dims(session: Any, qpc: Path) -> tuple[Dims, bool]:
         ctx_len = max(d[2] for d in _binding_dims(session, "past_key.0"))
     else:
         ctx_len = seq_len
-    specs = qpc.parent / "specializations.json"
-    if specs.is_file():  # authoritative where present
-        entries = json.loads(specs.read_text())["specializations"]
+    entries = specializations(qpc)
+    if entries:  # authoritative where present
         ctx_len = max(int(e.get("ctx_len", ctx_len)) for e in entries)
     if full_batch:  # prefill runs one prompt at a time into a slot
         batch_size = 1
@@ -78,7 +49,7 @@ class QaicSession:
 
     kind = "qaic"
 
-    def __init__(self, qpc_path: str | Path, device_ids: list[int] | None = None, opener=_open_session):
+    def __init__(self, qpc_path: str | Path, device_ids: list[int] | None = None, opener=open_session):
         qpc = find_qpc(qpc_path)
         self.session = opener(qpc, device_ids)
         self.dims, self.kv = read_dims(self.session, qpc)

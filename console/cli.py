@@ -168,6 +168,44 @@ def doctor() -> None:
         sys.exit(1)
 
 
+@main.group(context_settings=CONTEXT_SETTINGS)
+def artifacts() -> None:
+    """Qualcomm's release-artifacts layout (generator, sample clients, backend folder) for the containers."""
+
+
+@artifacts.command("export", context_settings=CONTEXT_SETTINGS)
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Replace existing llm-models/ and qaic_backend_python/ folders.")
+def export_artifacts(directory: Path, force: bool) -> None:
+    """Write DIRECTORY/llm-models/ (generate_llm_model_repo.py, tests/*-response/client_example_*.py) and
+    DIRECTORY/qaic_backend_python/; they run without qaic-console installed (Python 3.8 is enough)."""
+    from repo_gen.artifacts import export
+    from repo_gen.writer import RepoError
+
+    try:
+        folders = export(directory, force=force)
+    except (RepoError, OSError) as exc:
+        fail(" ".join(str(exc).split()))
+    for folder in folders:
+        click.echo(f"wrote {folder}")
+    click.echo(f"e.g. cd {folders[0]} && python generate_llm_model_repo.py --model_name mistral_7b "
+               f"--aic_binary_dir <path/to/qpc> --python_backend_dir {folders[1]}")
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--url", required=True, help="host:port of the server's HTTP endpoint.")
+def models(url: str) -> None:
+    """List the models a running tritonserver serves: state, interface, modes, type, ignored controls."""
+    from console.served import format_models, served_models
+
+    try:
+        title, rows = served_models(url)
+    except ClientError as exc:
+        fail(str(exc))
+    click.echo(title)
+    click.echo(format_models(rows) if rows else "no models")
+
+
 main.add_command(repo_group, "repo")
 main.add_command(client, "client")
 main.add_command(bench_group, "bench")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,30 @@ def check_tritonserver() -> Row:
     except server.ServerError as exc:
         return ("tritonserver", FAIL, str(exc))
     return ("tritonserver", OK, f"{binary} ({server.triton_version(binary)})")
+
+
+def server_version(binary: Path) -> tuple[str, str]:
+    """(version, how it was found): the install's TRITON_VERSION file, else a short start on an empty repository."""
+    version_file = binary.resolve().parent.parent / "TRITON_VERSION"
+    if version_file.is_file():
+        return version_file.read_text().strip(), str(version_file)
+    with tempfile.TemporaryDirectory(prefix="qaic-doctor-") as empty:
+        probe = server.TritonServer(Path(empty), binary=str(binary))
+        try:
+            probe.start(timeout=60)
+            return probe.handle.server_version(), "reported by a short start on an empty repository"
+        finally:
+            probe.stop()
+
+
+def check_server_version() -> Row:
+    name = "tritonserver version"
+    try:
+        version, source = server_version(server.find_tritonserver())
+    except (server.ServerError, OSError, ValueError) as exc:
+        return (name, FAIL, " ".join(str(exc).split()))
+    note = server.version_note(version)
+    return (name, WARN, f"{version}: {note}") if note else (name, OK, f"{version} ({source})")
 
 
 def check_stub() -> Row:
@@ -98,6 +123,7 @@ def check_hf_token() -> Row:
 CHECKS: tuple[Callable[[], Row], ...] = (
     check_python,
     check_tritonserver,
+    check_server_version,
     check_stub,
     check_qefficient,
     check_qaicrt,

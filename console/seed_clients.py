@@ -1,28 +1,24 @@
-"""``qaic-console client stream|batch|generate``: the seed's sample clients, with the seed's flags and defaults.
+"""``qaic-console client stream|batch|generate``: the seed's sample clients, run from the packaged scripts.
 
-The seed's own scripts (``client_example_{kv,causal}.py`` under ``assets/llm-models/tests/``) are
-standalone; these commands do the same through the console's pipeline (prompt echoed, speed on stderr).
+There is one implementation of a seed client: ``seed_client.py`` of the release artifacts
+(:func:`repo_gen.artifacts.seed_client_dir`), the standalone script that
+``client_example_{kv,causal}.py`` run in Qualcomm's layout. These commands load it and pass their
+arguments through (``--causal`` picks the causal defaults), so flags, defaults and output are the
+scripts' own.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+from functools import lru_cache
+from types import ModuleType
 
 import click
 
-from console.clients import GenerationParams, default_timeout
-from console.core.request import MODES, Endpoint, Settings
+from repo_gen.artifacts import seed_client_dir
 
-from . import headless
-
-SEED_DEFAULTS = {  # (mode, kind) -> (default model, default URL)
-    ("stream", "kv"): ("mistral_decoupled", "localhost:8001"),
-    ("stream", "causal"): ("starcoder_decoupled", "localhost:8001"),
-    ("batch", "kv"): ("mistral_7b", "localhost:8000"),
-    ("batch", "causal"): ("starcoder_15b", "localhost:8000"),
-    ("generate", "kv"): ("mistral_7b", "localhost:8000"),
-    ("generate", "causal"): ("starcoder_15b", "localhost:8000"),
-}
+MODES = ("stream", "batch", "generate")
 HELP = {
     "stream": "Stream a reply from a decoupled model over gRPC (the seed's stream-response client).",
     "batch": "Ask a batch model over HTTP, one response at the end (the seed's batch-response client).",
@@ -30,41 +26,30 @@ HELP = {
 }
 
 
-def seed_client(mode: str, kind: str, prompt: str, url: str | None, model_name: str | None,
-                timeout: float | None, max_tokens: int | None, quiet: bool = False) -> int:
-    """One call against a running server, as the seed's ``client_example_{kv,causal}.py`` makes it."""
-    model, default_url = SEED_DEFAULTS[(mode, kind)]
-    url = url or default_url
-    timeout = default_timeout(kind == "kv") if timeout is None else timeout
-    settings = Settings(model_name or model, mode, timeout=timeout, idle_timeout=None,
-                        params=GenerationParams(max_tokens=max_tokens), echo=True)
-    endpoint = Endpoint(http_url=url, grpc_url=url)
-    return headless.run(settings, prompt, endpoint, headless.Output(echo=True, quiet=quiet))
+@lru_cache(maxsize=1)
+def seed_client() -> ModuleType:
+    """The packaged ``seed_client.py``, loaded as a module."""
+    path = seed_client_dir("stream") / "seed_client.py"
+    spec = importlib.util.spec_from_file_location("qaic_seed_client", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the seed client {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def seed_command(mode: str, kind: str | None = None) -> click.Command:
-    """The click command of one seed client (``kind`` kv or causal; None: ``--causal`` picks)."""
-    models = " / ".join(SEED_DEFAULTS[(mode, k)][0] for k in ((kind,) if kind else ("kv", "causal")))
-    url = SEED_DEFAULTS[(mode, "kv")][1]
-    protocol = "gRPC" if mode == "stream" else "HTTP"
+def seed_command(mode: str) -> click.Command:
+    """The click command running the seed client in ``mode``; its arguments go to the script."""
 
-    @click.command(name=mode, help=HELP[mode], context_settings={"help_option_names": ["-h", "--help"]})
-    @click.option("--prompt", required=True, help="Prompt; 'a|b' sends two prompts in one request.")
-    @click.option("--url", default=None, help=f"{protocol} host:port of tritonserver [default: {url}].")
-    @click.option("--model_name", "--model-name", "model_name", default=None, help=f"Model name [default: {models}].")
-    @click.option("--timeout", type=click.FloatRange(min=0), default=None,
-                  help="Network timeout in s [default: 600 / 6000 (--causal)].")
-    @click.option("--max_tokens", "--max-tokens", "max_tokens", type=click.IntRange(min=0), default=None,
-                  help="Tokens to generate per prompt [default: up to the model's context length].")
+    @click.command(name=mode, help=f"{HELP[mode]} Takes the script's flags (--help lists them).",
+                   context_settings={"ignore_unknown_options": True, "help_option_names": []},
+                   add_help_option=False)
     @click.option("--causal", is_flag=True, help="Causal model defaults (starcoder samples, 6000 s timeout).")
-    @click.option("-q", "--quiet", is_flag=True, help="No speed lines on stderr.")
-    def command(prompt: str, url: str | None, model_name: str | None, timeout: float | None,
-                max_tokens: int | None, quiet: bool, causal: bool = False) -> None:
-        chosen = kind or ("causal" if causal else "kv")
-        sys.exit(seed_client(mode, chosen, prompt, url, model_name, timeout, max_tokens, quiet))
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(causal: bool, args: tuple[str, ...]) -> None:
+        kind = "causal" if causal else "kv"
+        sys.exit(seed_client().main(mode, kind, list(args), prog=f"qaic-console client {mode}"))
 
-    if kind is not None:
-        command.params = [p for p in command.params if p.name != "causal"]
     return command
 
 

@@ -1,15 +1,15 @@
-"""The generator's command line: ``generate-llm-model-repo`` (the seed's flags) and ``qaic-console repo``.
+"""``qaic-console repo``: generate (the seed's command, :mod:`repo_gen.command`), write samples, list a repository.
 
-``repo gen`` is the seed's ``generate_llm_model_repo.py``; ``repo samples`` writes the sample models and
-``repo list`` shows what a repository holds. Every bad input ends in one ``error: ...`` line on stderr
-(exit code 2; 1 when the disk fails) and nothing written.
+``repo gen`` is the seed's ``generate_llm_model_repo.py`` with its own argument parser (standard
+library only, shared with the release artifacts); ``repo samples`` writes the sample models and
+``repo list`` shows what a repository holds. Every bad input ends in one ``error: ...`` line on
+stderr (exit code 2; 1 when the disk fails) and nothing written.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,18 +17,13 @@ from typing import IO, Any
 
 import click
 
-from backend_model import compile_config
-from backend_model.build import ENGINES
-from backend_model.contract import SessionError
-
+from . import command
+from .command import DEFAULT_OUT, INPUT_ERRORS
 from .inspection import ModelInfo, list_models
-from .samples import EMBEDDED_SAMPLES, SAMPLES, SEED_SAMPLES, write_samples
-from .spec import generate
-from .writer import MODEL_TYPES, PRECISIONS, ModelSpec, RepoError
+from .samples import EMBEDDED_SAMPLES, SEED_SAMPLES, write_samples
 
+__all__ = ["format_table", "repo_group"]
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
-DEFAULT_OUT = "llm_model_dir"
-INPUT_ERRORS = (RepoError, compile_config.CompileConfigError, SessionError)
 
 
 # --------------------------------------------------------------------------- one-line errors
@@ -82,112 +77,25 @@ def _errors(writing: Path | None = None) -> Iterator[None]:
         raise InputError(str(exc)) from None
     except OSError as exc:
         prefix = f"cannot write {writing}: " if writing is not None else ""
-        raise DiskError(prefix + " ".join(_os_reason(exc).split())) from None
-
-
-def _os_reason(exc: OSError) -> str:
-    """shutil.Error carries a list of (src, dst, why): name the first source, not the temp destination."""
-    failures = exc.args[0] if isinstance(exc, shutil.Error) and exc.args else None
-    if isinstance(failures, list) and failures and len(failures[0]) == 3:
-        src, _, why = failures[0]
-        return f"cannot copy {src} ({why})"
-    return str(exc)
-
-
-def _note(message: str) -> None:
-    click.echo(message, err=True)
-
-
-# --------------------------------------------------------------------------- help text
-
-
-def _compile_keys_help() -> str:
-    lines = ["\b", "compile_config.json keys (a key that is absent takes its default):"]
-    for key, (_, default, _, rule) in compile_config.SCHEMA.items():
-        lines.append(f"  {key:<23} {rule}; default {'none' if default is None else json.dumps(default)}")
-    lines += ["full_batch_size turns on continuous batching: more prompts than full_batch_size are queued;",
-              "without it prompts are truncated or repeated to batch_size. Unknown keys and wrong types are errors."]
-    return "\n".join(lines)
-
-
-def _samples_help() -> str:
-    lines = ["\b", "Samples (a --model_name that is one of them takes its defaults; flags override):"]
-    for name, spec in SAMPLES.items():
-        mode = "decoupled (stream)" if spec.decoupled else "batch"
-        lines.append(f"  {name:<25} {spec.model_type:<9} {mode:<19} {spec.hf_model_name}")
-    return "\n".join(lines)
-
-
-GEN_EPILOG = "\n\n".join([
-    "\b\nExamples (the seed's):\n"
-    "  generate-llm-model-repo --model_name mistral_7b --aic_binary_dir <path/to/qpc> \\\n"
-    "      --python_backend_dir /opt/qti-aic/integrations/triton/backends/qaic/qaic_backend_python/\n"
-    "  generate-llm-model-repo --model_name my_model --aic_binary_dir <path/to/qpc> \\\n"
-    "      --compile_config_path cfg.json --hf_model_name org/model --model_type kv_cache --decoupled",
-    _samples_help(),
-    _compile_keys_help(),
-])
+        raise DiskError(prefix + " ".join(command._os_reason(exc).split())) from None
 
 
 # --------------------------------------------------------------------------- repo gen
 
 
-@click.command("gen", cls=OneLineCommand, context_settings=CONTEXT_SETTINGS, epilog=GEN_EPILOG)
-@click.option("--model_name", "--model-name", "model_name", required=True,
-              help="Model folder name (letters, digits, '_', '-', '.'); a sample's name takes its defaults.")
-@click.option("--aic_binary_dir", "--aic-binary-dir", "aic_binary_dir", type=click.Path(path_type=Path),
-              help="Compiled QPC folder (holding programqpc.bin); the backend loads it and skips download "
-                   "and compilation.")
-@click.option("--python_backend_dir", "--python-backend-dir", "python_backend_dir", type=click.Path(path_type=Path),
-              help="Backend folder (with model.py) copied into <model>/1/. Default: the bundled backend.")
-@click.option("--compile_config_path", "--compile-config-path", "compile_config_path", type=click.Path(path_type=Path),
-              help="compile_config.json to validate and copy into the model folder (replaces a sample's).")
-@click.option("--hf_model_name", "--hf-model-name", "hf_model_name", is_flag=False, flag_value="", default=None,
-              help="Hugging Face model: tokenizer, and compiled when there is no QPC. Given bare (as in the "
-                   "seed's example) it keeps the default: the sample's, else none (CPU: the embedded SmolLM2).")
-@click.option("--model_type", "--model-type", "model_type", type=click.Choice(MODEL_TYPES),
-              help="Sets use_kv_cache. Default: the sample's; else read from the QPC; else kv_cache.")
-@click.option("--decoupled/--no-decoupled", default=None,
-              help="Decoupled transaction policy (stream responses, gRPC). Default: the sample's, else batch.")
-@click.option("-o", "--output_dir", "--output-dir", "output_dir", type=click.Path(path_type=Path),
-              default=DEFAULT_OUT, show_default=True, help="Model repository to write into.")
-@click.option("--force", is_flag=True, help="Replace an existing model folder.")
-@click.option("--engine", type=click.Choice(ENGINES),
-              help="auto (default): the card when QEfficient is importable, else the CPU.")
-@click.option("--precision", type=click.Choice(PRECISIONS), help="CPU engine weights (default fp32).")
-@click.option("--cpu_threads", "--cpu-threads", "cpu_threads", type=click.IntRange(min=0),
-              help="CPU engine: torch threads for this model (default 0: torch's default). Several CPU models "
-                   "in one server on few cores run better with 1 each.")
-def gen(model_name: str, aic_binary_dir: Path | None, python_backend_dir: Path | None,
-        compile_config_path: Path | None, hf_model_name: str | None, model_type: str | None,
-        decoupled: bool | None, output_dir: Path, force: bool, engine: str | None, precision: str | None,
-        cpu_threads: int | None) -> None:
-    """Write <output_dir>/<model_name>/: config.pbtxt, compile_config.json and 1/ (the backend)."""
-    with _errors(writing=output_dir / model_name):
-        spec, target = generate(model_name, output_dir, python_backend_dir=python_backend_dir, force=force,
-                                note=_note, aic_binary_dir=aic_binary_dir, compile_config_path=compile_config_path,
-                                hf_model_name=hf_model_name, model_type=model_type, decoupled=decoupled,
-                                engine=engine, precision=precision, cpu_threads=cpu_threads)
-    _warn_hf(hf_model_name, spec)
-    mode = "decoupled" if spec.decoupled else "batch"
-    click.echo(f"wrote {target} ({spec.model_type}, {mode}, source {_source(spec)})")
-
-
-def _source(spec: ModelSpec) -> str:
-    return spec.aic_binary_dir or spec.hf_model_name or "embedded"
-
-
-def _warn_hf(given: str | None, spec: ModelSpec) -> None:
-    if given == "":
-        _note(f"note: --hf_model_name given without a value: using {spec.hf_model_name or 'none'}")
-    if spec.aic_binary_dir and not spec.hf_model_name:
-        _note("warning: no --hf_model_name: on a card the backend loads the QPC's tokenizer from it")
+@click.command("gen", context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True,
+                                        "allow_interspersed_args": False, "help_option_names": []},
+               add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def gen(args: tuple[str, ...]) -> None:
+    """Write <output_dir>/<model_name>/ (the seed's generate_llm_model_repo.py; --help lists its flags)."""
+    sys.exit(command.main(list(args), prog="qaic-console repo gen"))
 
 
 # --------------------------------------------------------------------------- repo samples
 
 
-@click.command("samples", cls=OneLineCommand, context_settings=CONTEXT_SETTINGS, epilog=_samples_help())
+@click.command("samples", cls=OneLineCommand, context_settings=CONTEXT_SETTINGS, epilog="\b\n" + command.samples_help())
 @click.option("--embedded", is_flag=True,
               help="Write the four embedded SmolLM2 samples (they run on the CPU anywhere) instead of the seed's.")
 @click.option("-o", "--output_dir", "--output-dir", "output_dir", type=click.Path(path_type=Path),
@@ -259,12 +167,3 @@ def repo_group(ctx: click.Context) -> None:
 repo_group.add_command(gen)
 repo_group.add_command(samples)
 repo_group.add_command(list_command)
-
-
-def main() -> None:
-    """``generate-llm-model-repo``: the seed's generate_llm_model_repo.py."""
-    gen.main(prog_name="generate-llm-model-repo")
-
-
-if __name__ == "__main__":
-    main()

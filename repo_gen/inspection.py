@@ -1,69 +1,15 @@
-"""Look at what exists: the model type of a QPC, and the model folders of a generated repository."""
+"""Look at what a generated repository holds: its model folders, their settings and what is wrong with them."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from backend_model import compile_config
-from backend_model.build import ENGINES
-from backend_model.qaic_session import _open_session, find_qpc, qaic_available
+from backend_model.parameters import BOOLEANS, ENGINES, PRECISIONS, TRUE
 
-from .writer import PRECISIONS, RepoError
-
-DETECT_MESSAGE = "determining model type from the QPC (loading it may take several minutes) ..."
-SPECIALIZATIONS = "specializations.json"
-BOOLEANS = ("true", "false", "1", "0", "yes", "no")  # what the backend accepts for use_kv_cache
-
-
-# --------------------------------------------------------------------------- model type of a QPC
-
-
-def detect_model_type(aic_binary_dir: str | Path, progress: Callable[[str], None]) -> str:
-    """'kv_cache' or 'causal' for a QPC: its bindings (past_key.* ⇒ KV cache), else specializations.json."""
-    root = Path(aic_binary_dir).expanduser()
-    qpc = find_qpc(root)
-    progress(DETECT_MESSAGE)
-    if qaic_available():
-        try:
-            return _type_from_session(qpc)
-        except Exception as exc:  # any runtime failure: try the specializations, then say why
-            reason = f"loading it failed ({exc})"
-    else:
-        reason = "QEfficient is not installed, so it cannot be loaded"
-    found = _type_from_specializations(qpc, root)
-    if found:
-        return found
-    raise RepoError(
-        f"cannot determine the model type of QPC {qpc}: {reason} and no {SPECIALIZATIONS} beside it says; "
-        "pass --model_type causal or --model_type kv_cache"
-    )
-
-
-def _type_from_session(qpc: Path) -> str:
-    session = _open_session(qpc, None)
-    try:
-        return "kv_cache" if any(n.startswith("past_key") for n in session.input_names) else "causal"
-    finally:
-        deactivate = getattr(session, "deactivate", None)
-        if deactivate is not None:
-            deactivate()
-
-
-def _type_from_specializations(qpc: Path, root: Path) -> str | None:
-    """A KV-cache QPC's specializations carry ``ctx_len`` (the cache length); a causal one's do not."""
-    for path in dict.fromkeys((qpc / SPECIALIZATIONS, qpc.parent / SPECIALIZATIONS, root / SPECIALIZATIONS)):
-        try:
-            entries = json.loads(path.read_text(encoding="utf-8"))["specializations"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries):
-            return "kv_cache" if any("ctx_len" in e for e in entries) else "causal"
-    return None
-
+from .writer import RepoError
 
 # --------------------------------------------------------------------------- listing a repository
 
@@ -132,7 +78,7 @@ def _read_config(folder: Path, info: ModelInfo) -> None:
     info.source = _source(params)
     kv = params.get("use_kv_cache", "").strip().lower()
     if kv in BOOLEANS:
-        info.model_type = "kv_cache" if kv in ("true", "1", "yes") else "causal"
+        info.model_type = "kv_cache" if kv in TRUE else "causal"
     info.problems += _config_problems(config, folder.name, params, kv)
 
 
@@ -169,8 +115,8 @@ def _config_problems(config: Any, folder_name: str, params: dict[str, str], kv: 
                                 ("precision", params.get("precision"), PRECISIONS)):
         if value and value not in allowed:
             problems.append(f"parameter {key} must be one of {', '.join(allowed)}, got {value!r}")
-    if not any(i.name == "prompt" and i.data_type == _model_config_pb2().TYPE_STRING for i in config.input):
-        problems.append("no TYPE_STRING input 'prompt'")
+    if not any(i.data_type == _model_config_pb2().TYPE_STRING for i in config.input):
+        problems.append("no TYPE_STRING input (a prompt)")
     return problems
 
 

@@ -1,18 +1,19 @@
-"""A model's spec from the generator's inputs: a sample's defaults under the given values (a library: the CLI
-and the consoles' generator forms both use it)."""
+"""A model's spec from the generator's inputs (a sample's defaults under the given values), and writing it.
+
+A library, standard library only and Python 3.8: the seed's command (:mod:`repo_gen.command`, also
+exported as ``generate_llm_model_repo.py``) and the consoles' generator forms all use it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from backend_model import compile_config
-from backend_model.contract import SessionError
-from backend_model.qaic_session import find_qpc
+from backend_model.errors import SessionError
+from backend_model.qpc import find_qpc, model_type_of
 
-from .inspection import detect_model_type
 from .samples import SAMPLES
 from .writer import ModelSpec, RepoError, check_backend_dir, check_name, write_model
 
@@ -61,7 +62,7 @@ def resolve_spec(
     qpc = qpc_dir(aic_binary_dir)
     compiled = read_compile_config(compile_config_path) if compile_config_path else dict(base.compile)
     if model_type is None and qpc and model_name not in SAMPLES:
-        model_type = detect_model_type(qpc, note)
+        model_type = model_type_of(qpc, note)
         note(f"model type: {model_type}")
     return dataclasses.replace(
         base,

@@ -1,7 +1,8 @@
 """Render and write one model folder: config.pbtxt, compile_config.json and 1/ with the backend.
 
 Everything is written into a temporary folder beside the target and renamed into place, so a
-failure never leaves a half-written model.
+failure never leaves a half-written model. Standard library only, and Python 3.8: the release
+artifacts' ``generate_llm_model_repo.py`` runs this module under a bare ``python``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,20 @@ from string import Template
 from typing import Any
 
 from backend_model import compile_config
-from backend_model.build import ENGINES
+from backend_model.parameters import ENGINES, PRECISIONS
 
-ROOT = Path(__file__).resolve().parents[1]
-ASSETS = ROOT / "assets"
-BACKEND_SRC = ROOT / "backend_model"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATE_NAME = "config.pbtxt.tmpl"
+ENTRY_NAME = "model.py"
+BACKEND_PACKAGE = "backend_model"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MODEL_TYPES = ("kv_cache", "causal")
-PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the CPU engine's (backend_model.cpu_session.DTYPES)
+SKIPPED = ("__pycache__", "*.pyc")
+
+__all__ = [
+    "ENGINES", "MODEL_TYPES", "PRECISIONS", "Backend", "ModelSpec", "RepoError", "bundled_backend_package",
+    "check_backend_dir", "check_name", "check_spec", "declared_io", "render_config", "write_model",
+]
 
 
 class RepoError(ValueError):
@@ -81,38 +88,102 @@ def check_spec(spec: ModelSpec) -> None:
     compile_config.validate(spec.compile, "compile config")
 
 
-def render_config(spec: ModelSpec) -> str:
+def render_config(spec: ModelSpec, template: Path | None = None) -> str:
+    """config.pbtxt from ``template`` (default: the bundled backend's) with the spec's values."""
     decoupled = "model_transaction_policy { decoupled: true }" if spec.decoupled else ""
     params = "\n".join(
         f'parameters: {{ key: "{k}" value: {{ string_value: {json.dumps(v)} }} }}'
         for k, v in spec.parameters().items()
     )
-    template = Template((ASSETS / "config.pbtxt.tmpl").read_text())
-    return template.substitute(name=spec.model_name, decoupled_block=decoupled, parameters=params)
+    text = (template or TEMPLATES / TEMPLATE_NAME).read_text(encoding="utf-8")
+    try:
+        return Template(text).substitute(name=spec.model_name, decoupled_block=decoupled, parameters=params)
+    except (KeyError, ValueError) as exc:
+        raise RepoError(f"config template {template}: cannot fill it in ({exc!r}); it may use $name, "
+                        "$decoupled_block and $parameters") from None
+
+
+def _block(text: str, keyword: str) -> str:
+    """The text inside ``keyword [ ... ]`` of a config (brackets matched), or ''."""
+    match = re.search(rf"(?m)^\s*{keyword}\s*\[", text)
+    if match is None:
+        return ""
+    depth, start = 1, match.end()
+    for i in range(start, len(text)):
+        depth += {"[": 1, "]": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i]
+    return text[start:]
+
+
+def declared_io(config_text: str) -> tuple[list[str], list[str]]:
+    """(input names, output names) a config.pbtxt (or its template) declares."""
+    names = re.compile(r'\bname\s*:\s*"([^"]*)"')
+    return names.findall(_block(config_text, "input")), names.findall(_block(config_text, "output"))
+
+
+def bundled_backend_package() -> Path:
+    """The bundled backend's package folder (``backend_model/``) in this installation."""
+    return Path(compile_config.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What a model's ``1/`` folder gets: the bundled backend, or a ``--python_backend_dir`` folder."""
+
+    folder: Path | None = None  # None: the bundled backend of this installation
+
+    @property
+    def ours(self) -> bool:
+        """This project's backend: the bundled one, or a folder holding a copy of it (the exported one)."""
+        folder = self.folder
+        return folder is None or (folder / BACKEND_PACKAGE / "triton_model.py").is_file()
+
+    @property
+    def template(self) -> Path:
+        """The folder's own config template when it has one, else the bundled backend's."""
+        own = self.folder / TEMPLATE_NAME if self.folder is not None else None
+        return own if own is not None and own.is_file() else TEMPLATES / TEMPLATE_NAME
+
+    def copy_into(self, version_dir: Path) -> None:
+        """Fill ``version_dir`` (``<model>/1``) with the backend."""
+        ignore = shutil.ignore_patterns(*SKIPPED, TEMPLATE_NAME)
+        if self.folder is not None:  # as the seed does: the folder's contents, as they are
+            shutil.copytree(self.folder, version_dir, dirs_exist_ok=True, ignore=ignore)
+            return
+        package = bundled_backend_package()
+        if not (package / "triton_model.py").is_file():  # the generator's own copy holds only what it shares
+            raise RepoError(f"the bundled backend is not installed beside this generator ({package} holds only "
+                            "the generator's modules): pass --python_backend_dir")
+        version_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(TEMPLATES / ENTRY_NAME, version_dir / ENTRY_NAME)
+        shutil.copytree(package, version_dir / BACKEND_PACKAGE, ignore=ignore)
+
+    def note(self) -> str | None:
+        """For a backend that is not this project's: which interface the written config.pbtxt declares."""
+        if self.ours:
+            return None
+        inputs, outputs = declared_io(self.template.read_text(encoding="utf-8"))
+        source = (f"its own {TEMPLATE_NAME}" if self.template.parent == self.folder
+                  else f"qaic-console's template (the folder has no {TEMPLATE_NAME})")
+        return (f"note: {self.folder} is not qaic-console's backend: copied into 1/ as it is; the written "
+                f"config.pbtxt comes from {source} and declares inputs {', '.join(inputs) or 'none'} -> outputs "
+                f"{', '.join(outputs) or 'none'}: check that this backend reads those names")
 
 
 def check_backend_dir(python_backend_dir: str | Path) -> Path:
     """The seed's --python_backend_dir: a backend folder holding model.py."""
     src = Path(python_backend_dir).expanduser()
-    if not (src / "model.py").is_file():
-        raise RepoError(f"--python_backend_dir {src} has no model.py")
+    if not (src / ENTRY_NAME).is_file():
+        raise RepoError(f"--python_backend_dir {src} has no {ENTRY_NAME}")
     return src
 
 
-def _copy_backend(version_dir: Path, python_backend_dir: str | None) -> None:
-    if python_backend_dir:
-        src = check_backend_dir(python_backend_dir)
-        shutil.copytree(src, version_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
-        return
-    version_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(ASSETS / "model.py", version_dir / "model.py")
-    shutil.copytree(BACKEND_SRC, version_dir / "backend_model", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-
-
-def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | None = None,
+def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | Path | None = None,
                 force: bool = False) -> Path:
-    """Write ``out_dir/<model_name>/`` atomically and return it."""
+    """Write ``out_dir/<model_name>/`` atomically and return it (``python_backend_dir`` None: the bundled backend)."""
     check_spec(spec)
+    backend = Backend(check_backend_dir(python_backend_dir) if python_backend_dir else None)
     out = Path(out_dir)
     target = out / spec.model_name
     if target.exists() and not force:
@@ -123,7 +194,9 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
     staged, old = tmp / "model", tmp / "old"  # staged by mkdir: the umask's permissions, kept by the rename
     try:
         staged.mkdir()
-        _fill(staged, spec, python_backend_dir)
+        (staged / "config.pbtxt").write_text(render_config(spec, backend.template), encoding="utf-8")
+        (staged / "compile_config.json").write_text(json.dumps(spec.compile, indent=2) + "\n", encoding="utf-8")
+        backend.copy_into(staged / "1")
         if target.exists():
             os.replace(target, old)
         os.replace(staged, target)
@@ -138,10 +211,3 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
-
-
-def _fill(folder: Path, spec: ModelSpec, python_backend_dir: str | None) -> None:
-    """Write the model folder's contents into ``folder``."""
-    (folder / "config.pbtxt").write_text(render_config(spec))
-    (folder / "compile_config.json").write_text(json.dumps(spec.compile, indent=2) + "\n")
-    _copy_backend(folder / "1", python_backend_dir)

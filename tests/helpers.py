@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Collection
+from functools import lru_cache
 from pathlib import Path
 
 SESSION_MARK = "QAIC_TEST_SESSION"
@@ -37,3 +41,18 @@ def marked_servers(mark: str) -> list[tuple[int, str]]:
         if state != "Z" and marked and any(name in cmdline for name in SERVER_NAMES):
             found.append((int(entry), cmdline[:160]))
     return found
+
+
+@lru_cache(maxsize=1)
+def python38() -> str | None:
+    """A working Python 3.8 interpreter (on PATH, or pyenv's), or None."""
+    found = [shutil.which("python3.8"), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))]
+    for candidate in filter(None, found):
+        try:
+            done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                                  text=True, timeout=30)
+        except OSError:
+            continue
+        if done.returncode == 0 and done.stdout.strip() == "(3, 8)":
+            return candidate
+    return None

@@ -2,7 +2,9 @@
 
 Every call runs in a helper thread and is awaited with the network timeout, so a caller (a UI's
 stop key) can :meth:`Call.cancel` it from any thread. gRPC calls are cancelled on the server too;
-Triton cannot cancel an HTTP request, so after an HTTP timeout the server finishes it.
+Triton cannot cancel an HTTP request, so after an HTTP timeout the server finishes it. A decoupled
+model with a ``stream`` switch (vLLM, TensorRT-LLM) is asked not to stream: over HTTP through the
+generate endpoint (Triton's HTTP inference refuses decoupled models), over gRPC on a stream.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .events import Event, Failure, ModelInfo, Reply, Timeouts
 from .interfaces import Outputs
 from .params import GenerationParams
 from .stats import reply_stats
-from .wire import PROTOCOLS, error_kind, error_message
+from .wire import PROTOCOLS, error_kind, error_message, is_final
 
 FAR = 10.0**7  # "no timeout" for APIs that need a number
 
@@ -41,11 +43,7 @@ class BatchCall(Call):
         self.protocol = "http" if generate else protocol
         self.generate = generate
 
-    @property
-    def includes_prompt(self) -> bool:
-        return not self.params.exclude_input_in_output
-
-    def _events(self) -> Iterator[Event]:
+    def _request(self) -> Iterator[Event]:
         t0 = time.perf_counter()
         try:
             self.model_info().check_batch("stream it instead")
@@ -97,14 +95,16 @@ class BatchCall(Call):
                 return values[i] if values is not None else default
 
             stats = reply_stats((), elapsed, pick("output_tokens"), pick("input_tokens"), streamed=False)
-            yield Reply(i, prompt, texts[i], pick("finish_reason", ""), stats, self.includes_prompt)
+            text, includes_prompt = self.interface().finish(prompt, texts[i], self.params.exclude_input_in_output)
+            yield Reply(i, prompt, text, pick("finish_reason", ""), stats, includes_prompt)
 
     def _start(self) -> tuple[Callable[[], None], Callable[[], None]]:
         """Send the request; its outcome lands in the queue. Returns (server-side canceller, closer)."""
         backstop = (self.timeouts.network or FAR) + 1.0
+        decoupled = self.model_info().decoupled  # answers once only when told not to stream
         if self.protocol == "grpc":
-            return self._start_grpc(backstop)
-        target = self._post_generate if self.generate else self._infer_http
+            return self._start_grpc_stream(backstop) if decoupled else self._start_grpc(backstop)
+        target = self._post_generate if self.generate or decoupled else self._infer_http
         threading.Thread(target=self._work, args=(target, backstop), name="qc-batch", daemon=True).start()
         return _nothing, _nothing
 
@@ -121,7 +121,7 @@ class BatchCall(Call):
             self.url, connection_timeout=min(timeout, 30.0), network_timeout=timeout
         )
         try:
-            inputs = self.interface().inputs(httpclient, self.model_info(), self.prompts, self.params)
+            inputs = self.interface().inputs(httpclient, self.prompts, self.params, streaming=False)
             result = client.infer(self.model, inputs, request_id=self.request_id)
             return self.interface().outputs(result, len(self.prompts))
         finally:
@@ -140,7 +140,7 @@ class BatchCall(Call):
                 self._queue.put((None, exc))
 
         try:
-            inputs = interface.inputs(grpcclient, self.model_info(), self.prompts, self.params)
+            inputs = interface.inputs(grpcclient, self.prompts, self.params, streaming=False)
             context = client.async_infer(
                 self.model, inputs, callback=done, request_id=self.request_id, client_timeout=timeout
             )
@@ -149,9 +149,43 @@ class BatchCall(Call):
             return _nothing, client.close
         return context.cancel, client.close
 
+    def _start_grpc_stream(self, timeout: float) -> tuple[Callable[[], None], Callable[[], None]]:
+        """A decoupled model's one answer on a gRPC stream (``stream`` false); its last text is the answer."""
+        import tritonclient.grpc as grpcclient
+
+        client = grpcclient.InferenceServerClient(self.url)
+        interface, n = self.interface(), len(self.prompts)
+        answer: list[Outputs] = []
+
+        def done(result: Any = None, error: Any = None) -> None:
+            try:
+                if error is not None:
+                    self._queue.put((None, error))
+                    return
+                outputs = interface.outputs(result, n)
+                if outputs["text_output"] is not None:
+                    answer[:] = [outputs]
+                if is_final(result):
+                    self._queue.put((answer[0] if answer else {"text_output": None}, None))
+            except Exception as exc:
+                self._queue.put((None, exc))
+
+        def stop() -> None:
+            client.stop_stream(cancel_requests=True)
+            client.close()
+
+        try:
+            client.start_stream(callback=done, stream_timeout=timeout)
+            client.async_stream_infer(self.model, interface.inputs(grpcclient, self.prompts, self.params,
+                                                                   streaming=False),
+                                      request_id=self.request_id, enable_empty_final_response=True)
+        except Exception as exc:
+            self._queue.put((None, exc))
+        return _nothing, stop
+
     def _post_generate(self, timeout: float) -> Outputs:
         interface = self.interface()
-        body = interface.generate_body(self.model_info(), self.prompts, self.params, self.request_id)
+        body = interface.generate_body(self.prompts, self.params, self.request_id)
         host, _, port = self.url.rpartition(":")
         conn = http.client.HTTPConnection(host or self.url, int(port) if port.isdigit() else 80, timeout=timeout)
         try:

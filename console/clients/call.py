@@ -1,14 +1,22 @@
-"""A request in flight: iterate it once for its events; :meth:`Call.cancel` may come from any thread."""
+"""A request in flight: iterate it once for its events; :meth:`Call.cancel` may come from any thread.
+
+A model that takes one prompt per request (every interface but the bundled backend's) gets one
+request per prompt of an ``a|b`` call, sent together; :func:`fan_out` merges their events by
+prompt index, so every front end sees the same event stream whatever the model.
+"""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .errors import ClientError
-from .events import Event, Failure, ModelInfo, Reply, Timeouts, new_request_id
+from .errors import CANCELLED, ClientError
+from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts, new_request_id
 from .interfaces import Interface, interface_of
 from .params import GenerationParams
 from .wire import model_info, normalize_url
@@ -30,9 +38,15 @@ class Call:
         self.params = params
         self.request_id = params.request_id or new_request_id()
         self.timeouts = timeouts
+        self._interface: Interface | None = None
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """A call's own state: not cancelled, nothing queued, not iterated, no parts."""
         self._cancel = threading.Event()
         self._queue: queue.Queue[Any] = queue.Queue()
         self._used = False
+        self._parts: list[Call] = []
 
     def model_info(self) -> ModelInfo:
         """The model's config (read once, over this call's protocol)."""
@@ -42,12 +56,26 @@ class Call:
         return self.info
 
     def interface(self) -> Interface:
-        return interface_of(self.model_info())
+        """The model's interface (read once)."""
+        if self._interface is None:
+            self._interface = interface_of(self.model_info())
+        return self._interface
+
+    def part(self, index: int) -> Call:
+        """This call for prompt ``index`` alone, with its own request id."""
+        clone = copy.copy(self)
+        clone._fresh()
+        clone.prompts = [self.prompts[index]]
+        clone.request_id = f"{self.request_id}-{index}"
+        clone.params = self.params.replace(request_id=clone.request_id)
+        return clone
 
     def cancel(self) -> None:
         """Stop waiting and cancel the request (on the server too, where the protocol can)."""
         self._cancel.set()
         self._queue.put(None)
+        for part in list(self._parts):
+            part.cancel()
 
     @property
     def cancelled(self) -> bool:
@@ -60,6 +88,22 @@ class Call:
         return self._events()
 
     def _events(self) -> Iterator[Event]:
+        t0 = time.perf_counter()
+        if self._cancel.is_set():  # cancelled before it was sent: send nothing
+            yield Failure("cancelled before it was sent", CANCELLED, 0.0)
+            return
+        try:
+            interface = self.interface()
+        except ClientError as exc:
+            yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
+            return
+        if len(self.prompts) > 1 and not interface.batches_prompts:
+            yield from fan_out(self)
+        else:
+            yield from self._request()
+
+    def _request(self) -> Iterator[Event]:
+        """The events of one request carrying all of this call's prompts."""
         raise NotImplementedError
 
     def replies(self) -> list[Reply]:
@@ -71,3 +115,55 @@ class Call:
             if isinstance(event, Reply):
                 replies.append(event)
         return replies
+
+
+def fan_out(call: Call) -> Iterator[Event]:
+    """One request per prompt of ``call``, sent together; their events merged by prompt index.
+
+    Text arrives as it comes; the replies follow in prompt order once every request is done. The
+    first failure cancels the other requests and is the call's one Failure.
+    """
+    parts = [call.part(i) for i in range(len(call.prompts))]
+    call._parts = parts
+    merged: queue.Queue[tuple[int, Event | None]] = queue.Queue()
+
+    def run(index: int, part: Call) -> None:
+        try:
+            for event in part:
+                merged.put((index, event))
+        finally:
+            merged.put((index, None))
+
+    if call.cancelled:
+        for part in parts:
+            part.cancel()
+    threads = [threading.Thread(target=run, args=(i, p), name=f"qc-prompt-{i}", daemon=True)
+               for i, p in enumerate(parts)]
+    for thread in threads:
+        thread.start()
+    replies: dict[int, Reply] = {}
+    failure: Failure | None = None
+    try:
+        left = len(parts)
+        while left:
+            index, event = merged.get()
+            if event is None:
+                left -= 1
+            elif isinstance(event, Failure):
+                if failure is None:
+                    failure = event
+                    for part in parts:
+                        part.cancel()
+            elif failure is None and isinstance(event, TextDelta):
+                yield dataclasses.replace(event, index=index)
+            elif isinstance(event, Reply):
+                replies[index] = dataclasses.replace(event, index=index)
+        if failure is not None:
+            yield failure
+        else:
+            yield from (replies[i] for i in sorted(replies))
+    finally:
+        for part in parts:
+            part.cancel()  # an abandoned iteration cancels what is still running
+        for thread in threads:
+            thread.join(timeout=10)

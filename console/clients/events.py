@@ -90,9 +90,22 @@ class ModelInfo:
         """The call's network timeout: None takes the model's default (600 s KV, 6000 s causal), 0 none."""
         return self.default_timeout if timeout is None else (timeout or None)
 
+    @property
+    def stream_switch(self) -> bool:
+        """The model declares a BOOL ``stream`` input (vLLM, TensorRT-LLM): a request may ask for one answer."""
+        switch = self.input("stream")
+        return switch is not None and switch.datatype == "BOOL"
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """How the model answers: ``stream`` (decoupled), ``batch`` (once), or both (decoupled with a switch)."""
+        if not self.decoupled:
+            return ("batch",)
+        return ("stream", "batch") if self.stream_switch else ("stream",)
+
     def check_batch(self, how_to_stream: str) -> None:
-        """A decoupled model only streams: refuse a batch call, saying ``how_to_stream``."""
-        if self.decoupled:
+        """A decoupled model without a ``stream`` switch only streams: refuse a batch call, saying ``how_to_stream``."""
+        if "batch" not in self.modes:
             raise ClientError(f"model {self.name} is decoupled (streams its answers): {how_to_stream}")
 
 

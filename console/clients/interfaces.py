@@ -1,94 +1,278 @@
 """Which Triton LLM interface a model speaks, and how to build its inputs and read its outputs.
 
-The bundled backend's interface (also the seed's: a STRING ``prompt`` in, ``text_output`` out) takes
-the controls by their own names. Only the optional inputs a model declares are sent;
-:meth:`Interface.ignored` names the controls a model would not receive.
+:func:`interface_of` reads a model's config (:class:`ModelInfo`) and returns its interface, bound to it:
+
+* ``qaic-console`` — the bundled backend (and the seed's ``{"prompt", "id"}``): ``prompt`` [-1] in,
+  several prompts in one request, controls by their own names -> ``text_output``, ``finish_reason``,
+  ``input_tokens``, ``output_tokens``.
+* ``vllm`` — Triton's vLLM backend: ``text_input``, ``stream``, ``sampling_parameters`` (every
+  control, as JSON), ``exclude_input_in_output``, ``return_*`` -> ``text_output``; one prompt per
+  request. Versions before ``exclude_input_in_output`` stream the whole text so far, prompt first.
+* ``tensorrt-llm`` — TensorRT-LLM's ensemble: ``text_input``, ``max_tokens`` (required), ``stream``,
+  ``stop_words``, ``temperature``/``top_p`` FP32, ``top_k`` INT32, ``seed`` or ``random_seed`` UINT64,
+  ... -> ``text_output``; one prompt per request, a leading batch dimension when max_batch_size > 0.
+* ``text`` — any model with one required STRING input and one STRING output.
+
+Only the inputs a model declares are sent, with the model's own datatypes;
+:meth:`Interface.ignored` names the set controls a model has no input for. A model that answers
+once to a request that is not streamed (a decoupled model with a ``stream`` switch) also serves
+batch mode (:attr:`ModelInfo.modes`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import SERVER, ClientError
-from .events import ModelInfo
-from .params import BY_NAME, CONTROLS, GenerationParams
+from .events import ModelInfo, Tensor
+from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .wire import output_list, tensor
 
 OUTPUTS = ("text_output", "finish_reason", "input_tokens", "output_tokens")
 Outputs = dict[str, list | None]
+KINDS = {"BYTES": str, "BOOL": bool, "FP16": float, "FP32": float, "FP64": float,
+         **{f"{s}INT{b}": int for s in ("", "U") for b in (8, 16, 32, 64)}}
+
+
+@dataclass(frozen=True)
+class Wire:
+    """One input to send: its name, Triton datatype and values (``many``: always a list in JSON)."""
+
+    name: str
+    datatype: str
+    values: tuple[Any, ...]
+    many: bool = False
+
+
+def _text(t: Tensor | None) -> bool:
+    return t is not None and t.datatype == "BYTES"
 
 
 class Interface:
-    """The bundled backend's interface: ``prompt`` [-1] (one or more prompts) -> ``text_output`` [N]."""
+    """The bundled backend's interface; the others change names, switches and the one-prompt rule."""
 
     name = "qaic-console"
-    prompt = "prompt"
+    prompt_input = "prompt"
+    text_output = "text_output"
+    batches_prompts = True  # several prompts in one request (the model's batch)
+    aliases: dict[str, tuple[str, ...]] = {}  # control -> the model's input names, where they differ
+    extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "input_tokens", "output_tokens": "output_tokens"}
+
+    def __init__(self, info: ModelInfo) -> None:
+        self.info = info
 
     @classmethod
     def matches(cls, info: ModelInfo) -> bool:
-        return info.input(cls.prompt) is not None and info.output("text_output") is not None
+        return _text(info.input(cls.prompt_input)) and _text(info.output(cls.text_output))
 
-    def sendable(self, info: ModelInfo, params: GenerationParams) -> dict[str, Any]:
-        """The set controls this model declares an input for."""
-        return {n: v for n, v in params.values.items() if info.input(n) is not None}
+    # ---- what is sent
 
-    def ignored(self, info: ModelInfo, params: GenerationParams | None = None) -> list[str]:
-        """Controls (set ones, or all when ``params`` is None) this model would not receive."""
+    @property
+    def prompt_name(self) -> str:
+        return self.prompt_input
+
+    @property
+    def text_name(self) -> str:
+        return self.text_output
+
+    def wire_input(self, control: Control) -> Tensor | None:
+        """The model's input for ``control`` (a declared one of a fitting type), or None."""
+        for name in self.aliases.get(control.name, (control.name,)):
+            declared = self.info.input(name)
+            if declared is not None and KINDS.get(declared.datatype) is control.kind:
+                return declared
+        return None
+
+    def ignored(self, params: GenerationParams | None = None) -> list[str]:
+        """Controls (the set ones, or all when ``params`` is None) this model would not receive."""
         names = [c.name for c in CONTROLS] if params is None else list(params.values)
-        return [n for n in names if info.input(n) is None]
+        return [n for n in names if self.wire_input(BY_NAME[n]) is None]
 
-    def inputs(self, module: Any, info: ModelInfo, prompts: Sequence[str], params: GenerationParams) -> list[Any]:
-        """InferInputs for tritonclient.http or .grpc (``module``)."""
-        out = [tensor(module, self.prompt, "BYTES", prompts)]
-        for name, value in self.sendable(info, params).items():
-            control = BY_NAME[name]
-            out.append(tensor(module, name, control.wire, value if control.multiple else [value]))
-        exclude = params.exclude_input_in_output
-        if exclude is not None and info.input("exclude_input_in_output") is not None:
-            out.append(tensor(module, "exclude_input_in_output", "BOOL", [exclude]))
+    def controls(self, params: GenerationParams) -> list[Wire]:
+        """The set controls the model declares, and its required ones (at the console's default) when unset."""
+        out = []
+        for control in CONTROLS:
+            declared = self.wire_input(control)
+            value = params.get(control.name)
+            if declared is None or (value is None and (declared.optional or control.default is None)):
+                continue
+            value = control.default if value is None else value
+            out.append(Wire(declared.name, declared.datatype, tuple(value) if control.multiple else (value,),
+                            control.multiple))
         return out
 
-    def outputs(self, result: Any, n: int) -> Outputs:
-        """``text_output`` etc. as lists of ``n`` values (None when the model does not send one)."""
-        return {name: output_list(result, name, n, texts=name in ("text_output", "finish_reason")) for name in OUTPUTS}
+    def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
+        """BOOL inputs: ``stream`` (streamed only from a decoupled model) and ``exclude_input_in_output``."""
+        out = []
+        if self.info.stream_switch:
+            out.append(Wire("stream", "BOOL", (streaming and self.info.decoupled,)))
+        exclude = params.exclude_input_in_output
+        if exclude is not None and self.info.input("exclude_input_in_output") is not None:
+            out.append(Wire("exclude_input_in_output", "BOOL", (exclude,)))
+        return out
 
-    def generate_body(self, info: ModelInfo, prompts: Sequence[str], params: GenerationParams,
-                      request_id: str) -> dict[str, Any]:
-        """The generate endpoint's JSON: ``{"prompt": ..., "id": ...}`` plus the declared optional inputs."""
-        body: dict[str, Any] = {self.prompt: prompts[0] if len(prompts) == 1 else list(prompts)}
-        if info.input("id") is not None:
+    def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[Wire]:
+        """Every input of one request for ``prompts`` (one of them unless :attr:`batches_prompts`)."""
+        if len(prompts) > 1 and not self.batches_prompts:
+            raise ClientError(f"model {self.info.name} ({self.name}) takes one prompt per request")
+        prompt = Wire(self.prompt_name, "BYTES", tuple(prompts), self.batches_prompts and len(prompts) > 1)
+        return [prompt, *self.controls(params), *self.switches(params, streaming)]
+
+    def inputs(self, module: Any, prompts: Sequence[str], params: GenerationParams,
+               streaming: bool = True) -> list[Any]:
+        """InferInputs for tritonclient.http or .grpc (``module``); a leading batch dimension when batching."""
+        batch = [1] if self.info.max_batch_size > 0 else []
+        return [tensor(module, w.name, w.datatype, w.values, [*batch, len(w.values)])
+                for w in self.request(prompts, params, streaming)]
+
+    def generate_body(self, prompts: Sequence[str], params: GenerationParams, request_id: str) -> dict[str, Any]:
+        """The generate endpoint's JSON (a request that is not streamed), e.g. ``{"prompt": ..., "id": ...}``."""
+        body = {w.name: list(w.values) if w.many else w.values[0] for w in self.request(prompts, params, False)}
+        if self.info.input("id") is not None:
             body["id"] = request_id
-        for name, value in self.sendable(info, params).items():
-            body[name] = list(value) if BY_NAME[name].multiple else value
-        if params.exclude_input_in_output is not None and info.input("exclude_input_in_output") is not None:
-            body["exclude_input_in_output"] = params.exclude_input_in_output
         return body
 
-    @staticmethod
-    def parse_generate(data: dict[str, Any], n: int) -> Outputs:
+    # ---- what comes back
+
+    def reason(self, value: str) -> str:
+        return value
+
+    def outputs(self, result: Any, n: int) -> Outputs:
+        """``text_output``, ``finish_reason``, token counts as lists of ``n`` values (None when not sent)."""
+        out: Outputs = {"text_output": output_list(result, self.text_name, n, texts=True)}
+        for ours, theirs in self.extra_outputs.items():
+            out[ours] = output_list(result, theirs, n, texts=ours == "finish_reason")
+        if out.get("finish_reason"):
+            out["finish_reason"] = [self.reason(r) for r in out["finish_reason"]]
+        return out
+
+    def parse_generate(self, data: dict[str, Any], n: int) -> Outputs:
         """The generate endpoint's answer as :meth:`outputs` lists (one value per prompt)."""
         out: Outputs = {}
-        for name in OUTPUTS:
-            value = data.get(name)
+        for ours, theirs in {"text_output": self.text_name, **self.extra_outputs}.items():
+            value = data.get(theirs)
             if value is None:
-                out[name] = None
+                out[ours] = None
                 continue
             values = value if isinstance(value, list) else [value]
             if len(values) != n:
-                raise ClientError(f"the model returned {len(values)} {name} values for {n} prompts", SERVER)
-            out[name] = values
-        return out
+                raise ClientError(f"the model returned {len(values)} {theirs} values for {n} prompts", SERVER)
+            out[ours] = [self.reason(v) for v in values] if ours == "finish_reason" else values
+        return {k: out.get(k) for k in OUTPUTS}
+
+    def new_text(self, prompt: str, so_far: str, piece: str) -> str:
+        """The new text a streamed response carries (``piece`` itself: streams send only new text)."""
+        return piece
+
+    def counts_are_deltas(self, streaming: bool) -> bool:
+        """Whether each streamed response's output token count is for that response only (then they add up)."""
+        return False
+
+    def finish(self, prompt: str, text: str, exclude: bool | None) -> tuple[str, bool]:
+        """(text, includes_prompt) of a reply that arrived whole.
+
+        A model that declares ``exclude_input_in_output`` was told; another decides for itself, so a
+        prompt it echoes is cut off when the caller asked for new text only.
+        """
+        if self.info.input("exclude_input_in_output") is not None:
+            return text, not exclude
+        echoed = bool(prompt) and text.startswith(prompt)
+        if echoed and exclude:
+            return text[len(prompt):], False
+        return text, echoed
 
 
-INTERFACES: tuple[type[Interface], ...] = (Interface,)
+class VllmInterface(Interface):
+    """Triton's vLLM backend (decoupled; ``stream`` switches streaming; controls in ``sampling_parameters``)."""
+
+    name = "vllm"
+    prompt_input = "text_input"
+    batches_prompts = False
+    extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "num_input_tokens",
+                     "output_tokens": "num_output_tokens"}
+    FLAGS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
+    REASONS = {"None": "", "abort": "cancelled"}
+
+    @classmethod
+    def matches(cls, info: ModelInfo) -> bool:
+        return super().matches(info) and _text(info.input("sampling_parameters"))
+
+    def wire_input(self, control: Control) -> Tensor | None:
+        return self.info.input("sampling_parameters")  # every control is a SamplingParams field
+
+    def controls(self, params: GenerationParams) -> list[Wire]:
+        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in params.values.items()}
+        return [Wire("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
+
+    def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
+        flags = [Wire(f, "BOOL", (True,)) for f in self.FLAGS if self.info.input(f) is not None]
+        return [*super().switches(params, streaming), *flags]
+
+    @property
+    def cumulative(self) -> bool:
+        """Before ``exclude_input_in_output`` (2024) the backend streamed the prompt and all text so far."""
+        return self.info.input("exclude_input_in_output") is None
+
+    def new_text(self, prompt: str, so_far: str, piece: str) -> str:
+        if not self.cumulative:
+            return piece
+        whole = piece[len(prompt):] if piece.startswith(prompt) else piece
+        return whole[len(so_far):] if whole.startswith(so_far) else whole
+
+    def counts_are_deltas(self, streaming: bool) -> bool:
+        return streaming
+
+    def reason(self, value: str) -> str:
+        return self.REASONS.get(value, value)
+
+
+class TrtLlmInterface(Interface):
+    """TensorRT-LLM's ensemble (``max_tokens`` required; decoupled ensembles stream when ``stream`` is set)."""
+
+    name = "tensorrt-llm"
+    prompt_input = "text_input"
+    batches_prompts = False
+    aliases = {"seed": ("seed", "random_seed"), "stop": ("stop_words",)}
+    extra_outputs: dict[str, str] = {}
+
+    @classmethod
+    def matches(cls, info: ModelInfo) -> bool:
+        return super().matches(info) and info.input("max_tokens") is not None
+
+
+class TextInterface(Interface):
+    """Any model with one required STRING input (the prompt) and one STRING output (the text)."""
+
+    name = "text"
+    batches_prompts = False
+    extra_outputs: dict[str, str] = {}
+
+    @classmethod
+    def matches(cls, info: ModelInfo) -> bool:
+        required = [t for t in info.inputs if not t.optional]
+        return (len(required) == 1 and _text(required[0])
+                and len([t for t in info.outputs if _text(t)]) == 1)
+
+    @property
+    def prompt_name(self) -> str:
+        return next(t.name for t in self.info.inputs if not t.optional)
+
+    @property
+    def text_name(self) -> str:
+        return next(t.name for t in self.info.outputs if _text(t))
+
+
+INTERFACES: tuple[type[Interface], ...] = (Interface, VllmInterface, TrtLlmInterface, TextInterface)
 
 
 def interface_of(info: ModelInfo) -> Interface:
-    """The interface ``info``'s model speaks; ClientError when none fits."""
+    """The interface ``info``'s model speaks, bound to it; ClientError when none fits."""
     for kind in INTERFACES:
         if kind.matches(info):
-            return kind()
+            return kind(info)
     names = ", ".join(t.name for t in info.inputs) or "none"
-    raise ClientError(f"model {info.name} has an interface this console does not speak (inputs: {names}): "
-                      "it needs a STRING input 'prompt' and a STRING output 'text_output'")
+    raise ClientError(f"model {info.name} has an interface this console does not speak (inputs: {names}): it "
+                      "needs qaic-console's, vLLM's or TensorRT-LLM's, or one STRING input and one STRING output")

@@ -17,29 +17,54 @@ from typing import Any
 from .call import Call
 from .errors import CANCEL_NOTE, CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
-from .interfaces import Outputs
+from .interfaces import Interface, Outputs
 from .params import GenerationParams
 from .stats import reply_stats
-from .wire import error_kind, error_message
+from .wire import error_kind, error_message, is_final
 
 
-def _is_final(result: Any) -> bool:
-    param = result.get_response().parameters.get("triton_final_response")
-    return bool(param is not None and param.bool_param)
+class _Collected:
+    """What a stream's responses said so far, per prompt: text, arrival times, last reasons and counts."""
+
+    def __init__(self, interface: Interface, prompts: list[str]) -> None:
+        self.interface, self.prompts = interface, prompts
+        self.texts = [""] * len(prompts)
+        self.arrivals: list[list[float]] = [[] for _ in prompts]
+        self.last: Outputs = {}
+        self.sums = interface.counts_are_deltas(streaming=True)
+
+    def add(self, outputs: Outputs, at: float, once: bool, exclude: bool | None) -> Iterator[TextDelta]:
+        """The new text of one response (``once``: the model answers once, the whole text)."""
+        for i, piece in enumerate(outputs["text_output"] or ()):
+            prompt = self.prompts[i]
+            if once:
+                new = self.interface.finish(prompt, piece, exclude)[0]
+            else:
+                new = self.interface.new_text(prompt, self.texts[i], piece)
+            if new:
+                self.arrivals[i].append(at)
+                self.texts[i] += new
+                yield TextDelta(i, new, at, first=len(self.arrivals[i]) == 1)
+        for name, values in outputs.items():
+            if name == "text_output" or values is None:
+                continue
+            earlier = self.last.get(name)
+            if self.sums and name == "output_tokens" and earlier is not None:
+                values = [a + b for a, b in zip(earlier, values)]
+            self.last[name] = values
+
+    def value(self, name: str, i: int) -> Any:
+        values = self.last.get(name)
+        return values[i] if values else None
 
 
 class StreamCall(Call):
     """A streaming request: iterate for TextDelta events, then one Reply per prompt (or a Failure)."""
 
-    def _events(self) -> Iterator[Event]:
+    def _request(self) -> Iterator[Event]:
         import tritonclient.grpc as grpcclient
 
-        if self._cancel.is_set():  # cancelled before it was sent: send nothing
-            yield Failure("cancelled before it was sent", CANCELLED, 0.0)
-            return
         n = len(self.prompts)
-        texts = [""] * n
-        arrivals: list[list[float]] = [[] for _ in range(n)]
         client = grpcclient.InferenceServerClient(self.url)
         t0 = last = time.perf_counter()
 
@@ -48,7 +73,9 @@ class StreamCall(Call):
 
         try:
             info, interface = self.model_info(), self.interface()
-            inputs = interface.inputs(grpcclient, info, self.prompts, self.params)
+            once = not info.decoupled  # a batch model answers the stream once, with the whole text
+            collected = _Collected(interface, self.prompts)
+            inputs = interface.inputs(grpcclient, self.prompts, self.params, streaming=True)
             network = self.timeouts.network
             client.start_stream(callback=callback, stream_timeout=None if network is None else network + 10.0)
             t0 = last = time.perf_counter()
@@ -75,15 +102,10 @@ class StreamCall(Call):
                     yield Failure(error_message(error, self.url, "gRPC", lost), error_kind(error), at - t0)
                     return
                 last = at
-                final = _is_final(result)
-                outputs = interface.outputs(result, n)
-                for i, piece in enumerate(outputs["text_output"] or ()):
-                    if piece:
-                        arrivals[i].append(at - t0)
-                        texts[i] += piece
-                        yield TextDelta(i, piece, at - t0, first=len(arrivals[i]) == 1)
-                if final:
-                    yield from self._replies(info, texts, arrivals, outputs, at - t0)
+                yield from collected.add(interface.outputs(result, n), at - t0, once,
+                                         self.params.exclude_input_in_output)
+                if is_final(result):
+                    yield from self._replies(info, collected, at - t0)
                     return
         except ClientError as exc:
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
@@ -125,14 +147,12 @@ class StreamCall(Call):
             message = f"network timeout: {self.model} did not finish within {self.timeouts.network:g} s"
         return Failure(f"{message}; {CANCEL_NOTE}", kind, elapsed)
 
-    def _replies(self, info: ModelInfo, texts: list[str], arrivals: list[list[float]], outputs: Outputs,
-                 latency: float) -> Iterator[Reply]:
-        reasons = outputs.get("finish_reason")
+    def _replies(self, info: ModelInfo, collected: _Collected, latency: float) -> Iterator[Reply]:
         for i, prompt in enumerate(self.prompts):
-            out_tokens = outputs["output_tokens"][i] if outputs.get("output_tokens") else None
-            in_tokens = outputs["input_tokens"][i] if outputs.get("input_tokens") else None
-            stats = reply_stats(arrivals[i], latency, out_tokens, in_tokens, streamed=info.decoupled)
-            yield Reply(i, prompt, texts[i], reasons[i] if reasons else "", stats, includes_prompt=False)
+            stats = reply_stats(collected.arrivals[i], latency, collected.value("output_tokens", i),
+                                collected.value("input_tokens", i), streamed=info.decoupled)
+            yield Reply(i, prompt, collected.texts[i], collected.value("finish_reason", i) or "", stats,
+                        includes_prompt=False)
 
 
 def stream(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,

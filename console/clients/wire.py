@@ -17,7 +17,8 @@ from .events import ModelInfo, Tensor
 
 PROTOCOLS = ("http", "grpc")
 MAX_NAME = 255  # a model name is a folder name
-_NUMPY = {"INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_}
+_NUMPY = {"BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+          **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
 
 
 def normalize_url(url: str) -> str:
@@ -52,6 +53,12 @@ def tensor(module: Any, name: str, datatype: str, values: Sequence[Any], dims: S
 
 def text(value: Any) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def is_final(result: Any) -> bool:
+    """A gRPC stream response flagged ``triton_final_response`` (the request's last)."""
+    param = result.get_response().parameters.get("triton_final_response")
+    return bool(param is not None and param.bool_param)
 
 
 def output_list(result: Any, name: str, n: int, texts: bool = False) -> list | None:

@@ -165,7 +165,7 @@ class ServerController:
                 self._set(repository=str(path))
             self._note(f"starting tritonserver on {path} ...")
             server.start(timeout=timeout, on_log=self._note)
-            version = server.handle.server_version()
+            version = server.handle.describe_version()
         except Exception as exc:  # the thread's end: the UI must leave "starting" whatever happened
             with self._lock:
                 if self._snap.phase == "starting":
@@ -190,7 +190,7 @@ class ServerController:
         handle = ServerHandle(http, grpc)
         if not handle.is_ready(timeout=3.0):
             raise ClientError(f"no ready tritonserver at {http} (HTTP): check the host:port of its HTTP endpoint")
-        version = handle.server_version()
+        version = handle.describe_version()
         guessed = "" if grpc_url.strip() else " (gRPC guessed as the HTTP port + 1: give it if streaming fails)"
         with self._lock:
             if self._snap.phase in BUSY or (self._server is not None and self._server.running):

@@ -132,7 +132,7 @@ def prepare(endpoint: Endpoint, settings: Settings, prompts: Sequence[str], hist
         call = infer(url, info, sent, params, timeouts, protocol=protocol)
     else:
         call = generate(url, info, sent, params, timeouts)
-    return Prepared(info, sent, call, interface.ignored(info, settings.params), time.perf_counter() - t0)
+    return Prepared(info, sent, call, interface.ignored(settings.params), time.perf_counter() - t0)
 
 
 class Exchange:

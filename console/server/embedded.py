@@ -23,11 +23,11 @@ Progress = Callable[[str], None]
 def _fingerprint() -> str:
     """Changes when the backend or the sample definitions change (the cached repo is then rewritten)."""
     from repo_gen import samples
-    from repo_gen.writer import ASSETS, BACKEND_SRC
+    from repo_gen.writer import TEMPLATES, bundled_backend_package
 
     digest = hashlib.sha256()
-    files = [*sorted(BACKEND_SRC.glob("*.py")), ASSETS / "model.py", ASSETS / "config.pbtxt.tmpl",
-             Path(samples.__file__)]
+    templates = sorted(p for p in TEMPLATES.iterdir() if p.is_file())
+    files = [*sorted(bundled_backend_package().glob("*.py")), *templates, Path(samples.__file__)]
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

@@ -11,6 +11,24 @@ from typing import Any
 
 States = dict[str, tuple[str, str]]  # model -> (state, reason)
 RELOAD_PARAMETER = "qaic_console_reload"  # changed to make Triton load a model again
+SENDER_FOR_BATCH = (2, 47)  # Triton 24.06: a non-decoupled Python model may answer through its response sender
+
+
+def version_note(version: str) -> str:
+    """What an older server cannot do with the bundled backend ('' when nothing, or the version is unknown).
+
+    The bundled backend's batch (non-decoupled) models answer through the response sender, which the
+    Python backend allows from Triton 2.47 (24.06) on; decoupled (stream) models work on older servers.
+    """
+    try:
+        found = tuple(int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return ""
+    if len(found) < 2 or found >= SENDER_FOR_BATCH:
+        return ""
+    return (f"tritonserver {version} is older than 2.47 (24.06): batch (non-decoupled) models of the bundled "
+            "backend cannot answer on it (their response sender needs 24.06+); use decoupled models (stream "
+            "mode) or a newer server")
 
 
 def _loopback(host: str) -> str:
@@ -53,6 +71,12 @@ class ServerHandle:
     def server_version(self) -> str:
         """The version the server reports (``GET /v2``), e.g. ``2.51.0``."""
         return json.loads(self.request("/v2")).get("version", "")
+
+    def describe_version(self) -> str:
+        """The version, followed by what it cannot do when it is older than the bundled backend needs."""
+        version = self.server_version()
+        note = version_note(version)
+        return f"{version} (note: {note})" if note else version
 
     def model_states(self) -> States:
         """``{model: (state, reason)}`` from ``POST /v2/repository/index``."""

@@ -226,6 +226,8 @@ def test_doctor_rows_and_hf_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     table = {check: (status, detail) for check, status, detail in rows}
     assert table["HF token configured"] == (doctor.INFO, "no")
     assert table["tritonserver"][0] == doctor.OK
+    version_status, version = table["tritonserver version"]  # asked of the server itself (the wheel has no file)
+    assert version_status == doctor.OK and re.match(r"2\.\d+\.\d+ \(", version), version
     assert ok == all(status != doctor.FAIL for status, _ in table.values())
     (tmp_path / "token").write_text("hf_other_secret")
     assert doctor.check_hf_token() == ("HF token configured", doctor.INFO, "yes")

@@ -81,19 +81,19 @@ def test_a_control_added_to_the_table_reaches_options_forms_and_the_wire(extra_c
     with pytest.raises(ClientError, match="Min p must be"):
         controls.params_from_form({"min_p": "3"})
     declares = dataclasses.replace(BUNDLED, inputs=(*BUNDLED.inputs, Tensor("min_p", "FP32", (1,), True)))
-    inputs = interface_of(declares).inputs(httpclient, declares, ["a"], GenerationParams(min_p=0.5))
+    inputs = interface_of(declares).inputs(httpclient, ["a"], GenerationParams(min_p=0.5))
     assert [(i.name(), i.datatype()) for i in inputs] == [("prompt", "BYTES"), ("min_p", "FP32")]
 
 
 def test_only_declared_inputs_are_sent_and_the_rest_is_named() -> None:
     params = GenerationParams(max_tokens=8, seed=1, top_k=5, stop=("\n",), exclude_input_in_output=True)
     interface = interface_of(BUNDLED)
-    names = [i.name() for i in interface.inputs(httpclient, BUNDLED, ["a", "b"], params)]
+    names = [i.name() for i in interface.inputs(httpclient, ["a", "b"], params)]
     assert names == ["prompt", "max_tokens", "seed", "stop", "exclude_input_in_output"]
-    assert interface.ignored(BUNDLED, params) == ["top_k"]
+    assert interface.ignored(params) == ["top_k"]
     bare = dataclasses.replace(BUNDLED, inputs=(Tensor("prompt", "BYTES"),))
-    assert [i.name() for i in interface.inputs(httpclient, bare, ["a"], params)] == ["prompt"]
-    body = interface.generate_body(bare, ["a"], params, "42")
+    assert [i.name() for i in interface_of(bare).inputs(httpclient, ["a"], params)] == ["prompt"]
+    body = interface_of(bare).generate_body(["a"], params, "42")
     assert body == {"prompt": "a"}
-    assert interface.generate_body(BUNDLED, ["a"], params, "42") == {
+    assert interface.generate_body(["a"], params, "42") == {
         "prompt": "a", "max_tokens": 8, "seed": 1, "stop": ["\n"], "exclude_input_in_output": True}

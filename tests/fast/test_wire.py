@@ -74,15 +74,17 @@ def test_model_config_and_generate_body() -> None:
     assert info.input("max_tokens").optional and info.input("top_k") is None
     interface = interface_of(info)
     params = GenerationParams(max_tokens=4, top_k=2, stop=("\n",), exclude_input_in_output=True)
-    body = interface.generate_body(info, ["a"], params, "42")
+    body = interface.generate_body(["a"], params, "42")
     assert body == {"prompt": "a", "id": "42", "max_tokens": 4, "stop": ["\n"], "exclude_input_in_output": True}
-    assert interface.generate_body(info, PROMPTS, GenerationParams(), "7")["prompt"] == PROMPTS
+    assert interface.generate_body(PROMPTS, GenerationParams(), "7")["prompt"] == PROMPTS
     assert interface.parse_generate({"text_output": "x", "output_tokens": 3}, 1)["text_output"] == ["x"]
     with pytest.raises(ClientError, match="2 text_output values for 1 prompts"):
         interface.parse_generate({"text_output": ["x", "y"]}, 1)
-    no_prompt = info_from_config("v", {**CONFIG, "input": [{"name": "text_input", "data_type": "TYPE_STRING"}]})
+    plain = info_from_config("v", {**CONFIG, "input": [{"name": "text_input", "data_type": "TYPE_STRING"}]})
+    assert interface_of(plain).name == "text"
+    no_text = info_from_config("v", {**CONFIG, "input": [{"name": "ids", "data_type": "TYPE_INT64"}]})
     with pytest.raises(ClientError, match="interface this console does not speak"):
-        interface_of(no_prompt)
+        interface_of(no_text)
 
 
 

@@ -1,0 +1,9 @@
+"""The ``config.pbtxt`` parameters of a model folder: the generator writes them, the backend reads them.
+
+Standard library only: the generator, which may run under a bare Python 3.8, imports this module.
+"""
+
+ENGINES = ("auto", "qaic", "cpu")
+PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the CPU engine's weights (cpu_session.DTYPES)
+TRUE = ("true", "1", "yes")
+BOOLEANS = TRUE + ("false", "0", "no")  # what ``use_kv_cache`` accepts

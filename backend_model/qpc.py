@@ -1,0 +1,100 @@
+"""A compiled QPC on disk: where ``programqpc.bin`` is, what ``specializations.json`` says, and its model type.
+
+Standard library only (the generator, which may run under a bare Python 3.8, imports this module).
+QEfficient and qaicrt exist only inside Qualcomm's environment (``/opt/qeff-env``): they are imported
+lazily, by :func:`open_session`, and only when a QPC must be loaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import SessionError
+
+SPECIALIZATIONS = "specializations.json"
+DETECT_MESSAGE = "determining the model type of the QPC ..."
+LOAD_MESSAGE = "loading the QPC to read its bindings (this may take several minutes) ..."
+
+
+def qaic_available() -> bool:
+    """True when QEfficient and the qaicrt runtime can be imported."""
+    return all(importlib.util.find_spec(m) is not None for m in ("QEfficient", "qaicrt"))
+
+
+def find_qpc(path: str | Path) -> Path:
+    """The directory holding ``programqpc.bin`` inside a QPC folder (any QEfficient layout)."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise SessionError(f"QPC directory {root} does not exist")
+    if (root / "programqpc.bin").is_file():
+        return root
+    found = sorted(root.rglob("programqpc.bin"))
+    if not found:
+        raise SessionError(f"no programqpc.bin under {root}: not a compiled QPC")
+    return found[0].parent
+
+
+def open_session(qpc: Path, device_ids: list[int] | None = None) -> Any:
+    """QEfficient's ``QAICInferenceSession`` on ``qpc`` (SessionError when QEfficient is missing)."""
+    if importlib.util.find_spec("QEfficient") is None:
+        raise SessionError(
+            "QEfficient is not installed: run inside Qualcomm's container with "
+            "`source /opt/qeff-env/bin/activate`, or use engine=cpu"
+        )
+    from QEfficient.generation.cloud_infer import QAICInferenceSession
+
+    return QAICInferenceSession(str(qpc), device_ids=device_ids)
+
+
+def has_kv_cache(input_names: list[str]) -> bool:
+    """A KV-cache QPC takes ``past_key.*`` inputs; a causal one does not."""
+    return any(name.startswith("past_key") for name in input_names)
+
+
+def specializations(qpc: Path, root: Path | None = None) -> list[dict[str, Any]] | None:
+    """The symbols of each specialization (both file forms: flat, or ``{"name", "symbols"}``), or None.
+
+    Looked for beside ``programqpc.bin``, in its parent (QEfficient's layout) and in ``root``.
+    """
+    places = [qpc / SPECIALIZATIONS, qpc.parent / SPECIALIZATIONS]
+    if root is not None:
+        places.append(root / SPECIALIZATIONS)
+    for path in dict.fromkeys(places):
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))["specializations"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries):
+            return [e.get("symbols", e) if isinstance(e.get("symbols"), dict) else e for e in entries]
+    return None
+
+
+def model_type_of(aic_binary_dir: str | Path, progress: Callable[[str], None]) -> str:
+    """'kv_cache' or 'causal' for a QPC folder.
+
+    ``specializations.json`` answers first (a KV-cache QPC's carry ``ctx_len``, the cache length);
+    without one the QPC is loaded through QEfficient (minutes for a large model) and its bindings
+    tell (``past_key.*`` inputs). SessionError says why neither could.
+    """
+    root = Path(aic_binary_dir).expanduser()
+    qpc = find_qpc(root)
+    progress(DETECT_MESSAGE)
+    entries = specializations(qpc, root)
+    if entries is not None:
+        return "kv_cache" if any("ctx_len" in e for e in entries) else "causal"
+    if not qaic_available():
+        raise SessionError(
+            f"cannot determine the model type of QPC {qpc}: no {SPECIALIZATIONS} beside it and QEfficient is "
+            "not installed, so it cannot be loaded; pass --model_type causal or --model_type kv_cache"
+        )
+    progress(LOAD_MESSAGE)
+    session = open_session(qpc)
+    try:
+        return "kv_cache" if has_kv_cache(list(session.input_names)) else "causal"
+    finally:
+        deactivate = getattr(session, "deactivate", None)
+        if deactivate is not None:
+            deactivate()

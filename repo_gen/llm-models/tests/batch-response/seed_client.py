@@ -1,0 +1,1 @@
+../stream-response/seed_client.py

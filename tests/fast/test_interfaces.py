@@ -1,0 +1,105 @@
+"""Interfaces without a server: detection from real configs, the inputs each model gets, and what comes back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import tritonclient.grpc as grpcclient
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from console.clients import GenerationParams, ModelInfo, info_from_config, interface_of
+from console.server import version_note
+from repo_gen.writer import TEMPLATES, ModelSpec, render_config
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llm_interfaces"
+PARAMS = GenerationParams(max_tokens=8, temperature=0.5, top_k=3, seed=7, stop=("\n", "END"),
+                          exclude_input_in_output=True)
+
+
+def info(name: str, text: str | None = None) -> ModelInfo:
+    """ModelInfo from a config.pbtxt, through the JSON Triton's config endpoint gives."""
+    config = text_format.Parse(text or (FIXTURES / f"{name}.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    return info_from_config(name, json_format.MessageToDict(config, preserving_proto_field_name=True))
+
+
+def sent(model: ModelInfo, prompts: list[str], params: GenerationParams, streaming: bool) -> dict:
+    """{input name: (datatype, shape, values)} of one request."""
+    out = {}
+    for item in interface_of(model).inputs(grpcclient, prompts, params, streaming):
+        tensor = item._get_tensor()
+        raw = item._get_content()
+        out[item.name()] = (item.datatype(), list(tensor.shape), raw)
+    return out
+
+
+def test_each_interface_is_detected_with_its_modes() -> None:
+    bundled = info("smollm2_decoupled", render_config(ModelSpec("smollm2_decoupled", decoupled=True)))
+    expected = {"vllm_model": ("vllm", ("stream", "batch")), "vllm_legacy": ("vllm", ("stream", "batch")),
+                "ensemble": ("tensorrt-llm", ("stream", "batch")), "ensemble_batch": ("tensorrt-llm", ("batch",)),
+                "text_model": ("text", ("batch",))}
+    for name, (kind, modes) in expected.items():
+        model = info(name)
+        assert (interface_of(model).name, model.modes) == (kind, modes), name
+    assert (interface_of(bundled).name, bundled.modes) == ("qaic-console", ("stream",))
+    assert (TEMPLATES / "config.pbtxt.tmpl").is_file()
+
+
+def test_vllm_gets_its_controls_as_sampling_parameters() -> None:
+    model = info("vllm_model")
+    wire = sent(model, ["My name is"], PARAMS, streaming=True)
+    assert list(wire) == ["text_input", "sampling_parameters", "stream", "exclude_input_in_output",
+                          "return_finish_reason", "return_num_input_tokens", "return_num_output_tokens"]
+    assert wire["text_input"][:2] == ("BYTES", [1]) and wire["stream"][:2] == ("BOOL", [1])
+    sampling = json.loads(interface_of(model).generate_body(["x"], PARAMS, "1")["sampling_parameters"])
+    assert sampling == {"max_tokens": 8, "temperature": 0.5, "top_k": 3, "seed": 7, "stop": ["\n", "END"]}
+    assert interface_of(model).generate_body(["x"], PARAMS, "1")["stream"] is False
+    assert interface_of(model).ignored(PARAMS) == []
+    legacy = info("vllm_legacy")
+    assert list(sent(legacy, ["x"], PARAMS, streaming=True)) == ["text_input", "sampling_parameters", "stream"]
+
+
+def test_older_vllm_streams_the_prompt_and_all_text_so_far() -> None:
+    legacy, current = interface_of(info("vllm_legacy")), interface_of(info("vllm_model"))
+    so_far = ""
+    for piece in ("My name is John", "My name is John and", "My name is John and I"):
+        new = legacy.new_text("My name is", so_far, piece)
+        so_far += new
+    assert so_far == " John and I"
+    assert current.new_text("My name is", "abc", " and") == " and"  # current versions send new text
+    assert current.counts_are_deltas(streaming=True) and not legacy.counts_are_deltas(streaming=False)
+
+
+def test_tensorrt_llm_gets_a_batch_dimension_and_its_own_names() -> None:
+    old, new = info("ensemble"), info("ensemble_batch")
+    wire = sent(old, ["x"], GenerationParams(seed=7, stop=("a", "b")), streaming=True)
+    assert wire["text_input"][:2] == ("BYTES", [1, 1])
+    assert wire["max_tokens"][:2] == ("INT32", [1, 1])  # required: the console's default when unset
+    assert wire["random_seed"][:2] == ("UINT64", [1, 1]) and wire["stop_words"][:2] == ("BYTES", [1, 2])
+    assert "seed" not in wire and "exclude_input_in_output" not in wire
+    wire = sent(new, ["x"], PARAMS, streaming=True)
+    assert wire["seed"][:2] == ("UINT64", [1, 1]) and "exclude_input_in_output" in wire
+    assert wire["stream"][2] == b"\x00"  # not decoupled: never asked to stream
+    assert interface_of(old).ignored(PARAMS) == []
+
+
+def test_a_plain_text_model_gets_the_prompt_only() -> None:
+    model = info("text_model")
+    interface = interface_of(model)
+    assert list(sent(model, ["x"], PARAMS, streaming=False)) == ["INPUT_TEXT"]
+    assert interface.ignored(PARAMS) == ["max_tokens", "temperature", "top_k", "seed", "stop"]
+    assert interface.parse_generate({"OUTPUT_TEXT": "hi"}, 1)["text_output"] == ["hi"]
+
+
+def test_an_echo_the_model_was_not_told_about_is_cut_when_new_text_is_asked_for() -> None:
+    untold, told = interface_of(info("vllm_legacy")), interface_of(info("vllm_model"))
+    assert untold.finish("My name is", "My name is Bob", exclude=True) == (" Bob", False)
+    assert untold.finish("My name is", "My name is Bob", exclude=False) == ("My name is Bob", True)
+    assert untold.finish("My name is", " Bob", exclude=False) == (" Bob", False)  # the caller adds it
+    assert told.finish("My name is", "My name is Bob", exclude=True) == ("My name is Bob", False)
+
+
+def test_version_note_for_servers_older_than_24_06() -> None:
+    assert "older than 2.47" in version_note("2.46.0") and "stream" in version_note("2.29.0")
+    assert version_note("2.47.0") == "" and version_note("2.51.0") == "" and version_note("") == ""

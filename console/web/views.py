@@ -92,7 +92,7 @@ def interface_name(info: ModelInfo) -> str:
 
 def model_kind(info: ModelInfo) -> str:
     """``stream, KV cache`` / ``batch, causal (slow on a CPU)``."""
-    how = "stream" if info.decoupled else "batch"
+    how = "/".join(info.modes)
     return f"{how}, KV cache" if info.use_kv_cache else f"{how}, causal (slow on a CPU)"
 
 
@@ -107,10 +107,10 @@ def model_table(snap: Snapshot) -> pd.DataFrame:
 
 
 def model_choices(infos: Mapping[str, ModelInfo], mode: str) -> list[tuple[str, str]]:
-    """(label, name) of the ready models a ``mode`` can use: decoupled ones stream, the others answer once."""
+    """(label, name) of the ready models a ``mode`` can use (``ModelInfo.modes``: how each one answers)."""
     out = []
     for name, info in sorted(infos.items()):
-        if info.decoupled == (mode == "stream") and interface_name(info) != "unsupported":
+        if mode in info.modes and interface_name(info) != "unsupported":
             out.append((name if info.use_kv_cache else f"{name} · causal, slow on a CPU", name))
     return out
 

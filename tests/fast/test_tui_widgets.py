@@ -166,15 +166,17 @@ def test_a_quit_signal_closes_the_app(signum: int) -> None:
 # --------------------------------------------------------------------------- what the server is, shown
 
 
-def info(name: str, decoupled: bool, kv: bool = True, prompt: str = "prompt") -> ModelInfo:
-    return ModelInfo(name, decoupled, kv, inputs=(Tensor(prompt, "BYTES"),), outputs=(Tensor("text_output", "BYTES"),))
+def info(name: str, decoupled: bool, kv: bool = True, prompt: str = "prompt", datatype: str = "BYTES") -> ModelInfo:
+    return ModelInfo(name, decoupled, kv, inputs=(Tensor(prompt, datatype),), outputs=(Tensor("text_output", "BYTES"),))
 
 
 def test_models_table_rows_say_type_mode_and_interface() -> None:
     assert model_row(ModelRow("a", "READY", "", info("a", True))) == ("a", "READY", "kv", "stream", "qaic-console", "")
     assert model_row(ModelRow("b", "READY", "", info("b", False, kv=False))) == (
         "b", "READY", "causal", "batch", "qaic-console", "")
-    odd = info("c", False, prompt="text_input")  # another interface (e.g. vLLM's)
+    text = info("t", False, prompt="text_input")  # one STRING in, one STRING out: spoken too
+    assert model_row(ModelRow("t", "READY", "", text))[4] == "text"
+    odd = info("c", False, prompt="INPUT0", datatype="FP32")  # no text input at all
     assert model_row(ModelRow("c", "READY", "", odd))[4] == "unsupported"
     assert model_row(ModelRow("d", "UNAVAILABLE", "load failed")) == ("d", "UNAVAILABLE", "", "", "", "load failed")
     assert not offered("stream", odd) and offered("stream", info("b", False)) and not offered("batch", info("a", True))

@@ -29,12 +29,12 @@ def placeholder(control: Control) -> str:
 
 
 def offered(mode: str, info: ModelInfo) -> bool:
-    """Whether a pane offers the model: one whose interface the console speaks; batch: not decoupled."""
+    """Whether a pane offers the model: one whose interface the console speaks; batch: one that can answer once."""
     try:
         interface_of(info)
     except ClientError:
         return False
-    return mode == "stream" or not info.decoupled
+    return mode == "stream" or "batch" in info.modes
 
 
 def model_options(mode: str, infos: dict[str, ModelInfo]) -> list[tuple[str, str]]:

@@ -45,7 +45,7 @@ def model_row(model: ModelRow) -> tuple[str, ...]:
     info, kind, mode, interface = model.info, "", "", ""
     if info is not None:
         kind = "kv" if info.use_kv_cache else "causal"
-        mode = "stream" if info.decoupled else "batch"
+        mode = "/".join(info.modes)
         try:
             interface = interface_of(info).name
         except ClientError:

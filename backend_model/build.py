@@ -13,6 +13,8 @@ from .models import EMBEDDED, Progress, eos_ids, load_pretrained
 from .parameters import BOOLEANS, ENGINES, TRUE
 from .qaic_session import QaicSession, qaic_available
 
+CPU_CAUSAL_MAX_TOKENS = 32  # a causal model on the CPU recomputes the whole sequence for every token
+
 __all__ = ["ENGINES", "BackendSettings", "build_engine", "choose_engine"]
 
 
@@ -118,6 +120,9 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
         session = session_cls(model, dims, settings.precision)
         engine = Engine(session, tokenizer, eos_ids(model, tokenizer))
         extra = f" precision={settings.precision} threads={torch.get_num_threads()}"
+        if not settings.use_kv_cache:  # recomputing every token on the CPU is slow: a short answer by default
+            engine.default_max_tokens = CPU_CAUSAL_MAX_TOKENS
+            extra += f" default max_tokens={CPU_CAUSAL_MAX_TOKENS} (causal on the CPU: slow)"
     d = engine.dims
     mode = f"continuous batching full_batch_size={d.full_batch_size}" if d.continuous else f"batch_size={d.batch_size}"
     what = "kv_cache" if settings.use_kv_cache else "causal"

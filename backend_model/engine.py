@@ -78,6 +78,7 @@ class Engine:
         self.slots: list[Sequence | None] = [None] * self.dims.slots
         self.queue: deque[Sequence] = deque()
         self._lock = threading.Condition()
+        self.default_max_tokens: int | None = None  # a request without max_tokens gets this (None: to EOS/ctx_len)
 
     # -- requests -------------------------------------------------------------------------
     def encode(self, prompt: str) -> list[int]:
@@ -231,7 +232,7 @@ class Engine:
         for seq, row in zip(seqs, logits):
             token = seq.sampler(row, seq.prompt_ids + seq.tokens if seq.params.repetition_penalty != 1.0 else [])
             seq.tokens.append(token)
-            if token in self.eos_ids:
+            if token in self.eos_ids and not seq.params.ignore_eos and len(seq.tokens) > seq.params.min_tokens:
                 updates.append(self._finish(seq, "eos"))
                 continue
             text = self._emit(seq, seq.detok.add(token))

@@ -21,6 +21,8 @@ class SamplingParams:
     seed: int | None = None
     repetition_penalty: float = 1.0
     stop: tuple[str, ...] = field(default_factory=tuple)
+    min_tokens: int = 0  # EOS does not end a sequence before this many tokens
+    ignore_eos: bool = False  # generate to max_tokens / ctx_len whatever the model says (benchmarks)
 
     def __post_init__(self) -> None:
         def bad(name: str, value, rule: str) -> BadRequest:
@@ -45,6 +47,10 @@ class SamplingParams:
             raise bad("repetition_penalty", self.repetition_penalty, "> 0")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise bad("seed", self.seed, "an integer >= 0")
+        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or self.min_tokens < 0:
+            raise bad("min_tokens", self.min_tokens, "an integer >= 0")
+        if not isinstance(self.ignore_eos, bool):
+            raise bad("ignore_eos", self.ignore_eos, "true or false")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise bad("stop", self.stop, "non-empty strings")
 

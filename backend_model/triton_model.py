@@ -11,17 +11,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .build import BackendSettings, build_engine
 from .engine import Engine, Sequence, Update
+from .inputs import Inputs, encode, read_inputs
 from .sampling import BadRequest, SamplingParams
 
-MAX_PROMPTS = 256
-CONTROLS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
@@ -30,29 +30,9 @@ def _log(level: str, message: str) -> None:
     getattr(logger, f"log_{level}")(message)
 
 
-def _strings(request, name: str) -> list[str] | None:
+def _array(request, name: str):
     tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
-        return None
-    out = []
-    for i, item in enumerate(tensor.as_numpy().reshape(-1)):
-        if isinstance(item, bytes):
-            try:
-                item = item.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise BadRequest(f"{name}[{i}] is not valid UTF-8 (byte {exc.start})") from None
-        out.append(str(item))
-    return out
-
-
-def _scalar(request, name: str):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
-        return None
-    values = tensor.as_numpy().reshape(-1)
-    if values.size != 1:
-        raise BadRequest(f"{name} takes one value, got {values.size}")
-    return values[0].item()
+    return None if tensor is None else tensor.as_numpy()
 
 
 @dataclass
@@ -64,42 +44,25 @@ class Request:
     prompts: list[str]
     input_tokens: list[int]
     include_prompt: bool
+    streaming: bool  # one response per decode step (decoupled, unless the request asked stream=false)
     seqs: list[Sequence] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
 
 
-def parse(request, engine: Engine, decoupled: bool) -> tuple[Request, list[list[int]], SamplingParams]:
-    """Validate a request's inputs; raise BadRequest with a message for the client."""
-    prompts = _strings(request, "prompt")
-    if not prompts:
-        raise BadRequest("no prompt given")
-    if len(prompts) > MAX_PROMPTS:
-        raise BadRequest(f"at most {MAX_PROMPTS} prompts per request, got {len(prompts)}")
-    encoded = []
-    for i, prompt in enumerate(prompts):
-        if not prompt.strip():
-            raise BadRequest(f"prompt {i} is empty")
-        ids = engine.encode(prompt)
-        try:
-            engine.check_prompt(ids)
-        except BadRequest as exc:
-            raise BadRequest(f"prompt {i}: {exc}") from None
-        encoded.append(ids)
-    given = {name: _scalar(request, name) for name in CONTROLS}
-    if given["max_tokens"] == 0:  # 0 asks for the default: until EOS or ctx_len
-        given["max_tokens"] = None
-    params = SamplingParams(
-        **{name: value for name, value in given.items() if value is not None},
-        stop=tuple(_strings(request, "stop") or ()),
-    )
-    exclude = _scalar(request, "exclude_input_in_output")
-    ids = _strings(request, "id")
+def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Request, list[list[int]], SamplingParams]:
+    """A checked request; BadRequest with a message for the client."""
+    encoded = encode(engine, inputs.prompts)
+    params = inputs.params()
+    if params.max_tokens is None and engine.default_max_tokens:
+        params = replace(params, max_tokens=engine.default_max_tokens)
+    streaming = decoupled and inputs.stream is not False
     req = Request(
         sender=request.get_response_sender(),
-        request_id=(ids[0] if ids else "") or request.request_id() or "-",
-        prompts=prompts,
+        request_id=inputs.request_id or request.request_id() or "-",
+        prompts=inputs.prompts,
         input_tokens=[len(i) for i in encoded],
-        include_prompt=not decoupled and not exclude,
+        include_prompt=not streaming and not inputs.exclude_input,  # one answer echoes the prompt (vllm's way)
+        streaming=streaming,
     )
     return req, encoded, params
 
@@ -122,6 +85,7 @@ class TritonPythonModel:
         self.engine, description = build_engine(settings, progress=lambda m: _log("info", f"{self.name}: {m}"))
         _log("info", f"{self.name}: {description} decoupled={self.decoupled}")
         self.requests: dict[int, Request] = {}
+        self.running: dict[str, Request] = {}  # Triton request id -> its request (for status_of)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._loop, name=f"{self.name}-engine", daemon=True)
@@ -130,7 +94,11 @@ class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             try:
-                req, encoded, params = parse(request, self.engine, self.decoupled)
+                inputs = read_inputs(partial(_array, request))
+                if inputs.status_of is not None:
+                    self._status(request, inputs.status_of)
+                    continue
+                req, encoded, params = parse(request, inputs, self.engine, self.decoupled)
             except BadRequest as exc:
                 _log("warn", f"{self.name}: rejected request: {exc}")
                 error = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
@@ -139,8 +107,19 @@ class TritonPythonModel:
             req.seqs = [self.engine.prepare(ids, params, tag=(req, i)) for i, ids in enumerate(encoded)]
             with self._lock:
                 self.requests[id(req)] = req
+                self.running[request.request_id()] = req
             self.engine.enqueue(req.seqs)
         return None
+
+    def _status(self, request, request_id: str) -> None:
+        """Answer ``status_of``: whether the request with that Triton id runs here (a client whose stream
+        went quiet asks; after the model was reloaded, the new instance does not know it)."""
+        with self._lock:
+            req = self.running.get(request_id)
+        state = "unknown" if req is None else "running"
+        tokens = sum(len(s.tokens) for s in req.seqs) if req is not None else 0
+        response = _response(text_output=[state], finish_reason=["status"], input_tokens=[0], output_tokens=[tokens])
+        request.get_response_sender().send(response, flags=FINAL)
 
     def finalize(self) -> None:
         self._stop.set()
@@ -177,7 +156,7 @@ class TritonPythonModel:
             if req is None:  # already answered
                 continue
             finished = all(s.finished for s in req.seqs)
-            if self.decoupled and not finished and any(texts.values()):
+            if req.streaming and not finished and any(texts.values()):
                 self._send(req, _response(text_output=[texts.get(i, "") for i in range(len(req.seqs))]))
             if finished:
                 self._finish(req, texts)
@@ -185,6 +164,8 @@ class TritonPythonModel:
     def _finish(self, req: Request, last: dict[int, str]) -> None:
         with self._lock:
             self.requests.pop(id(req), None)
+            for key in [k for k, r in self.running.items() if r is req]:
+                del self.running[key]
         errors = [s.error for s in req.seqs if s.finish_reason == "error"]
         reasons = [s.finish_reason for s in req.seqs]
         out_tokens = [len(s.tokens) for s in req.seqs]
@@ -197,7 +178,7 @@ class TritonPythonModel:
         if errors:
             response = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {errors[0]}"))
         else:
-            if self.decoupled:
+            if req.streaming:
                 texts = [last.get(i, "") for i in range(len(req.seqs))]
             else:
                 texts = [(p if req.include_prompt else "") + s.text for p, s in zip(req.prompts, req.seqs)]

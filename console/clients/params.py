@@ -93,6 +93,8 @@ CONTROLS: tuple[Control, ...] = (
     Control("seed", int, "INT64", "Seed", "Sampling seed (any integer >= 0; 0 is a seed too).", minimum=0),
     Control("repetition_penalty", float, "FP32", "Repetition penalty", "Penalise tokens already seen (1: none).",
             minimum=0, above=True),
+    Control("min_tokens", int, "INT32", "Min tokens", "Tokens before an end-of-sequence may end a reply (benchmarks: "
+            "equal to max tokens for fixed lengths).", minimum=0),
     Control("stop", str, "BYTES", "Stop", "Stop string, not included in the output (repeatable; a|b in forms)."),
 )
 BY_NAME: dict[str, Control] = {c.name: c for c in CONTROLS}

@@ -20,6 +20,7 @@ from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
 from .interfaces import Interface, Outputs
 from .params import GenerationParams
 from .stats import reply_stats
+from .status import PROBE_AFTER, PROBE_EVERY, lost_request, request_status
 from .wire import error_kind, error_message, is_final
 
 
@@ -81,8 +82,13 @@ class StreamCall(Call):
             t0 = last = time.perf_counter()
             client.async_stream_infer(self.model, inputs, request_id=self.request_id,
                                       enable_empty_final_response=True)
+            probes = info.decoupled and info.input("status_of") is not None  # the bundled backend can tell
+            asked = t0
             while True:
                 wait, deadline, which = self._wait_limit(t0, last)
+                if probes:
+                    quiet_until = max(last + PROBE_AFTER, asked + PROBE_EVERY) - time.perf_counter()
+                    wait = max(quiet_until, 0.0) if wait is None else min(wait, max(quiet_until, 0.0))
                 try:
                     item = self._queue.get(timeout=wait)
                 except queue.Empty:
@@ -92,9 +98,13 @@ class StreamCall(Call):
                     if self._cancel.is_set():
                         yield Failure(f"cancelled after {now - t0:.1f} s; {CANCEL_NOTE}", CANCELLED, now - t0)
                         return
-                    if wait is not None and now >= deadline:
+                    if which and now >= deadline:
                         yield self._timed_out(which, now - t0)
                         return
+                    if probes and now - last >= PROBE_AFTER and now - asked >= PROBE_EVERY:
+                        asked = now
+                        if request_status(self.url, self.model, self.request_id) == "unknown":
+                            raise lost_request(self.model)
                     continue
                 at, result, error = item
                 if error is not None:

@@ -198,12 +198,13 @@ def test_two_prompts_in_one_request_and_an_error_request_each_end_with_one_final
         stream.close()
     assert len(joined(got["two"])) == 2 and all(joined(got["two"]))
     errors = got.get("error", [])
-    assert len(errors) == 1 and "prompt 0 is empty" in errors[0][2]
+    assert len(errors) == 1 and "the prompt is empty" in errors[0][2]
 
 
 @pytest.mark.parametrize(("values", "controls", "message"), [
-    ([""], {}, "prompt 0 is empty"),
-    (["word " * 600], {}, "ctx_len is 512"),
+    ([""], {}, "the prompt is empty"),
+    (["ok", ""], {}, "prompt 2 of 2 is empty"),  # numbered as the console numbers them
+    (["ok", "word " * 600], {}, "prompt 2 of 2: prompt is 601 tokens but ctx_len is 512: .*; nothing was generated"),
     ([b"\xff\xfe bad bytes"], {}, "prompt[0] is not valid UTF-8"),
     (["hi"], {"temperature": -1.0}, "temperature must be >= 0"),
     (["hi"], {"max_tokens": -5}, "max_tokens must be a positive integer"),
@@ -231,3 +232,27 @@ def test_wrong_tensor_types_are_refused_by_triton(embedded_server):
     with pytest.raises(urllib.error.HTTPError):
         generate(embedded_server, "smollm2_kv", {"prompt": "hi", "max_tokens": "many"})
     assert http_infer(embedded_server, "smollm2_kv", ["Hello"], max_tokens=2)["output_tokens"][0] == 2
+
+
+def test_the_vllm_backend_names_genai_perf_sends(embedded_server):
+    """genai-perf --service-kind triton --backend vllm: text_input, stream, sampling_parameters, exclude_input."""
+    sampling = json.dumps({"max_tokens": 24, "min_tokens": 24, "ignore_eos": True})
+    stream = Stream(embedded_server)
+    try:
+        stream.client.async_stream_infer("smollm2_decoupled", [
+            tensor(grpcclient, "text_input", ["My name is"]), tensor(grpcclient, "stream", [True], bool),
+            tensor(grpcclient, "sampling_parameters", [sampling]),
+            tensor(grpcclient, "exclude_input_in_output", [True], bool)], request_id="g1",
+            enable_empty_final_response=True)
+        stream.client.async_stream_infer("smollm2_decoupled", [
+            tensor(grpcclient, "text_input", ["My name is"]), tensor(grpcclient, "stream", [False], bool),
+            tensor(grpcclient, "sampling_parameters", [sampling])], request_id="g2", enable_empty_final_response=True)
+        got = stream.collect(count=2)
+    finally:
+        stream.close()
+    streamed, once = got["g1"], got["g2"]
+    assert len(streamed) > 2 and [final for _, final, _ in streamed].count(True) == 1  # new text per step
+    assert len([r for r in once if r[0] is not None]) == 1  # stream=false: one answer ...
+    assert once[-1][0][0] == "My name is" + joined(streamed)[0]  # ... echoing the prompt, as vLLM's does
+    body = {"text_input": "My name is", "sampling_parameters": sampling, "exclude_input_in_output": True}
+    assert generate(embedded_server, "smollm2_kv", body)["output_tokens"] == 24  # min_tokens + ignore_eos: exact

@@ -124,3 +124,46 @@ def test_a_model_whose_backend_died_is_reported_and_reloaded(repo: Path) -> None
     finally:
         controller.stop()
     assert controller.snapshot.phase == "stopped"
+
+
+def test_a_stream_whose_backend_dies_fails_within_seconds_naming_the_model(repo: Path) -> None:
+    server = TritonServer(repo).start(timeout=300)
+    try:
+        call = stream(server.grpc_url, MODEL, ["Once upon a time"], GenerationParams(max_tokens=0),
+                      Timeouts(network=300, idle=300))
+        events = iter(call)
+        next(events)  # text is coming
+        (pid,) = server.stub_instances().values()
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        failure = [e for e in events][-1]
+        noticed = time.monotonic() - killed
+    finally:
+        server.stop()
+    assert failure.kind == "server" and f"the backend of {MODEL} died" in failure.message, failure
+    assert "not healthy" in failure.message and noticed < 15, (noticed, failure)  # not the 300 s idle timeout
+
+
+def test_with_a_console_serving_a_dead_backend_costs_one_request(repo: Path) -> None:
+    controller = ServerController()
+    controller.start(repo)
+    try:
+        until(lambda: controller.snapshot.phase != "starting", 300, "the start")
+        url = controller.snapshot.grpc_url
+        until(lambda: MODEL in controller.poll().infos, 30, "the model")
+        events = iter(stream(url, MODEL, ["Once upon a time"], GenerationParams(max_tokens=0),
+                             Timeouts(network=300, idle=300)))
+        next(events)
+        (pid,) = controller.server.stub_instances().values()
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        while (failure := next(events, None)) is not None and type(failure).__name__ == "TextDelta":
+            controller.poll()
+        noticed = time.monotonic() - killed
+        assert failure is not None and failure.kind == "server" and MODEL in failure.message, failure
+        assert "died" in failure.message or "was restarted" in failure.message
+        assert noticed < 30, noticed
+        until(lambda: MODEL in controller.poll().infos, 300, "the model back")
+        assert answer(url)  # the next request is served: nothing was restarted by hand
+    finally:
+        controller.stop()

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend_model import compile_config
+from backend_model import compile_config, specializations
 from backend_model.build import ENGINES
-from backend_model.qaic_session import _open_session, find_qpc, qaic_available
+from backend_model.qaic_session import find_qpc, open_qpc, qaic_available
 
 from .writer import PRECISIONS, RepoError
 
 DETECT_MESSAGE = "determining model type from the QPC (loading it may take several minutes) ..."
-SPECIALIZATIONS = "specializations.json"
+SPECIALIZATIONS = specializations.FILE
 BOOLEANS = ("true", "false", "1", "0", "yes", "no")  # what the backend accepts for use_kv_cache
 
 
@@ -44,7 +43,7 @@ def detect_model_type(aic_binary_dir: str | Path, progress: Callable[[str], None
 
 
 def _type_from_session(qpc: Path) -> str:
-    session = _open_session(qpc, None)
+    session, _ = open_qpc(qpc, None)
     try:
         return "kv_cache" if any(n.startswith("past_key") for n in session.input_names) else "causal"
     finally:
@@ -54,14 +53,15 @@ def _type_from_session(qpc: Path) -> str:
 
 
 def _type_from_specializations(qpc: Path, root: Path) -> str | None:
-    """A KV-cache QPC's specializations carry ``ctx_len`` (the cache length); a causal one's do not."""
+    """A KV-cache QPC's specializations carry ``ctx_len`` (the cache length); a causal one's do not.
+
+    Both forms count: flat entries (older QEfficient) and ``{"name", "symbols"}`` ones (current)."""
     for path in dict.fromkeys((qpc / SPECIALIZATIONS, qpc.parent / SPECIALIZATIONS, root / SPECIALIZATIONS)):
         try:
-            entries = json.loads(path.read_text(encoding="utf-8"))["specializations"]
-        except (OSError, ValueError, KeyError, TypeError):
+            entries = specializations.read(path)
+        except ValueError:
             continue
-        if isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries):
-            return "kv_cache" if any("ctx_len" in e for e in entries) else "causal"
+        return "kv_cache" if any("ctx_len" in e for e in entries) else "causal"
     return None
 
 
@@ -110,6 +110,8 @@ def inspect_model(folder: Path) -> ModelInfo:
     info = ModelInfo(folder.name, str(folder))
     _read_config(folder, info)
     _read_compile(folder, info)
+    if info.engine == "onnx":
+        info.problems += _onnx_problems(folder, info)
     if not (folder / "1" / "model.py").is_file():
         info.problems.append("no 1/model.py")
     return info
@@ -172,6 +174,15 @@ def _config_problems(config: Any, folder_name: str, params: dict[str, str], kv: 
     if not any(i.name == "prompt" and i.data_type == _model_config_pb2().TYPE_STRING for i in config.input):
         problems.append("no TYPE_STRING input 'prompt'")
     return problems
+
+
+def _onnx_problems(folder: Path, info: ModelInfo) -> list[str]:
+    """An engine=onnx model runs the graph its compile config names (relative to the model folder)."""
+    graph = (info.compile or {}).get("onnx_path")
+    if not graph:
+        return ["engine onnx needs onnx_path in compile_config.json"]
+    info.source = f"onnx {graph}"
+    return [] if (folder / Path(graph).expanduser()).is_file() else [f"onnx_path {graph} does not exist"]
 
 
 def _read_compile(folder: Path, info: ModelInfo) -> None:

@@ -133,9 +133,13 @@ GEN_EPILOG = "\n\n".join([
 
 
 def read_compile_config(path: Path) -> dict[str, Any]:
-    """The keys a compile_config.json gives, validated; the file is copied as given."""
+    """The keys a compile_config.json gives, validated; copied as given but for a relative onnx_path,
+    which is taken relative to the file and written absolute."""
     compile_config.load(path)  # errors name the file and the key
-    return json.loads(path.read_text(encoding="utf-8"))
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    if raw.get("onnx_path"):
+        raw["onnx_path"] = str((path.parent / Path(raw["onnx_path"]).expanduser()).resolve())
+    return raw
 
 
 def _qpc_dir(aic_binary_dir: Path | None) -> str:
@@ -203,7 +207,9 @@ def resolve_spec(
               default=DEFAULT_OUT, show_default=True, help="Model repository to write into.")
 @click.option("--force", is_flag=True, help="Replace an existing model folder.")
 @click.option("--engine", type=click.Choice(ENGINES),
-              help="auto (default): the card when QEfficient is importable, else the CPU.")
+              help="auto (default): the card when QEfficient is importable, else the CPU. onnx: the card's "
+                   "ONNX Runtime twin on the compile config's onnx_path, or on a graph exported into "
+                   "<model>/onnx/ (takes about a minute for the embedded model).")
 @click.option("--precision", type=click.Choice(PRECISIONS), help="CPU engine weights (default fp32).")
 @click.option("--cpu_threads", "--cpu-threads", "cpu_threads", type=click.IntRange(min=0),
               help="CPU engine: torch threads for this model (default 0: torch's default). Several CPU models "
@@ -223,7 +229,7 @@ def gen(model_name: str, aic_binary_dir: Path | None, python_backend_dir: Path |
                             hf_model_name=hf_model_name, model_type=model_type, decoupled=decoupled,
                             engine=engine, precision=precision, cpu_threads=cpu_threads)
         _warn_hf(hf_model_name, spec)
-        target = write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force)
+        target = write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force, progress=_note)
     mode = "decoupled" if spec.decoupled else "batch"
     click.echo(f"wrote {target} ({spec.model_type}, {mode}, source {_source(spec)})")
 

@@ -1,7 +1,9 @@
 """Render and write one model folder: config.pbtxt, compile_config.json and 1/ with the backend.
 
-Everything is written into a temporary folder beside the target and renamed into place, so a
-failure never leaves a half-written model.
+An ``engine=onnx`` model without an ``onnx_path`` also gets its graph, exported into ``onnx/``
+(``onnx_path`` then names it relative to the model folder). Everything is written into a
+temporary folder beside the target and renamed into place, so a failure never leaves a
+half-written model.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from typing import Any
 
 from backend_model import compile_config
 from backend_model.build import ENGINES
+from backend_model.models import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
 BACKEND_SRC = ROOT / "backend_model"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MODEL_TYPES = ("kv_cache", "causal")
+ONNX_DIR = "onnx"  # where an engine=onnx model's exported graph goes, inside the model folder
 PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the CPU engine's (backend_model.cpu_session.DTYPES)
 
 
@@ -78,7 +82,15 @@ def check_spec(spec: ModelSpec) -> None:
             raise RepoError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
     if spec.aic_binary_dir and not Path(spec.aic_binary_dir).expanduser().is_dir():
         raise RepoError(f"--aic_binary_dir {spec.aic_binary_dir} is not a directory")
-    compile_config.validate(spec.compile, "compile config")
+    compiled = compile_config.validate(spec.compile, "compile config")
+    if spec.engine == "onnx":
+        if spec.model_type != "kv_cache":
+            raise RepoError("--engine onnx runs a KV-cache graph: use --model_type kv_cache")
+        graph = compiled["onnx_path"]
+        if graph and not Path(graph).expanduser().is_absolute():
+            raise RepoError(f"onnx_path {graph} must be absolute in the compile config given to the generator")
+        if graph and not Path(graph).exists():
+            raise RepoError(f"onnx_path {graph} does not exist")
 
 
 def render_config(spec: ModelSpec) -> str:
@@ -110,8 +122,8 @@ def _copy_backend(version_dir: Path, python_backend_dir: str | None) -> None:
 
 
 def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | None = None,
-                force: bool = False) -> Path:
-    """Write ``out_dir/<model_name>/`` atomically and return it."""
+                force: bool = False, progress: Progress = lambda message: None) -> Path:
+    """Write ``out_dir/<model_name>/`` atomically and return it (``progress``: the export's steps)."""
     check_spec(spec)
     out = Path(out_dir)
     target = out / spec.model_name
@@ -123,7 +135,7 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
     staged, old = tmp / "model", tmp / "old"  # staged by mkdir: the umask's permissions, kept by the rename
     try:
         staged.mkdir()
-        _fill(staged, spec, python_backend_dir)
+        _fill(staged, spec, python_backend_dir, progress)
         if target.exists():
             os.replace(target, old)
         os.replace(staged, target)
@@ -140,8 +152,22 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
     return target
 
 
-def _fill(folder: Path, spec: ModelSpec, python_backend_dir: str | None) -> None:
+def _fill(folder: Path, spec: ModelSpec, python_backend_dir: str | None, progress: Progress) -> None:
     """Write the model folder's contents into ``folder``."""
+    compiled = dict(spec.compile)
+    if spec.engine == "onnx" and not compiled.get("onnx_path"):
+        compiled["onnx_path"] = _export_graph(folder, spec, progress)
     (folder / "config.pbtxt").write_text(render_config(spec))
-    (folder / "compile_config.json").write_text(json.dumps(spec.compile, indent=2) + "\n")
+    (folder / "compile_config.json").write_text(json.dumps(compiled, indent=2) + "\n")
     _copy_backend(folder / "1", python_backend_dir)
+
+
+def _export_graph(folder: Path, spec: ModelSpec, progress: Progress) -> str:
+    """Export the model's QEfficient-style graph for its compile dimensions; its path in the folder."""
+    from .onnx_export import export
+
+    c = compile_config.validate(spec.compile)
+    done = export(spec.hf_model_name or "embedded", folder / ONNX_DIR, ctx_len=c["ctx_len"],
+                  prefill_seq_len=c["prefill_seq_len"], batch_size=c["batch_size"],
+                  full_batch_size=c["full_batch_size"] or 0, progress=progress)
+    return f"{ONNX_DIR}/{done.graph.name}"

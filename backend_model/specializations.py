@@ -53,6 +53,16 @@ def build(batch_size: int, prefill_seq_len: int, ctx_len: int, full_batch_size: 
     return [{"name": name, "symbols": {k: str(v) for k, v in entry.items()}} for name, entry in named if entry]
 
 
+def compile_dims(entries: list[Symbols]) -> dict[str, int]:
+    """The compile config keys these specializations were built from (``build``'s inverse)."""
+    def most(key: str) -> int:
+        return max(int(e.get(key, 0)) for e in entries)
+
+    full_batch = most("full_batch_size")
+    dims = {"prefill_seq_len": most("seq_len"), "ctx_len": most("ctx_len")}
+    return {**dims, "full_batch_size": full_batch} if full_batch else {**dims, "batch_size": most("batch_size")}
+
+
 def write(folder: str | Path, entries: list[dict[str, Any]]) -> Path:
     """Write ``folder/specializations.json`` in the current form."""
     path = Path(folder) / FILE

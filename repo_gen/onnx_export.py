@@ -123,12 +123,13 @@ def export(source: str, out_dir: str | Path, *, ctx_len: int, prefill_seq_len: i
     Writes ``model.onnx`` and ``specializations.json`` (the given compile dimensions; a
     ``full_batch_size`` exports the continuous-batching graph, with ``batch_index``).
     """
-    specs = specializations.build(batch_size, prefill_seq_len, ctx_len, full_batch_size)
     if prefill_seq_len > ctx_len:
         raise SessionError(f"prefill_seq_len ({prefill_seq_len}) must not exceed ctx_len ({ctx_len})")
+    specs = specializations.build(batch_size, prefill_seq_len, ctx_len, full_batch_size)
+    progress(f"loading {source} ...")
+    model, _ = load_pretrained(source, progress)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model, _ = load_pretrained(source, progress)
     step = KVStep(model, continuous=bool(full_batch_size)).eval()
     args, names, outputs, axes = _interface(model, step.continuous)
     layers = model.config.num_hidden_layers

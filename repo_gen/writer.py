@@ -19,7 +19,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from backend_model import compile_config
+from backend_model import compile_config, specializations
 from backend_model.build import ENGINES
 from backend_model.models import Progress
 
@@ -157,9 +157,28 @@ def _fill(folder: Path, spec: ModelSpec, python_backend_dir: str | None, progres
     compiled = dict(spec.compile)
     if spec.engine == "onnx" and not compiled.get("onnx_path"):
         compiled["onnx_path"] = _export_graph(folder, spec, progress)
+    elif spec.engine == "onnx":
+        compiled = _with_graph_dims(compiled)
     (folder / "config.pbtxt").write_text(render_config(spec))
     (folder / "compile_config.json").write_text(json.dumps(compiled, indent=2) + "\n")
     _copy_backend(folder / "1", python_backend_dir)
+
+
+def _with_graph_dims(compiled: dict[str, Any]) -> dict[str, Any]:
+    """A named graph's specializations.json is its compile: its dimensions go into compile_config.json
+    (so ``repo list`` shows them); a compile config that says otherwise is refused."""
+    beside = Path(compiled["onnx_path"]).expanduser().parent / specializations.FILE
+    if not beside.is_file():
+        return compiled  # the backend compiles the graph for the compile config's dimensions
+    try:
+        dims = specializations.compile_dims(specializations.read(beside))
+    except ValueError as exc:
+        raise RepoError(str(exc)) from None
+    expected = {"full_batch_size": None, **dims}  # a regular graph has no full_batch_size
+    for key, value in expected.items():
+        if compiled.get(key, value) != value:
+            raise RepoError(f"compile config {key} {compiled[key]} differs from {beside}: {value}")
+    return {**compiled, **dims}
 
 
 def _export_graph(folder: Path, spec: ModelSpec, progress: Progress) -> str:

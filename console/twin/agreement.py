@@ -99,9 +99,9 @@ def check(source: str, graph: str | Path, prompts: list[str], max_tokens: int, q
     """Run every path on ``prompts``; the twin's dimensions (from ``graph``) apply to the engines."""
     import torch
 
+    twin = QaicSession(graph, opener=onnx_opener(threads=torch.get_num_threads()))  # torch's threads, for a fair speed
     model, tokenizer = load_pretrained(source, progress)
     eos = eos_ids(model, tokenizer)
-    twin = QaicSession(graph, opener=onnx_opener(threads=torch.get_num_threads()))  # torch's threads, for a fair speed
     dims: Dims = twin.dims
     budgets = [dims.ctx_len - len(tokenizer(p).input_ids) for p in prompts]
     if min(budgets) < 1:

@@ -4,6 +4,8 @@ stream, batch and generate with the CPU KV model's text, in continuous and regul
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +36,7 @@ def generate_model(repo: Path, name: str, config: dict, *flags: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def twin_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def twin_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """From nothing to served: the generator exports the continuous-batching graph into its model
     folder; ``qaic-console onnx export`` writes the regular one; the other models name a graph."""
     root = tmp_path_factory.mktemp("twin")
@@ -49,7 +51,8 @@ def twin_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, flags in (("onnx_regular", ()), ("onnx_regular_decoupled", ("--decoupled",))):
         generate_model(repo, name, {**REGULAR, "onnx_path": str(root / "regular" / "model.onnx")}, "--engine", "onnx",
                        *flags)
-    return repo
+    yield repo
+    shutil.rmtree(root, ignore_errors=True)  # two 650 MB graphs
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def smol():
 
 
 @pytest.fixture(scope="session")
-def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def graphs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """{"regular": folder, "continuous": folder}: the regular one through the CLI, the other through the API."""
     from click.testing import CliRunner
 
@@ -39,14 +40,15 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert result.exit_code == 0, result.output
     export("embedded", root / "continuous", ctx_len=CTX_LEN, prefill_seq_len=4, full_batch_size=4,
            progress=lambda message: None)
-    return {"regular": root / "regular", "continuous": root / "continuous"}
+    yield {"regular": root / "regular", "continuous": root / "continuous"}
+    shutil.rmtree(root, ignore_errors=True)  # 1.3 GB: not kept among pytest's last three runs
 
 
 Compile = Callable[..., Path]
 
 
 @pytest.fixture(scope="session")
-def compiled(graphs, tmp_path_factory: pytest.TempPathFactory) -> Compile:
+def compiled(graphs) -> Compile:
     """``compiled(batch_size=, prefill_seq_len=, full_batch_size=, flat=False)``: a folder holding the graph
     (a hard link) and the specializations.json of those dimensions (``flat``: the older form)."""
     made: dict[tuple, Path] = {}
@@ -54,7 +56,8 @@ def compiled(graphs, tmp_path_factory: pytest.TempPathFactory) -> Compile:
     def make(batch_size: int = 1, prefill_seq_len: int = 8, full_batch_size: int = 0, flat: bool = False) -> Path:
         key = (batch_size, prefill_seq_len, full_batch_size, flat)
         if key not in made:
-            folder = tmp_path_factory.mktemp("compiled")
+            folder = graphs["regular"].parent / f"compiled-{len(made)}"  # removed with the graphs
+            folder.mkdir()
             source = graphs["continuous" if full_batch_size else "regular"] / "model.onnx"
             os.link(source, folder / "model.onnx")
             entries = specializations.build(batch_size, prefill_seq_len, CTX_LEN, full_batch_size)

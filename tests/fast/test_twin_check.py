@@ -37,7 +37,8 @@ def perturbed(graphs, reference, tmp_path_factory):
     folder = tmp_path_factory.mktemp("perturbed")
     onnx.save(model, str(folder / "model.onnx"))
     shutil.copy(graphs["regular"] / specializations.FILE, folder)
-    return folder, token
+    yield folder, token
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_check_matches_on_the_embedded_model(graphs, reference):

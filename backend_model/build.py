@@ -1,17 +1,23 @@
-"""From a model's settings to a running engine: pick QAIC or CPU, load or compile, report the choice."""
+"""From a model's settings to a running engine: pick QAIC, its ONNX twin or CPU, load or compile, report it.
+
+``engine=onnx`` runs ``compile_config.json``'s ``onnx_path`` (a QEfficient-style graph, relative
+to the model folder unless absolute) through ``QaicSession`` on the card's ONNX Runtime twin: the
+card's code path with real numbers, before a long compile.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import compile_config
+from . import compile_config, specializations
 from .contract import Dims, SessionError
 from .engine import Engine
-from .models import EMBEDDED, Progress, eos_ids, load_pretrained
+from .models import EMBEDDED, Progress, eos_ids, load_pretrained, load_tokenizer
 from .parameters import BOOLEANS, ENGINES, TRUE
-from .qaic_session import QaicSession, qaic_available
+from .qaic_session import QaicSession, open_qpc, qaic_available
 
 CPU_CAUSAL_MAX_TOKENS = 32  # a causal model on the CPU recomputes the whole sequence for every token
 
@@ -36,6 +42,8 @@ class BackendSettings:
         """Read Triton's string parameters and ``<model_dir>/compile_config.json`` (defaults if absent)."""
         path = Path(model_dir) / "compile_config.json"
         compiled = compile_config.load(path) if path.is_file() else compile_config.validate({})
+        if compiled["onnx_path"]:  # a relative graph path belongs to the model folder
+            compiled["onnx_path"] = str(Path(model_dir) / Path(compiled["onnx_path"]).expanduser())
         engine = parameters.get("engine", "auto") or "auto"
         if engine not in ENGINES:
             raise SessionError(f"parameter engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -69,17 +77,42 @@ class BackendSettings:
 
 
 def choose_engine(settings: BackendSettings) -> str:
-    """'qaic' or 'cpu' for the requested engine; 'auto' takes the card when it can be driven."""
+    """'qaic', 'onnx' or 'cpu' for the requested engine; 'auto' takes the card when it can be driven."""
     if settings.engine == "cpu":
         return "cpu"
-    if settings.engine == "qaic":
-        if not qaic_available():
-            raise SessionError(
-                "engine=qaic but QEfficient/qaicrt are not importable: activate /opt/qeff-env "
-                "inside Qualcomm's container, or set engine to auto or cpu"
-            )
+    if settings.engine == "onnx":
+        if not settings.use_kv_cache:
+            raise SessionError("engine=onnx runs a KV-cache graph: set use_kv_cache to true")
+        if not settings.compile["onnx_path"]:
+            raise SessionError("engine=onnx needs onnx_path in compile_config.json (the exported graph)")
+        if importlib.util.find_spec("onnxruntime") is None:
+            raise SessionError("engine=onnx needs onnxruntime: pip install onnxruntime")
+        return "onnx"
+    if qaic_available():
         return "qaic"
-    return "qaic" if qaic_available() else "cpu"
+    if settings.engine == "qaic":
+        raise SessionError(
+            "engine=qaic but QEfficient/qaicrt are not importable: activate /opt/qeff-env "
+            "inside Qualcomm's container, or set engine to auto or cpu"
+        )
+    if settings.aic_binary_dir:  # a QPC names a card: running its HF model on the CPU instead is no fallback
+        raise SessionError(
+            f"aic_binary_dir is set ({settings.aic_binary_dir}) but QEfficient/qaicrt are not importable: "
+            "activate /opt/qeff-env inside Qualcomm's container, or clear aic_binary_dir (or set engine=cpu) "
+            "to run hf_model_name on the CPU"
+        )
+    return "cpu"
+
+
+def compile_options(config: dict[str, Any]) -> dict[str, Any]:
+    """QEfficient ``compile()`` keyword arguments: extra options become compiler flags as given, so
+    ``mos`` goes only when >= 1 and ``aic_enable_depth_first`` only when true."""
+    options = {k: v for k, v in config.items() if v is not None}
+    if options.get("mos", -1) < 1:
+        options.pop("mos", None)
+    if not options.get("aic_enable_depth_first"):
+        options.pop("aic_enable_depth_first", None)
+    return options
 
 
 def _compile_qpc(settings: BackendSettings, progress: Progress) -> str:
@@ -87,26 +120,36 @@ def _compile_qpc(settings: BackendSettings, progress: Progress) -> str:
     from QEfficient import QEFFAutoModelForCausalLM
 
     progress(f"compiling {settings.hf_model_name} with QEfficient (this can take a long time) ...")
-    options = {k: v for k, v in settings.compile.items() if v is not None}
+    options = compile_options(settings.compile)
     model = QEFFAutoModelForCausalLM.from_pretrained(
         settings.hf_model_name, continuous_batching=bool(options.get("full_batch_size"))
     )
     return str(model.compile(**options))
 
 
+def _compiled_session(kind: str, settings: BackendSettings, progress: Progress) -> QaicSession:
+    """The card's session on a QPC, or its ONNX twin's on the exported graph."""
+    if kind == "qaic":
+        if settings.hf_model_name == EMBEDDED:  # the tokenizer must be the QPC's model's, not SmolLM2's
+            raise SessionError("engine qaic needs hf_model_name: the model the QPC was compiled from (its tokenizer)")
+        return QaicSession(settings.aic_binary_dir or _compile_qpc(settings, progress), settings.device_ids, open_qpc)
+    from .onnx_session import onnx_opener
+
+    c = settings.compile
+    fallback = specializations.build(c["batch_size"], c["prefill_seq_len"], c["ctx_len"], c["full_batch_size"] or 0)
+    return QaicSession(c["onnx_path"], settings.device_ids, onnx_opener(fallback, settings.cpu_threads))
+
+
 def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple[Engine, str]:
     """The engine for these settings and a one-line description of what was chosen."""
     kind = choose_engine(settings)
-    if kind == "qaic":
-        from transformers import AutoTokenizer
-
-        qpc = settings.aic_binary_dir or _compile_qpc(settings, progress)
-        session = QaicSession(qpc, settings.device_ids)
-        tokenizer = AutoTokenizer.from_pretrained(settings.hf_model_name)
+    if kind in ("qaic", "onnx"):
+        session = _compiled_session(kind, settings, progress)
+        tokenizer, eos = load_tokenizer(settings.hf_model_name, progress)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        engine = Engine(session, tokenizer)
-        extra = ""
+        engine = Engine(session, tokenizer, eos)
+        extra = f" graph={settings.compile['onnx_path']}" if kind == "onnx" else ""
     else:
         import torch
 

@@ -1,9 +1,10 @@
 """The session contract: what the generation loop needs from a QAIC card or the CPU.
 
 It mirrors QEfficient's ``QAICInferenceSession`` as the loop uses it: ``run`` takes
-``input_ids`` / ``position_ids`` (-1 marks padding or an idle row) and, with continuous
-batching, ``batch_index``; it returns ``logits`` of shape [B, 1, vocab] for the last valid
-position of each row. The KV cache (or, for a causal model, the token history) stays inside.
+``input_ids`` / ``position_ids`` (-1 marks prefill padding; an idle decode row repeats its last
+token and position) and, with continuous batching, ``batch_index``; it returns ``logits`` of shape
+[B, 1, vocab] for the last valid position of each row. The KV cache (or, for a causal model, the
+token history) stays inside.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ sequence ends. Regular mode: prompts run in batches of exactly ``batch_size`` (a
 filled by repeating its prompts, as QEfficient does, but only real prompts report), and the next
 batch starts when the whole batch is done. ``step()`` runs one phase (admission or one decode
 step) and returns the new text of every sequence it touched.
+
+A decode step always sends every row. As in QEfficient, a row with nothing to decode (finished,
+or a free slot) repeats the token and position it was last fed (zeros before its first use):
+rewriting a cache entry with what produced it changes nothing. -1 marks prefill padding only.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ class Engine:
         self.eos_ids = frozenset(eos)
         self.table = token_bytes_table(tokenizer)
         self.slots: list[Sequence | None] = [None] * self.dims.slots
+        self.fed: list[tuple[int, int]] = [(0, 0)] * self.dims.slots  # each row's last (token, position)
         self.queue: deque[Sequence] = deque()
         self._lock = threading.Condition()
         self.default_max_tokens: int | None = None  # a request without max_tokens gets this (None: to EOS/ctx_len)
@@ -194,6 +199,7 @@ class Engine:
             n = len(seq.prompt_ids)
             ids[r, :n] = seq.prompt_ids
             pos[r, :n] = np.arange(n)
+            self.fed[seq.slot] = (seq.prompt_ids[-1], n - 1)
         last = np.zeros((len(group), self.dims.vocab), dtype=np.float32)
         for c in range(n_chunks):
             window = slice(c * chunk, (c + 1) * chunk)
@@ -212,12 +218,10 @@ class Engine:
         if not active:
             return []
         rows = self.dims.slots
-        ids = np.zeros((rows, 1), dtype=np.int64)
-        pos = np.full((rows, 1), -1, dtype=np.int64)
         for seq in active:
-            ids[seq.slot, 0] = seq.tokens[-1]
-            pos[seq.slot, 0] = seq.position
-        inputs = {"input_ids": ids, "position_ids": pos}
+            self.fed[seq.slot] = (seq.tokens[-1], seq.position)
+        fed = np.array(self.fed, dtype=np.int64)  # idle rows repeat what they were last fed
+        inputs = {"input_ids": fed[:, :1].copy(), "position_ids": fed[:, 1:].copy()}
         if self.dims.continuous:
             inputs["batch_index"] = np.arange(rows, dtype=np.int64).reshape(rows, 1)
         try:

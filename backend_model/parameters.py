@@ -3,7 +3,7 @@
 Standard library only: the generator, which may run under a bare Python 3.8, imports this module.
 """
 
-ENGINES = ("auto", "qaic", "cpu")
+ENGINES = ("auto", "qaic", "cpu", "onnx")
 PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the CPU engine's weights (cpu_session.DTYPES)
 TRUE = ("true", "1", "yes")
 BOOLEANS = TRUE + ("false", "0", "no")  # what ``use_kv_cache`` accepts

@@ -1,42 +1,60 @@
 """The QAIC session: the contract on a compiled QPC through QEfficient's ``QAICInferenceSession``.
 
-QEfficient and qaicrt exist only inside Qualcomm's environment (``/opt/qeff-env``): :mod:`.qpc`
-imports them lazily, when a QPC is opened.
+QEfficient and qaicrt exist only inside Qualcomm's environment (``/opt/qeff-env``), so they are
+imported lazily (by :mod:`.qpc`, when a QPC is opened). The runtime is opened through one seam, ``opener``: the
+card's (``open_qpc``) or its ONNX Runtime twin's (``onnx_session.onnx_opener``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .contract import Dims, TokenHistory
-from .qpc import find_qpc, has_kv_cache, open_session, qaic_available, specializations
+from .contract import Dims, SessionError, TokenHistory
+from .qpc import RETAINED_PREFIXES, find_qpc, has_kv_cache, open_session, qaic_available, specializations_of
 
-__all__ = ["QaicSession", "find_qpc", "qaic_available", "read_dims"]
+__all__ = ["Opener", "QaicSession", "find_qpc", "open_qpc", "qaic_available", "read_dims"]
+
+# (path, device_ids) -> (a QAICInferenceSession-like runtime, the program: the folder holding
+# programqpc.bin or the twin's .onnx file; specializations.json sits in its parent). typing names: 3.8-safe.
+Opener = Callable[[Path, Optional[List[int]]], Tuple[Any, Path]]
 
 
-def _binding_dims(session: Any, name: str) -> list[list[int]]:
-    """Every specialization's dims for one binding."""
+def open_qpc(path: Path, device_ids: list[int] | None) -> tuple[Any, Path]:
+    """The card's opener: QEfficient's ``QAICInferenceSession`` on the QPC under ``path``."""
+    qpc = find_qpc(path)
+    return open_session(qpc, device_ids), qpc
+
+
+def retained_names(session: Any) -> list[str]:
+    """The buffers that stay on the card between runs."""
+    return [n for n in list(session.input_names) + list(session.output_names) if n.startswith(RETAINED_PREFIXES)]
+
+
+def binding_dims(session: Any, name: str) -> list[list[int]]:
+    """Every specialization's dims for one binding; a fixed-shape QPC has one, in its bindings."""
     index = session.binding_index_map[name]
-    return [list(shapes[index][1]) for shapes in session.allowed_shapes]
+    if session.allowed_shapes:
+        return [list(shapes[index][1]) for shapes in session.allowed_shapes]
+    return [list(session.bindings[index].dims)]
 
 
-def read_dims(session: Any, qpc: Path) -> tuple[Dims, bool]:
+def read_dims(session: Any, program: Path) -> tuple[Dims, bool]:
     """Compile dimensions (and whether the QPC has a KV cache) from a loaded session."""
     names = set(session.input_names)
     kv = has_kv_cache(list(names))
-    ids = _binding_dims(session, "input_ids")
-    vocab = max(d[-1] for d in _binding_dims(session, "logits"))
+    ids = binding_dims(session, "input_ids")
+    vocab = max(d[-1] for d in binding_dims(session, "logits"))
     batch_size = max(d[0] for d in ids)
     seq_len = max(d[1] for d in ids)
-    full_batch = max(d[0] for d in _binding_dims(session, "batch_index")) if "batch_index" in names else 0
-    if kv:
-        ctx_len = max(d[2] for d in _binding_dims(session, "past_key.0"))
-    else:
-        ctx_len = seq_len
-    entries = specializations(qpc)
+    full_batch = max(d[0] for d in binding_dims(session, "batch_index")) if "batch_index" in names else 0
+    ctx_len = max(d[2] for d in binding_dims(session, "past_key.0")) if kv else seq_len
+    try:
+        entries = specializations_of(program)
+    except ValueError as exc:
+        raise SessionError(str(exc)) from None
     if entries:  # authoritative where present
         ctx_len = max(int(e.get("ctx_len", ctx_len)) for e in entries)
     if full_batch:  # prefill runs one prompt at a time into a slot
@@ -49,14 +67,11 @@ class QaicSession:
 
     kind = "qaic"
 
-    def __init__(self, qpc_path: str | Path, device_ids: list[int] | None = None, opener=open_session):
-        qpc = find_qpc(qpc_path)
-        self.session = opener(qpc, device_ids)
-        self.dims, self.kv = read_dims(self.session, qpc)
+    def __init__(self, qpc_path: str | Path, device_ids: list[int] | None = None, opener: Opener = open_qpc):
+        self.session, program = opener(Path(qpc_path).expanduser(), device_ids)
+        self.dims, self.kv = read_dims(self.session, program)
         if self.kv:
-            retained = [n for n in self.session.input_names if n.startswith("past_")]
-            retained += [n for n in self.session.output_names if n.endswith("_RetainedState")]
-            self.session.skip_buffers(retained)  # the KV cache stays on the card
+            self.session.skip_buffers(retained_names(self.session))  # the KV cache stays on the card
             self.history = None
         else:
             self.history = TokenHistory(self.dims)

@@ -8,13 +8,16 @@ lazily, by :func:`open_session`, and only when a QPC must be loaded.
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any, Callable
 
+from . import specializations
 from .errors import SessionError
 
-SPECIALIZATIONS = "specializations.json"
+SPECIALIZATIONS = specializations.FILE
+# Buffers the card keeps between runs (QEfficient's ``is_retained_state_name``): KV caches and the
+# state of hybrid/MLA models. Callers skip them, so they never travel to the host.
+RETAINED_PREFIXES = ("past_", "conv_state.", "recurrent_state.", "compressed_", "k_pe")
 DETECT_MESSAGE = "determining the model type of the QPC ..."
 LOAD_MESSAGE = "loading the QPC to read its bindings (this may take several minutes) ..."
 
@@ -31,10 +34,13 @@ def find_qpc(path: str | Path) -> Path:
         raise SessionError(f"QPC directory {root} does not exist")
     if (root / "programqpc.bin").is_file():
         return root
-    found = sorted(root.rglob("programqpc.bin"))
+    found = sorted(p.parent for p in root.rglob("programqpc.bin"))
     if not found:
         raise SessionError(f"no programqpc.bin under {root}: not a compiled QPC")
-    return found[0].parent
+    if len(found) > 1:
+        names = ", ".join(str(p.relative_to(root)) for p in found)
+        raise SessionError(f"{root} holds {len(found)} compiled QPCs ({names}): point aic_binary_dir at one of them")
+    return found[0]
 
 
 def open_session(qpc: Path, device_ids: list[int] | None = None) -> Any:
@@ -54,21 +60,19 @@ def has_kv_cache(input_names: list[str]) -> bool:
     return any(name.startswith("past_key") for name in input_names)
 
 
-def specializations(qpc: Path, root: Path | None = None) -> list[dict[str, Any]] | None:
-    """The symbols of each specialization (both file forms: flat, or ``{"name", "symbols"}``), or None.
+def specializations_of(program: Path, root: Path | None = None) -> list[dict[str, str]] | None:
+    """The symbols of each specialization (both file forms), or None when there is no file.
 
-    Looked for beside ``programqpc.bin``, in its parent (QEfficient's layout) and in ``root``.
+    Looked for beside ``programqpc.bin`` (``program``: its folder), in its parent (QEfficient's
+    layout, and the ONNX twin's: beside the graph) and in ``root``. ValueError names a file that is
+    there but unusable.
     """
-    places = [qpc / SPECIALIZATIONS, qpc.parent / SPECIALIZATIONS]
+    places = [program / SPECIALIZATIONS, program.parent / SPECIALIZATIONS]
     if root is not None:
         places.append(root / SPECIALIZATIONS)
     for path in dict.fromkeys(places):
-        try:
-            entries = json.loads(path.read_text(encoding="utf-8"))["specializations"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if isinstance(entries, list) and entries and all(isinstance(e, dict) for e in entries):
-            return [e.get("symbols", e) if isinstance(e.get("symbols"), dict) else e for e in entries]
+        if path.is_file():
+            return specializations.read(path)
     return None
 
 
@@ -82,7 +86,10 @@ def model_type_of(aic_binary_dir: str | Path, progress: Callable[[str], None]) -
     root = Path(aic_binary_dir).expanduser()
     qpc = find_qpc(root)
     progress(DETECT_MESSAGE)
-    entries = specializations(qpc, root)
+    try:
+        entries = specializations_of(qpc, root)
+    except ValueError as exc:
+        raise SessionError(str(exc)) from None
     if entries is not None:
         return "kv_cache" if any("ctx_len" in e for e in entries) else "causal"
     if not qaic_available():

@@ -24,6 +24,7 @@ from console.headless import run as run_headless
 from console.seed_clients import client
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.tui.command import tui
+from console.twin.cli import check, onnx_group
 from console.web.command import web
 from repo_gen.cli import repo_group
 
@@ -211,6 +212,8 @@ main.add_command(client, "client")
 main.add_command(bench_group, "bench")
 main.add_command(web, "web")
 main.add_command(tui, "tui")
+main.add_command(onnx_group, "onnx")
+main.add_command(check, "check")
 
 
 # --------------------------------------------------------------------------- serve

@@ -109,7 +109,9 @@ def parser(prog: str, default_output: Path | str, default_backend: Path | None) 
                    help=f"Model repository to write into (default: {default_output}).")
     p.add_argument("--force", action="store_true", help="Replace an existing model folder.")
     p.add_argument("--engine", choices=ENGINES,
-                   help="auto (default): the card when QEfficient is importable, else the CPU.")
+                   help="auto (default): the card when QEfficient is importable, else the CPU. onnx: the card's ONNX "
+                        "Runtime twin on the compile config's onnx_path, or on a graph exported into <model>/onnx/ "
+                        "(about a minute for the embedded model; needs torch, onnx and onnxruntime).")
     p.add_argument("--precision", choices=PRECISIONS, help="CPU engine weights (default fp32).")
     _flag(p, "cpu_threads", type=_threads,
           help="CPU engine: torch threads for this model (default 0: torch's default). Several CPU models in one "

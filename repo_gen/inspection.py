@@ -56,6 +56,8 @@ def inspect_model(folder: Path) -> ModelInfo:
     info = ModelInfo(folder.name, str(folder))
     _read_config(folder, info)
     _read_compile(folder, info)
+    if info.engine == "onnx":
+        info.problems += _onnx_problems(folder, info)
     if not (folder / "1" / "model.py").is_file():
         info.problems.append("no 1/model.py")
     return info
@@ -118,6 +120,15 @@ def _config_problems(config: Any, folder_name: str, params: dict[str, str], kv: 
     if not any(i.data_type == _model_config_pb2().TYPE_STRING for i in config.input):
         problems.append("no TYPE_STRING input (a prompt)")
     return problems
+
+
+def _onnx_problems(folder: Path, info: ModelInfo) -> list[str]:
+    """An engine=onnx model runs the graph its compile config names (relative to the model folder)."""
+    graph = (info.compile or {}).get("onnx_path")
+    if not graph:
+        return ["engine onnx needs onnx_path in compile_config.json"]
+    info.source = f"onnx {graph}"
+    return [] if (folder / Path(graph).expanduser()).is_file() else [f"onnx_path {graph} does not exist"]
 
 
 def _read_compile(folder: Path, info: ModelInfo) -> None:

@@ -25,9 +25,12 @@ def _quiet(_: str) -> None:
 
 
 def read_compile_config(path: Path) -> dict[str, Any]:
-    """The keys a compile_config.json gives, validated; the file is copied as given (read once: a pipe works)."""
+    """The keys a compile_config.json gives, validated; copied as given (read once: a pipe works) but for a
+    relative onnx_path, which is taken relative to the file and written absolute."""
     raw = compile_config.read(path)
     compile_config.validate(raw, str(path))  # errors name the file and the key
+    if raw.get("onnx_path"):
+        raw["onnx_path"] = str((path.parent / Path(raw["onnx_path"]).expanduser()).resolve())
     return raw
 
 
@@ -90,4 +93,4 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
     if python_backend_dir is not None:
         check_backend_dir(python_backend_dir)
     spec = resolve_spec(model_name, note=note, **fields)
-    return spec, write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force)
+    return spec, write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force, progress=note)

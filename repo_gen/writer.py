@@ -1,8 +1,10 @@
 """Render and write one model folder: config.pbtxt, compile_config.json and 1/ with the backend.
 
 Everything is written into a temporary folder beside the target and renamed into place, so a
-failure never leaves a half-written model. Standard library only, and Python 3.8: the release
-artifacts' ``generate_llm_model_repo.py`` runs this module under a bare ``python``.
+failure never leaves a half-written model. An ``engine=onnx`` model without an ``onnx_path`` also
+gets its graph, exported into ``onnx/`` (``onnx_path`` then names it relative to the model folder).
+Standard library only, and Python 3.8 (the export, which needs torch, is imported only when used):
+the release artifacts' ``generate_llm_model_repo.py`` runs this module under a bare ``python``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import Any, Callable
 
-from backend_model import compile_config
+from backend_model import compile_config, specializations
 from backend_model.parameters import ENGINES, PRECISIONS
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -33,6 +35,8 @@ __all__ = [
     "ENGINES", "MODEL_TYPES", "PRECISIONS", "Backend", "ModelSpec", "RepoError", "bundled_backend_package",
     "check_backend_dir", "check_name", "check_spec", "declared_io", "render_config", "write_model",
 ]
+ONNX_DIR = "onnx"  # where an engine=onnx model's exported graph goes, inside the model folder
+Progress = Callable[[str], None]  # typing.Callable: evaluated at run time, so 3.8-safe
 
 
 class RepoError(ValueError):
@@ -85,7 +89,15 @@ def check_spec(spec: ModelSpec) -> None:
             raise RepoError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
     if spec.aic_binary_dir and not Path(spec.aic_binary_dir).expanduser().is_dir():
         raise RepoError(f"--aic_binary_dir {spec.aic_binary_dir} is not a directory")
-    compile_config.validate(spec.compile, "compile config")
+    compiled = compile_config.validate(spec.compile, "compile config")
+    if spec.engine == "onnx":
+        if spec.model_type != "kv_cache":
+            raise RepoError("--engine onnx runs a KV-cache graph: use --model_type kv_cache")
+        graph = compiled["onnx_path"]
+        if graph and not Path(graph).expanduser().is_absolute():
+            raise RepoError(f"onnx_path {graph} must be absolute in the compile config given to the generator")
+        if graph and not Path(graph).exists():
+            raise RepoError(f"onnx_path {graph} does not exist")
 
 
 def render_config(spec: ModelSpec, template: Path | None = None) -> str:
@@ -180,8 +192,9 @@ def check_backend_dir(python_backend_dir: str | Path) -> Path:
 
 
 def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | Path | None = None,
-                force: bool = False) -> Path:
-    """Write ``out_dir/<model_name>/`` atomically and return it (``python_backend_dir`` None: the bundled backend)."""
+                force: bool = False, progress: Progress = lambda message: None) -> Path:
+    """Write ``out_dir/<model_name>/`` atomically and return it (``python_backend_dir`` None: the bundled
+    backend; ``progress``: an ONNX export's steps)."""
     check_spec(spec)
     backend = Backend(check_backend_dir(python_backend_dir) if python_backend_dir else None)
     out = Path(out_dir)
@@ -195,7 +208,8 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
     try:
         staged.mkdir()
         (staged / "config.pbtxt").write_text(render_config(spec, backend.template), encoding="utf-8")
-        (staged / "compile_config.json").write_text(json.dumps(spec.compile, indent=2) + "\n", encoding="utf-8")
+        compiled = _compiled(staged, spec, progress)
+        (staged / "compile_config.json").write_text(json.dumps(compiled, indent=2) + "\n", encoding="utf-8")
         backend.copy_into(staged / "1")
         if target.exists():
             os.replace(target, old)
@@ -211,3 +225,41 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _compiled(folder: Path, spec: ModelSpec, progress: Progress) -> dict[str, Any]:
+    """The compile config to write: an engine=onnx model's graph (exported into ``folder`` unless named)."""
+    compiled = dict(spec.compile)
+    if spec.engine == "onnx" and not compiled.get("onnx_path"):
+        compiled["onnx_path"] = _export_graph(folder, spec, progress)
+    elif spec.engine == "onnx":
+        compiled = _with_graph_dims(compiled)
+    return compiled
+
+
+def _with_graph_dims(compiled: dict[str, Any]) -> dict[str, Any]:
+    """A named graph's specializations.json is its compile: its dimensions go into compile_config.json
+    (so ``repo list`` shows them); a compile config that says otherwise is refused."""
+    beside = Path(compiled["onnx_path"]).expanduser().parent / specializations.FILE
+    if not beside.is_file():
+        return compiled  # the backend compiles the graph for the compile config's dimensions
+    try:
+        dims = specializations.compile_dims(specializations.read(beside))
+    except ValueError as exc:
+        raise RepoError(str(exc)) from None
+    expected = {"full_batch_size": None, **dims}  # a regular graph has no full_batch_size
+    for key, value in expected.items():
+        if compiled.get(key, value) != value:
+            raise RepoError(f"compile config {key} {compiled[key]} differs from {beside}: {value}")
+    return {**compiled, **dims}
+
+
+def _export_graph(folder: Path, spec: ModelSpec, progress: Progress) -> str:
+    """Export the model's QEfficient-style graph for its compile dimensions; its path in the folder."""
+    from .onnx_export import export
+
+    c = compile_config.validate(spec.compile)
+    done = export(spec.hf_model_name or "embedded", folder / ONNX_DIR, ctx_len=c["ctx_len"],
+                  prefill_seq_len=c["prefill_seq_len"], batch_size=c["batch_size"],
+                  full_batch_size=c["full_batch_size"] or 0, progress=progress)
+    return f"{ONNX_DIR}/{done.graph.name}"

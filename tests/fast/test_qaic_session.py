@@ -59,6 +59,11 @@ class FakeQaicRuntime:
         return self.compute(inputs)
 
 
+def opening(fake: FakeQaicRuntime):
+    """An opener handing ``QaicSession`` the double (and the QPC folder, as QEfficient's opener does)."""
+    return lambda path, devices: (fake, find_qpc(path))
+
+
 def kv_specs(full_batch: int, prefill: int, ctx: int, vocab: int) -> list[dict[str, list[int]]]:
     def spec(batch: int, seq: int) -> dict[str, list[int]]:
         names = {"input_ids": [batch, seq], "position_ids": [batch, seq], "batch_index": [batch, 1]}
@@ -90,7 +95,7 @@ def qpc_dir(tmp_path: Path) -> Path:
 def test_dims_and_retained_state_are_read_from_the_qpc(qpc_dir, smol):
     model, _ = smol
     fake = FakeQaicRuntime(kv_specs(4, 16, 128, model.config.vocab_size), compute=None)
-    session = QaicSession(qpc_dir, opener=lambda path, devices: fake)
+    session = QaicSession(qpc_dir, opener=opening(fake))
     assert session.dims == Dims(batch_size=1, prefill_seq_len=16, ctx_len=128, vocab=49152, full_batch_size=4)
     assert session.kv
     expected = {f"past_{kind}.{i}" for kind in ("key", "value") for i in range(LAYERS)}
@@ -102,7 +107,7 @@ def test_specializations_json_gives_ctx_len(qpc_dir, smol):
         {"batch_size": "1", "seq_len": "16", "ctx_len": "96", "full_batch_size": "4"},
         {"batch_size": "4", "seq_len": "1", "ctx_len": "96", "full_batch_size": "4"}]}))
     fake = FakeQaicRuntime(kv_specs(4, 16, 128, 49152), compute=None)
-    assert QaicSession(qpc_dir, opener=lambda path, devices: fake).dims.ctx_len == 96
+    assert QaicSession(qpc_dir, opener=opening(fake)).dims.ctx_len == 96
 
 
 def test_engine_through_the_adapter_matches_the_cpu_session(qpc_dir, smol):
@@ -110,7 +115,7 @@ def test_engine_through_the_adapter_matches_the_cpu_session(qpc_dir, smol):
     dims = Dims(batch_size=1, prefill_seq_len=4, ctx_len=128, vocab=model.config.vocab_size, full_batch_size=2)
     card = CpuKVSession(model, dims)
     fake = FakeQaicRuntime(kv_specs(2, 4, 128, dims.vocab), compute=card.run)
-    via_card = Engine(QaicSession(qpc_dir, opener=lambda path, devices: fake), tokenizer, eos_ids(model, tokenizer))
+    via_card = Engine(QaicSession(qpc_dir, opener=opening(fake)), tokenizer, eos_ids(model, tokenizer))
     direct = Engine(CpuKVSession(model, dims), tokenizer, eos_ids(model, tokenizer))
     prompts = ["My name is", "Maroon bells", "The capital of France is"]  # 3 prompts, 2 slots: refill
     params = SamplingParams(max_tokens=8)
@@ -135,7 +140,7 @@ def test_causal_qpc_gets_left_padded_sequences_with_a_mask(qpc_dir, smol):
 
     specs = [{"input_ids": [1, seq_len], "attention_mask": [1, seq_len], "logits": [1, seq_len, vocab]}]
     fake = FakeQaicRuntime(specs, compute=forward)
-    session = QaicSession(qpc_dir, opener=lambda path, devices: fake)
+    session = QaicSession(qpc_dir, opener=opening(fake))
     assert not session.kv and session.dims.ctx_len == seq_len and not fake.skipped
     engine = Engine(session, tokenizer, eos_ids(model, tokenizer))
     (seq,) = engine.generate(["My name is"], SamplingParams(max_tokens=6))

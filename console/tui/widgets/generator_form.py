@@ -12,9 +12,9 @@ from textual.containers import Vertical
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Checkbox, Select
 
-from backend_model.build import ENGINES
 from backend_model.compile_config import CompileConfigError
 from backend_model.contract import SessionError
+from backend_model.parameters import ENGINES
 from repo_gen.samples import SAMPLES
 from repo_gen.spec import generate
 from repo_gen.writer import MODEL_TYPES, PRECISIONS, RepoError

@@ -1,0 +1,70 @@
+"""specializations.json: the shapes a QPC (or its ONNX twin) was compiled for, in both of QEfficient's forms.
+
+Older QEfficient writes flat entries, ``{"specializations": [{"batch_size": "1", "seq_len": "32",
+"ctx_len": "128"}, ...]}``; current QEfficient writes named ones, ``{"specializations": [{"name":
+"Prefill", "symbols": {...}}, ...]}``. Both are read; the current form is written, with the entries
+QEfficient's ``build_prefill_specialization`` / ``build_decode_specialization`` make.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+FILE = "specializations.json"
+Symbols = Dict[str, str]  # typing.Dict: evaluated at run time, so 3.8-safe
+
+
+def parse(document: Any) -> list[Symbols]:
+    """The symbols of every entry (flat or named form); ValueError when it is neither."""
+    entries = document.get("specializations") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError("no 'specializations' list")
+    out = []
+    for i, entry in enumerate(entries):
+        symbols = entry.get("symbols", entry) if isinstance(entry, dict) else None
+        if not isinstance(symbols, dict):
+            raise ValueError(f"specialization {i} is not an object")
+        out.append({str(k): str(v) for k, v in symbols.items()})
+    return out
+
+
+def read(path: str | Path) -> list[Symbols]:
+    """Read and parse one specializations.json; ValueError naming the file when it cannot be used."""
+    path = Path(path)
+    try:
+        return parse(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a usable {FILE} ({exc})") from None
+
+
+def build(batch_size: int, prefill_seq_len: int, ctx_len: int, full_batch_size: int = 0) -> list[dict[str, Any]]:
+    """The named entries a QEfficient compile of these dimensions writes (``full_batch_size``: continuous)."""
+    if full_batch_size:
+        exec_batch = full_batch_size if prefill_seq_len == 1 else 1
+        prefill = {"batch_size": exec_batch, "seq_len": prefill_seq_len, "ctx_len": ctx_len,
+                   "full_batch_size": full_batch_size, "full_batch_exec_size": exec_batch}
+        decode = {"batch_size": full_batch_size, "seq_len": 1, "ctx_len": ctx_len, "full_batch_size": full_batch_size}
+    else:
+        prefill = {"batch_size": batch_size, "seq_len": prefill_seq_len, "ctx_len": ctx_len}
+        decode = None if prefill_seq_len == 1 else {"batch_size": batch_size, "seq_len": 1, "ctx_len": ctx_len}
+    named = [("Prefill", prefill), ("Decode", decode)]
+    return [{"name": name, "symbols": {k: str(v) for k, v in entry.items()}} for name, entry in named if entry]
+
+
+def compile_dims(entries: list[Symbols]) -> dict[str, int]:
+    """The compile config keys these specializations were built from (``build``'s inverse)."""
+    def most(key: str) -> int:
+        return max(int(e.get(key, 0)) for e in entries)
+
+    full_batch = most("full_batch_size")
+    dims = {"prefill_seq_len": most("seq_len"), "ctx_len": most("ctx_len")}
+    return {**dims, "full_batch_size": full_batch} if full_batch else {**dims, "batch_size": most("batch_size")}
+
+
+def write(folder: str | Path, entries: list[dict[str, Any]]) -> Path:
+    """Write ``folder/specializations.json`` in the current form."""
+    path = Path(folder) / FILE
+    path.write_text(json.dumps({"specializations": entries}, indent=2) + "\n", encoding="utf-8")
+    return path

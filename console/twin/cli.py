@@ -1,0 +1,142 @@
+"""``qaic-console onnx export`` and ``qaic-console check``: the card's twin from the command line.
+
+Progress goes to stderr, results to stdout. Bad input: one ``error: ...`` line, exit code 2;
+``check`` exits 1 when the paths disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from backend_model import compile_config
+from backend_model.contract import SessionError
+from backend_model.models import ModelSourceError
+
+from .agreement import REFERENCE, Agreement
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+DEFAULT_PROMPTS = "My name is|The capital of France is|def fibonacci(n):"
+CHECK_EXPORT = {"ctx_len": 256, "prefill_seq_len": 32, "batch_size": 1}  # a check's own export, without --onnx
+ERRORS = (SessionError, ModelSourceError, compile_config.CompileConfigError, ValueError, OSError)
+MODEL_HELP = "embedded (the embedded SmolLM2) or a local Hugging Face folder of a Llama-family model."
+
+
+def _note(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"error: {' '.join(str(exc).split())}", err=True)
+    sys.exit(2)
+
+
+@click.group("onnx", invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+@click.pass_context
+def onnx_group(ctx: click.Context) -> None:
+    """QEfficient-style ONNX graphs: what a QPC is compiled from, and what the card's twin runs."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+@onnx_group.command("export", context_settings=CONTEXT_SETTINGS)
+@click.option("--model", "source", default="embedded", show_default=True, help=MODEL_HELP)
+@click.option("--ctx-len", type=int, default=128, show_default=True, help="KV cache length the graph is compiled for.")
+@click.option("--prefill-seq-len", type=int, default=32, show_default=True, help="Tokens per prefill chunk.")
+@click.option("--batch-size", type=int, default=1, show_default=True, help="Rows per run (regular batching).")
+@click.option("--full-batch-size", type=int, default=None,
+              help="Continuous batching: a graph with batch_index and a KV cache of this many slots.")
+@click.option("-o", "--output-dir", "output_dir", required=True, type=click.Path(path_type=Path),
+              help="Folder for model.onnx and specializations.json (created if missing).")
+def export_command(source: str, ctx_len: int, prefill_seq_len: int, batch_size: int, full_batch_size: int | None,
+                   output_dir: Path) -> None:
+    """Export a model with QEfficient's tensor interface (about a minute for the embedded model).
+
+    The graph's axes stay dynamic; specializations.json beside it holds the given dimensions, as a
+    compile would write them. Run it on the card's twin with `qaic-console check --onnx DIR`, or
+    serve it with `generate-llm-model-repo --engine onnx` and an onnx_path in the compile config.
+    """
+    from repo_gen.onnx_export import export
+
+    try:
+        dims = compile_config.validate({"ctx_len": ctx_len, "prefill_seq_len": prefill_seq_len,
+                                        "batch_size": batch_size, "full_batch_size": full_batch_size}, "options")
+        done = export(source, output_dir, ctx_len=dims["ctx_len"], prefill_seq_len=dims["prefill_seq_len"],
+                      batch_size=dims["batch_size"], full_batch_size=dims["full_batch_size"] or 0, progress=_note)
+    except ERRORS as exc:
+        _fail(exc)
+    click.echo(f"{done.graph} ({done.layers} layers, exported in {done.seconds:.1f} s; {done.specializations.name} "
+               "beside it)")
+
+
+@click.command("check", context_settings=CONTEXT_SETTINGS)
+@click.option("--model", "source", default="embedded", show_default=True, help=MODEL_HELP)
+@click.option("--onnx", "graph", type=click.Path(path_type=Path),
+              help="The exported graph (.onnx, or its folder) with specializations.json beside it. Default: "
+                   "export --model now into a temporary folder (ctx_len 256, prefill_seq_len 32, batch_size 1).")
+@click.option("--qpc", type=click.Path(path_type=Path),
+              help="A compiled QPC of the same model: adds the card's path (needs QEfficient and a card).")
+@click.option("--prompt", "prompt", default=DEFAULT_PROMPTS, show_default=True, help="Prompts, separated by '|'.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Greedy tokens per prompt (fewer where ctx_len ends first).")
+@click.option("--json", "as_json", is_flag=True,
+              help='One object: {"prompts": [...], "paths": {"hf": [[ids...], ...], ...}, "match": true|false}.')
+def check(source: str, graph: Path | None, qpc: Path | None, prompt: str, max_tokens: int, as_json: bool) -> None:
+    """Token-exact greedy agreement: HF full recompute, the CPU KV engine, the ONNX twin (and the card).
+
+    Prints a table and the first divergence (prompt, position, tokens and their text); exits 1 when
+    any path differs from Hugging Face's tokens.
+    """
+    from .agreement import check as run_check
+
+    prompts = [p for p in prompt.split("|") if p.strip()]
+    try:
+        if not prompts:
+            raise ValueError("no prompt given")
+        with tempfile.TemporaryDirectory(prefix="qaic-check-") as scratch:
+            if graph is None:
+                from repo_gen.onnx_export import export
+
+                graph = export(source, scratch, progress=_note, **CHECK_EXPORT).graph
+            result = run_check(source, graph, prompts, max_tokens, qpc, progress=_note)
+    except ERRORS as exc:
+        _fail(exc)
+    click.echo(json.dumps(result.to_json()) if as_json else report(result))
+    sys.exit(0 if result.match else 1)
+
+
+def report(result: Agreement) -> str:
+    """The table (one row per prompt: tokens compared, where each path diverges) and the verdict."""
+    names = list(result.paths)
+    rows: list[tuple[Any, ...]] = [("PROMPT", "TOKENS", *names)]
+    for p, text in enumerate(result.prompts):
+        diverged = [result.divergence(p, name) if name != REFERENCE else None for name in names]
+        cells = ["ok" if d is None else f"differs at {d.position}" for d in diverged]
+        rows.append((_short(text), str(len(result.paths[REFERENCE][p])), *cells))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    first = result.first_divergence()
+    if first is None:
+        lines.append(f"match: {', '.join(names)} agree on every token")
+    else:
+        lines.append(
+            f"first divergence: prompt {first.prompt} ({_short(result.prompts[first.prompt])!r}), position "
+            f"{first.position}: {REFERENCE} {_token(result, first.expected)}, {first.path} {_token(result, first.got)}"
+        )
+    return "\n".join(lines)
+
+
+def _short(text: str, width: int = 40) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _token(result: Agreement, token: int | None) -> str:
+    if token is None:
+        return "(ended)"
+    return f"{token} {result.text(token)!r}"

@@ -1,0 +1,88 @@
+"""Fixtures of the card-twin tests: the embedded model, its two exported graphs, the HF reference.
+
+The graphs are exported once per session (regular and continuous batching); their axes are
+dynamic, so one graph serves every compile: ``compiled`` links it into a folder beside the
+specializations.json of the dimensions a test wants, as a QPC of those dimensions would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from twin_data import CTX_LEN, TOKENS
+
+from backend_model import specializations
+
+
+@pytest.fixture(scope="session")
+def smol():
+    from backend_model.models import load_pretrained
+
+    return load_pretrained("embedded", progress=lambda message: None)
+
+
+@pytest.fixture(scope="session")
+def graphs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """{"regular": folder, "continuous": folder}: the regular one through the CLI, the other through the API."""
+    from click.testing import CliRunner
+
+    from console.cli import main
+    from repo_gen.onnx_export import export
+
+    root = tmp_path_factory.mktemp("graphs")
+    result = CliRunner().invoke(main, ["onnx", "export", "--ctx-len", str(CTX_LEN), "--prefill-seq-len", "8",
+                                       "--batch-size", "2", "-o", str(root / "regular")])
+    assert result.exit_code == 0, result.output
+    export("embedded", root / "continuous", ctx_len=CTX_LEN, prefill_seq_len=4, full_batch_size=4,
+           progress=lambda message: None)
+    yield {"regular": root / "regular", "continuous": root / "continuous"}
+    shutil.rmtree(root, ignore_errors=True)  # 1.3 GB: not kept among pytest's last three runs
+
+
+Compile = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def compiled(graphs) -> Compile:
+    """``compiled(batch_size=, prefill_seq_len=, full_batch_size=, flat=False)``: a folder holding the graph
+    (a hard link) and the specializations.json of those dimensions (``flat``: the older form)."""
+    made: dict[tuple, Path] = {}
+
+    def make(batch_size: int = 1, prefill_seq_len: int = 8, full_batch_size: int = 0, flat: bool = False) -> Path:
+        key = (batch_size, prefill_seq_len, full_batch_size, flat)
+        if key not in made:
+            folder = graphs["regular"].parent / f"compiled-{len(made)}"  # removed with the graphs
+            folder.mkdir()
+            source = graphs["continuous" if full_batch_size else "regular"] / "model.onnx"
+            os.link(source, folder / "model.onnx")
+            entries = specializations.build(batch_size, prefill_seq_len, CTX_LEN, full_batch_size)
+            if flat:
+                document = {"specializations": [e["symbols"] for e in entries]}
+                (folder / specializations.FILE).write_text(json.dumps(document))
+            else:
+                specializations.write(folder, entries)
+            made[key] = folder
+        return made[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def reference(smol) -> Callable[[str], list[int]]:
+    """``reference(prompt)``: transformers fp32 greedy, full recompute, ``TOKENS`` tokens (computed once)."""
+    from console.twin.agreement import hf_greedy
+
+    model, tokenizer = smol
+    cache: dict[str, list[int]] = {}
+
+    def tokens(prompt: str) -> list[int]:
+        if prompt not in cache:
+            cache[prompt] = hf_greedy(model, tokenizer, prompt, TOKENS)
+        return cache[prompt]
+
+    return tokens

@@ -212,15 +212,15 @@ def test_a_timeout_shows_a_notice_and_cancels(embedded_server, tmp_path: Path) -
 
 def test_a_control_the_model_lacks_is_offered_and_reported_not_sent(embedded_server, tmp_path: Path,
                                                                      monkeypatch) -> None:
-    add_control(monkeypatch, Control("min_tokens", int, "INT32", "Min tokens", "At least this many.", default=2))
+    add_control(monkeypatch, Control("typical_p", float, "FP32", "Typical p", "Locally typical sampling.", default=0.5))
 
     async def go() -> None:
         async with stream_pane(embedded_server, tmp_path, 4) as (app, pilot, stream):
-            assert stream.controls.query_one("#control-min_tokens").value == "2"
+            assert stream.controls.query_one("#control-typical_p").value == "0.5"
             await say(pilot, stream, "Hi")
             turn = stream.turns[0]
-            assert turn.replies[0].ok and turn.ignored == ["min_tokens"]
-            assert stream.note.display and "not sent: min_tokens" in text_of(stream.note)
+            assert turn.replies[0].ok and turn.ignored == ["typical_p"]
+            assert stream.note.display and "not sent: typical_p" in text_of(stream.note)
 
     run(go)
 

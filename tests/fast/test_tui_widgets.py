@@ -19,7 +19,8 @@ from console.tui.widgets.chat_pane import NO_SERVER
 from console.tui.widgets.controls import control_id, model_options, offered
 from console.tui.widgets.server_pane import LOG_HINT, model_row
 
-MIN_TOKENS = Control("min_tokens", int, "INT32", "Min tokens", "Tokens to generate at least.", default=4, minimum=0)
+TYPICAL_P = Control("typical_p", float, "FP32", "Typical p", "Locally typical sampling.", default=0.5, minimum=0,
+                    maximum=1)
 
 
 def field(app: QaicConsoleApp, mode: str, name: str) -> Input:
@@ -56,18 +57,18 @@ def test_controls_come_from_the_table() -> None:
 
 
 def test_a_control_added_to_the_table_appears(monkeypatch) -> None:
-    add_control(monkeypatch, MIN_TOKENS)
+    add_control(monkeypatch, TYPICAL_P)
 
     async def go() -> None:
         app = QaicConsoleApp()
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("f4")
-            widget = field(app, "batch", "min_tokens")
-            assert widget.value == "4" and str(widget.tooltip) == MIN_TOKENS.help
-            assert str(widget.parent.query_one(Label).content) == "Min tokens"
+            widget = field(app, "batch", "typical_p")
+            assert widget.value == "0.5" and str(widget.tooltip) == TYPICAL_P.help
+            assert str(widget.parent.query_one(Label).content) == "Typical p"
             controls = app.chat("batch").controls
             controls.set_models([("m", "m")], "m")
-            assert controls.settings().params.min_tokens == 4
+            assert controls.settings().params.typical_p == 0.5
 
     run(go)
 

@@ -108,13 +108,3 @@ class ServerHandle:
 
     def unload_model(self, model: str, timeout: float = 60.0) -> None:
         self.request(f"/v2/repository/models/{model}/unload", body={}, timeout=timeout)
-
-
-def http_error_message(exc: urllib.error.HTTPError) -> str:
-    """``HTTP 400: <Triton's error>`` for an error answer."""
-    try:
-        body = json.loads(exc.read() or b"{}")
-        reason = body.get("error") or exc.reason
-    except (ValueError, OSError):
-        reason = exc.reason
-    return f"HTTP {exc.code}: {reason}"

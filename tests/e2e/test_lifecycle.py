@@ -40,6 +40,14 @@ def until(condition, timeout: float, what: str):
     return value
 
 
+def in_flight(url: str):
+    """A long stream whose text is already coming: its remaining events."""
+    events = iter(stream(url, MODEL, ["Once upon a time"], GenerationParams(max_tokens=0),
+                         Timeouts(network=300, idle=300)))
+    next(events)
+    return events
+
+
 def answer(url: str) -> str:
     return stream(url, MODEL, ["My name is"], GenerationParams(max_tokens=3), Timeouts(network=120)).replies()[0].text
 
@@ -64,15 +72,13 @@ def test_sigkill_of_serve_leaves_no_server_behind(repo: Path) -> None:
 def test_stop_with_a_dead_stub_is_as_quick_as_a_normal_stop(repo: Path) -> None:
     server = TritonServer(repo).start(timeout=300)
     try:
-        call = stream(server.grpc_url, MODEL, ["Once upon a time"], GenerationParams(max_tokens=0),
-                      Timeouts(network=120, idle=60))
-        events = iter(call)
-        next(events)  # the request is in flight
+        events = in_flight(server.grpc_url)  # held: the request stays in flight while the stub dies
         (pid,) = server.stub_instances().values()
         os.kill(pid, signal.SIGKILL)
         t0 = time.monotonic()
         server.stop()
         stopped_in = time.monotonic() - t0
+        events.close()  # the client lets go only after the stop
     finally:
         server.stop(grace=0)
     assert not server.running and not server.stub_instances()
@@ -129,10 +135,7 @@ def test_a_model_whose_backend_died_is_reported_and_reloaded(repo: Path) -> None
 def test_a_stream_whose_backend_dies_fails_within_seconds_naming_the_model(repo: Path) -> None:
     server = TritonServer(repo).start(timeout=300)
     try:
-        call = stream(server.grpc_url, MODEL, ["Once upon a time"], GenerationParams(max_tokens=0),
-                      Timeouts(network=300, idle=300))
-        events = iter(call)
-        next(events)  # text is coming
+        events = in_flight(server.grpc_url)
         (pid,) = server.stub_instances().values()
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
@@ -151,9 +154,7 @@ def test_with_a_console_serving_a_dead_backend_costs_one_request(repo: Path) -> 
         until(lambda: controller.snapshot.phase != "starting", 300, "the start")
         url = controller.snapshot.grpc_url
         until(lambda: MODEL in controller.poll().infos, 30, "the model")
-        events = iter(stream(url, MODEL, ["Once upon a time"], GenerationParams(max_tokens=0),
-                             Timeouts(network=300, idle=300)))
-        next(events)
+        events = in_flight(url)
         (pid,) = controller.server.stub_instances().values()
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()

@@ -79,7 +79,8 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="stream: gRPC, token by token; batch: one inference response; generate: the HTTP "
                           "generate endpoint."),
         click.option("--model", default=None,
-                     help="Model name (default: smollm2_decoupled for stream, smollm2_kv otherwise)."),
+                     help="Model name (default: smollm2_decoupled for stream, smollm2_kv otherwise). Causal models "
+                          "recompute every token: on a CPU they are slow (a 32-token answer by default)."),
         click.option("--url", default=None,
                      help="host:port of a running server (HTTP or gRPC as the mode needs); without it the "
                           "embedded model is served for the run."),
@@ -222,7 +223,7 @@ POLL_SECONDS = 2.0
 
 
 def _print_ready(controller: ServerController) -> None:
-    snap, server = controller.snapshot, controller.server
+    snap, server = controller.poll(), controller.server
     click.echo(snap.message)
     for row in snap.models:
         click.echo(f"  model {row.name}: {row.state or 'not loaded'}{f' ({row.reason})' if row.reason else ''}")

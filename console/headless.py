@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -110,16 +111,19 @@ class Printer:
                 "error_kind": failure.kind if failure else None}
 
 
-def answer(endpoint: Endpoint, settings: Settings, prompts: list[str], output: Output, out: TextIO, err: TextIO,
-           tty: bool) -> int:
-    """Send the prompts to a running server and print the answers; the exit code."""
-    def progress(message: str) -> None:
-        if not output.quiet:
-            err.write(message + "\n")
+PREPARE_NOTE = 0.5  # s: a preparation this long is said (the figures start when the request is sent)
 
+
+def answer(endpoint: Endpoint, settings: Settings, prompts: list[str], output: Output, out: TextIO, err: TextIO,
+           tty: bool, progress: Callable[[str], None]) -> int:
+    """Send the prompts to a running server and print the answers; the exit code."""
+    if settings.templated:
+        progress(f"applying the chat template of {settings.model} ...")
     prepared = prepare(endpoint, settings, prompts, progress=progress)
-    if prepared.ignored and not output.quiet:
-        err.write(f"note: {settings.model} has no input for {', '.join(prepared.ignored)}: not sent\n")
+    if prepared.seconds >= PREPARE_NOTE:
+        progress(f"prepared in {prepared.seconds:.1f} s (model config, chat template): not part of the figures below")
+    if prepared.ignored:
+        progress(f"note: {settings.model} has no input for {', '.join(prepared.ignored)}: not sent")
     printer = Printer(prompts, settings, output, out, err, tty)
     try:
         with contextlib.closing(iter(prepared.call)) as events:  # closing an unfinished call cancels it
@@ -149,9 +153,10 @@ def run(settings: Settings, prompt: str, endpoint: Endpoint | None, output: Outp
     try:
         prompts = split_prompts(prompt)  # bad input fails before any server starts
         if endpoint is not None:
-            return answer(endpoint, settings, prompts, output, out, err, tty)
+            return answer(endpoint, settings, prompts, output, out, err, tty, progress)
         with embedded_server(settings.model, progress) as server:
-            return answer(Endpoint(server.http_url, server.grpc_url), settings, prompts, output, out, err, tty)
+            return answer(Endpoint(server.http_url, server.grpc_url), settings, prompts, output, out, err, tty,
+                          progress)
     except ServerError as exc:
         err.write(f"error: {exc}\n")
         for line in exc.log_tail[-15:]:

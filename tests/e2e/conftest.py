@@ -86,3 +86,22 @@ def reference(smol) -> Callable[[str], list[int]]:
         return cache[prompt]
 
     return tokens
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llm_interfaces"
+
+
+@pytest.fixture(scope="session")
+def llm_server(tmp_path_factory: pytest.TempPathFactory):
+    """A tritonserver serving every stand-in (one shared model.py, one config each)."""
+    from console.server import TritonServer
+
+    repo = tmp_path_factory.mktemp("llm_interfaces")
+    for config in FIXTURES.glob("*.pbtxt"):
+        (repo / config.stem / "1").mkdir(parents=True)
+        shutil.copy2(config, repo / config.stem / "config.pbtxt")
+        shutil.copy2(FIXTURES / "model.py", repo / config.stem / "1" / "model.py")
+    server = TritonServer(repo)
+    server.start(timeout=120)
+    yield server
+    server.stop()

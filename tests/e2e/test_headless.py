@@ -106,8 +106,6 @@ def test_bad_input_gives_one_error_line(embedded_server) -> None:
     assert_one_line_error(cli("--prompt", "  ", "--url", grpc), "empty")
     assert_one_line_error(cli("--prompt", "hi", "--url", "127.0.0.1:1"), "cannot reach tritonserver at 127.0.0.1:1")
     assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--model", "nope"), "nope")
-    assert_one_line_error(cli("--prompt", "hi", "--url", embedded_server.http_url, "--mode", "batch",
-                              "--model", "smollm2_decoupled"), "use stream mode")
     assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--timeout", "-1"), "timeout must be >= 0")
     assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--chat", "--tokenizer", "/nonexistent"),
                           "tokenizer folder /nonexistent does not exist")

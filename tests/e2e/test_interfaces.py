@@ -8,7 +8,6 @@ these tests see what the console sent; Triton itself rejects an input a model do
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,26 +16,9 @@ from click.testing import CliRunner, Result
 from console.cli import main
 from console.clients import CANCELLED, Failure, GenerationParams, TextDelta, stream
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llm_interfaces"
 PROMPTS = ["My name is", "Maroon bells"]
 STREAMING = ("vllm_model", "vllm_legacy", "ensemble")
 ONE_PROMPT_MODELS = ("vllm_model", "vllm_legacy", "ensemble", "ensemble_batch", "text_model")
-
-
-@pytest.fixture(scope="module")
-def llm_server(tmp_path_factory: pytest.TempPathFactory):
-    """A tritonserver serving every stand-in (one shared model.py, one config each)."""
-    from console.server import TritonServer
-
-    repo = tmp_path_factory.mktemp("llm_interfaces")
-    for config in FIXTURES.glob("*.pbtxt"):
-        (repo / config.stem / "1").mkdir(parents=True)
-        shutil.copy2(config, repo / config.stem / "config.pbtxt")
-        shutil.copy2(FIXTURES / "model.py", repo / config.stem / "1" / "model.py")
-    server = TritonServer(repo)
-    server.start(timeout=120)
-    yield server
-    server.stop()
 
 
 def cli(*args: str) -> Result:
@@ -63,7 +45,8 @@ def test_models_lists_each_interface(llm_server) -> None:
     assert rows["ensemble"][2:4] == ["tensorrt-llm", "stream+batch"]
     assert rows["ensemble_batch"][2:4] == ["tensorrt-llm", "batch"]
     assert rows["text_model"][2:4] == ["text", "batch"]
-    assert rows["vllm_model"][5] == "-" and rows["ensemble"][5] == "-"  # every control has an input
+    assert rows["vllm_model"][5] == "-"  # every control has an input (sampling_parameters)
+    assert rows["ensemble"][5] == "min_tokens"  # this ensemble declares no minimum length
     assert "max_tokens," in rows["text_model"] and "stop" in rows["text_model"]
 
 

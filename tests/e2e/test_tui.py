@@ -95,7 +95,7 @@ def test_stream_chat_history_raw_copy_export_and_the_models_table(embedded_serve
 
             table = app.server_pane.query_one("#models", DataTable)
             rows = table_rows(table)
-            assert rows["smollm2_decoupled"] == ("smollm2_decoupled", "READY", "kv", "stream", "qaic-console", "")
+            assert rows["smollm2_decoupled"] == ("smollm2_decoupled", "READY", "kv", "stream/batch", "qaic-console", "")
             assert rows["smollm2_causal"] == ("smollm2_causal", "READY", "causal", "batch", "qaic-console", "")
         md, data = exported(tmp_path)
         assert answer in md and "tok/s" in md and "ttft" in md
@@ -317,5 +317,32 @@ def test_generate_start_chat_stop_then_serve_embedded_and_quit(tmp_path: Path, o
             assert "stopping tritonserver" in text_of(app.screen.query_one("#stopping"))
             await until(pilot, lambda: app.return_code is not None, 60, "the app to close")
             assert not server.running
+
+    run(go)
+
+
+def test_other_llm_interfaces_chat_in_both_panes(llm_server, tmp_path: Path) -> None:
+    """vLLM's and TensorRT-LLM's interfaces (real tritonserver, stand-in models): detected, shown, spoken."""
+    async def go() -> None:
+        app = QaicConsoleApp(http_url=llm_server.http_url, grpc_url=llm_server.grpc_url, export_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            stream = app.chat("stream")
+            await ready(pilot, stream, 6, chat=False)
+            rows = table_rows(app.server_pane.query_one("#models", DataTable))
+            assert [rows[m][4] for m in ("vllm_model", "ensemble", "text_model")] == ["vllm", "tensorrt-llm", "text"]
+            stream.controls.query_one("#model", Select).value = "vllm_model"
+            await say(pilot, stream, "My name is|Maroon bells")  # one request per prompt, merged
+            turn = stream.turns[0]
+            marker, _, words = turn.text(0).partition("]")  # the stand-in says which inputs it received
+            assert turn.failure is None and words.split()[:2] == ["MY", "NAME"]
+            assert turn.text(1).partition("]")[2].split()[:2] == ["MAROON", "BELLS"]
+            assert "text_input" in marker and "prompt" not in marker.replace("text_input", "")  # its own names
+            await pilot.press("f4")
+            batch = app.chat("batch")
+            await ready(pilot, batch, 6, chat=False)
+            batch.controls.query_one("#model", Select).value = "ensemble_batch"
+            await say(pilot, batch, "My name is")
+            answered = batch.turns[0]
+            assert answered.replies[0].ok and answered.text(0).partition("]")[2].split()[:3] == ["MY", "NAME", "IS"]
 
     run(go)

@@ -225,7 +225,7 @@ def test_server_tab_starts_chosen_models_and_shows_the_served_repository(web: We
     # each model's interface; the unticked one is not loaded
     web.wait_text("#qc-models", "echo_llm", "unsupported")
     rows = {row[0]: row for row in web.table("#qc-models")}
-    assert rows["smollm2_decoupled"][1:4] == ["READY", "qaic-console", "stream, KV cache"]
+    assert rows["smollm2_decoupled"][1:4] == ["READY", "qaic-console", "stream/batch, KV cache"]
     assert rows["echo_llm"][1:4] == ["READY", "qaic-console", "batch, KV cache"]
     assert rows["echo"][1:3] == ["READY", "unsupported"]
     assert rows["smollm2_causal"][1] == "not loaded"
@@ -321,8 +321,8 @@ def test_history_is_per_mode_and_never_sent_with_several_prompts(web: Web) -> No
     web.fill("max-tokens", "8")
     web.send("My name is Zorblax.")
     web.send("What is my name?")
-    web.mode("batch")
-    web.page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_kv'", timeout=WAIT_MS)
+    web.mode("batch")  # the decoupled model answers batch calls too (stream=false): pick the batch sample
+    web.model("smollm2_kv")
     web.send("What is my name?")
     web.mode("stream")
     web.page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'",
@@ -340,7 +340,7 @@ def test_batch_markup_stays_text_and_speed_shows_latency_apart(web: Web) -> None
     page = web.page
     web.clear()
     web.mode("batch")
-    page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_kv'", timeout=WAIT_MS)
+    web.model("smollm2_kv")
     page.locator("#qc-chat-template input").uncheck()
     page.locator("#qc-echo input").check()  # the reply starts with the prompt: markup in the model output
     web.fill("max-tokens", "8")
@@ -449,3 +449,24 @@ def test_a_dead_tritonserver_is_reported_with_how_to_restart(web: Web) -> None:
     page.locator("#qc-input textarea").fill("Hello?")
     page.locator("#qc-send").click()
     assert "start it again" in web.toast("no server to send to")
+
+
+def test_connecting_to_other_llm_interfaces_and_chatting(web: Web, llm_server) -> None:
+    """After the Server tab connects to a server of vLLM / TensorRT-LLM stand-ins, their interfaces show and answer."""
+    page = web.page
+    web.tab("Server")
+    page.locator("#qc-http-url input, #qc-http-url textarea").first.fill(llm_server.http_url)
+    page.locator("#qc-grpc-url input, #qc-grpc-url textarea").first.fill(llm_server.grpc_url)
+    page.locator("#qc-connect").click()
+    web.wait_text("#qc-status", "connected")
+    web.wait_text("#qc-models", "vllm_model", "tensorrt-llm")
+    rows = {row[0]: row for row in web.table("#qc-models")}
+    assert "vllm" in rows["vllm_model"] and "tensorrt-llm" in rows["ensemble"] and "text" in rows["text_model"]
+    web.tab("Chat")
+    web.mode("stream")
+    web.model("vllm_model")
+    page.locator("#qc-chat-template input").uncheck()
+    web.fill("max-tokens", "6")
+    web.send("My name is|Maroon bells")
+    answers = web.answers()[-2:]
+    assert "MY NAME" in answers[0] and "MAROON BELLS" in answers[1], answers

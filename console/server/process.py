@@ -15,10 +15,8 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from . import logparse
@@ -26,38 +24,14 @@ from .errors import ServerError, StaleServerError
 from .health import ServerHandle
 from .locate import STUB_NAME, backend_directory, find_tritonserver, server_env, stub_for_python
 from .ports import free_ports, port_in_use
-from .procs import cmdline, group_exists, group_members, signal_group
+from .procs import cmdline, group_exists, group_members, poll_until, shm_regions, signal_group
+from .serverlog import LOG_KEEP, LogCallback, ServerLog
 from .stale import find_servers, stop_servers
 
 GUARD = Path(__file__).with_name("guard.py")  # standard library only: run by path, isolated
-SHM_PREFIX = "/dev/shm/triton_python_backend_shm_region_"
-LOG_KEEP = 500
 HOST = "127.0.0.1"
 EXIT_TIMEOUT = 3  # s tritonserver waits for in-flight requests when stopping (Triton's default: 30)
 
-LogCallback = Callable[[str], None]
-
-
-def _shm_regions(pids: Iterable[int]) -> set[Path]:
-    """Python-backend shared-memory files mapped by ``pids`` (removed after a kill)."""
-    regions = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for line in Path("/proc", str(pid), "maps").read_text().splitlines():
-                fields = line.split(maxsplit=5)
-                path = fields[5] if len(fields) == 6 else ""
-                if path.startswith(SHM_PREFIX) and not path.endswith("(deleted)"):
-                    regions.add(Path(path))
-    return regions
-
-
-def _poll(done: Callable[[], bool], deadline: float, interval: float = 0.05) -> bool:
-    """Call ``done`` until it is true or ``deadline`` (monotonic) passes; its last answer."""
-    while not done():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-    return True
 
 
 # --------------------------------------------------------------------------- the server
@@ -105,13 +79,8 @@ class TritonServer:
         self.env = dict(env or {})
         self.stop_stale = stop_stale  # stop servers a dead console left on this repository or these ports
         self._proc: subprocess.Popen[str] | None = None
-        self._reader: threading.Thread | None = None
-        self._lines: deque[str] = deque(maxlen=LOG_KEEP)
-        self._lock = threading.Lock()
-        self._failures: list[tuple[str, str]] = []
-        self._on_log: LogCallback | None = None
+        self.log = ServerLog()
         self._lifeline: int | None = None  # write end of the guard's pipe
-        self._exit_expired = threading.Event()  # tritonserver gave up waiting: it may hang on a dead stub
 
     # ---- endpoints and state
 
@@ -146,9 +115,7 @@ class TritonServer:
 
     def log_tail(self, n: int = 50) -> list[str]:
         """The last ``n`` log lines (stdout and stderr merged)."""
-        with self._lock:
-            lines = list(self._lines)
-        return lines[-n:] if n > 0 else []
+        return self.log.tail(n)
 
     # ---- lifecycle
 
@@ -214,7 +181,7 @@ class TritonServer:
         if backend_dir is None:
             stub_for_python(self.binary)
         env = server_env(self.binary, self.env)
-        self._on_log = on_log
+        self.log.on_log = on_log
         self._clear_stale()
         self._pick_ports()
         try:
@@ -226,9 +193,6 @@ class TritonServer:
         return self._launch(backend_dir, env, timeout)
 
     def _launch(self, backend_dir: Path | None, env: dict[str, str], timeout: float) -> TritonServer:
-        with self._lock:
-            self._lines.clear()
-            self._failures.clear()
         read_end, self._lifeline = os.pipe()
         os.set_inheritable(read_end, True)
         guard = [sys.executable, "-I", str(GUARD), str(read_end), "--"]
@@ -248,8 +212,7 @@ class TritonServer:
         finally:
             os.close(read_end)
         _LIVE.add(self)
-        self._reader = threading.Thread(target=self._read_log, args=(self._proc,), daemon=True)
-        self._reader.start()
+        self.log.follow(self._proc)
         try:
             self._wait_ready(time.monotonic() + timeout, timeout)
         except BaseException:
@@ -257,33 +220,13 @@ class TritonServer:
             raise
         return self
 
-    def _read_log(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        with contextlib.suppress(ValueError, OSError):  # the pipe closed under us by stop()
-            for raw in proc.stdout:
-                self._record(raw.rstrip("\n"))
-
-    def _record(self, line: str) -> None:
-        failed = logparse.failed_model(line)
-        if logparse.EXIT_EXPIRED in line:
-            self._exit_expired.set()
-        with self._lock:
-            self._lines.append(line)
-            if failed:
-                self._failures.append(failed)
-        if self._on_log is not None:
-            with contextlib.suppress(Exception):
-                self._on_log(line)
-
     def _fail(self, message: str) -> ServerError:
         return ServerError(message, self.log_tail(40))
 
     def _check_failures(self) -> None:
-        with self._lock:
-            failures = list(self._failures)
-        if failures:
-            name, reason = failures[0]
-            raise self._fail(f"model '{name}' failed to load: {reason}")
+        failed = self.log.first_failure()
+        if failed:
+            raise self._fail(f"model '{failed[0]}' failed to load: {failed[1]}")
 
     def _wait_ready(self, deadline: float, timeout: float) -> None:
         assert self._proc is not None
@@ -292,8 +235,7 @@ class TritonServer:
             self._check_failures()
             code = self._proc.poll()
             if code is not None:
-                if self._reader is not None:
-                    self._reader.join(timeout=2)
+                self.log.join(timeout=2)
                 self._check_failures()
                 reason = logparse.exit_reason(self.log_tail(LOG_KEEP))
                 raise self._fail(f"tritonserver exited with code {code}: {reason}")
@@ -342,25 +284,24 @@ class TritonServer:
             return None
         pgid = proc.pid
         deadline = time.monotonic() + grace
-        shm = _shm_regions(group_members(pgid))
+        shm = shm_regions(group_members(pgid))
         if proc.poll() is None:
-            self._exit_expired.clear()
+            self.log.exit_expired.clear()
             signal_group(pgid, signal.SIGTERM)
         # Triton gives in-flight requests EXIT_TIMEOUT s; past that it can hang on a dead stub: kill it then
-        _poll(lambda: proc.poll() is not None or self._exit_expired.is_set(), deadline)
+        poll_until(lambda: proc.poll() is not None or self.log.exit_expired.is_set(), deadline)
         if proc.poll() is None:
             self._kill_group(pgid, shm)
             proc.wait()
-        if not _poll(lambda: not group_members(pgid), max(deadline, time.monotonic() + 0.5)):
+        if not poll_until(lambda: not group_members(pgid), max(deadline, time.monotonic() + 0.5)):
             self._kill_group(pgid, shm)
-        _poll(lambda: not group_members(pgid), time.monotonic() + 5)
+        poll_until(lambda: not group_members(pgid), time.monotonic() + 5)
         # stubs orphaned by a kill are zombies until init reaps them (about 1 s here): wait a little
-        _poll(lambda: not group_exists(pgid), time.monotonic() + 3)
+        poll_until(lambda: not group_exists(pgid), time.monotonic() + 3)
         for region in shm:  # left behind only when the backend was killed
             with contextlib.suppress(OSError):
                 region.unlink()
-        if self._reader is not None:
-            self._reader.join(timeout=5)
+        self.log.join(timeout=5)
         if proc.stdout is not None:
             proc.stdout.close()
         if self._lifeline is not None:
@@ -371,7 +312,7 @@ class TritonServer:
 
     @staticmethod
     def _kill_group(pgid: int, shm: set[Path]) -> None:
-        shm |= _shm_regions(group_members(pgid))
+        shm |= shm_regions(group_members(pgid))
         signal_group(pgid, signal.SIGKILL)
 
     def __enter__(self) -> TritonServer:

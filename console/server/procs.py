@@ -1,10 +1,14 @@
-"""Processes as /proc shows them: process groups, arguments, parents, signals."""
+"""Processes as /proc shows them: process groups, arguments, parents, signals, shared memory."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+SHM_PREFIX = "/dev/shm/triton_python_backend_shm_region_"  # the Python backend's shared memory
 
 
 def group_members(pgid: int) -> list[int]:
@@ -54,4 +58,26 @@ def group_exists(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def shm_regions(pids: Iterable[int]) -> set[Path]:
+    """Python-backend shared-memory files mapped by ``pids`` (removed after a kill)."""
+    regions = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for line in Path("/proc", str(pid), "maps").read_text().splitlines():
+                fields = line.split(maxsplit=5)
+                path = fields[5] if len(fields) == 6 else ""
+                if path.startswith(SHM_PREFIX) and not path.endswith("(deleted)"):
+                    regions.add(Path(path))
+    return regions
+
+
+def poll_until(done: Callable[[], bool], deadline: float, interval: float = 0.05) -> bool:
+    """Call ``done`` until it is true or ``deadline`` (monotonic) passes; its last answer."""
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
     return True

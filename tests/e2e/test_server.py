@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from console import doctor, server
 from console.cli import main
-from console.server import ServerError, TritonServer, locate, process
+from console.server import ServerError, TritonServer, locate, procs
 from console.server.process import group_members
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def test_stop_without_grace_kills_the_group(echo_repo: Path) -> None:
     pgid = srv.pid
     members = group_members(pgid)
     assert len(members) >= 2  # tritonserver + the echo model's stub
-    shm = process._shm_regions(members)
+    shm = procs.shm_regions(members)
     assert shm, "the Python backend maps a /dev/shm region"
     assert srv.stop(grace=0) == -signal.SIGKILL
     assert_group_gone(pgid)

@@ -218,3 +218,14 @@ def test_headless_serves_the_embedded_model(tmp_path: Path) -> None:
     proc = subprocess.run([*base, "--model", "mistral_7b", "--prompt", "x"], capture_output=True, text=True,
                           timeout=60, env=env, cwd=ROOT)
     assert proc.returncode == 1 and proc.stderr.startswith("error: model 'mistral_7b' is not an embedded sample")
+
+
+def test_each_prompt_reports_figures_ending_at_its_own_last_token(embedded_server) -> None:
+    quick = "<|im_start|>user\nReply with one word: yes.<|im_end|>\n<|im_start|>assistant\n"
+    typed = quick.replace("|", "\\|")  # the chat markers' bars are literal, not a prompt separator
+    result = cli("--prompt", f"{typed}|Once upon a time", "--url", embedded_server.grpc_url, "--max-tokens", "48",
+                 "--json")
+    early, late = json_lines(result)
+    assert (early["finish_reason"], late["finish_reason"]) == ("eos", "length"), (early, late)
+    assert early["request_latency_ms"] < late["request_latency_ms"]  # not the whole request's latency
+    assert early["output_token_throughput"] > early["output_tokens"] / (late["request_latency_ms"] / 1000)

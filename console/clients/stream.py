@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .call import Call
-from .errors import CANCEL_NOTE, CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
+from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
 from .interfaces import Interface, Outputs
 from .params import GenerationParams
@@ -82,20 +82,10 @@ class StreamCall(Call):
             client.async_stream_infer(self.model, inputs, request_id=self.request_id,
                                       enable_empty_final_response=True)
             while True:
-                wait, deadline, which = self._wait_limit(t0, last)
-                try:
-                    item = self._queue.get(timeout=wait)
-                except queue.Empty:
-                    item = None
-                now = time.perf_counter()
-                if item is None:
-                    if self._cancel.is_set():
-                        yield Failure(f"cancelled after {now - t0:.1f} s; {CANCEL_NOTE}", CANCELLED, now - t0)
-                        return
-                    if wait is not None and now >= deadline:
-                        yield self._timed_out(which, now - t0)
-                        return
-                    continue
+                item, stopped = self._await(t0, last)
+                if stopped is not None:
+                    yield stopped
+                    return
                 at, result, error = item
                 if error is not None:
                     lost = last > t0  # a response had come: the server went away mid-stream
@@ -127,25 +117,6 @@ class StreamCall(Call):
         except queue.Empty:
             pass
         return None
-
-    def _wait_limit(self, t0: float, last: float) -> tuple[float | None, float, str]:
-        """(seconds to wait, deadline, which timeout) for the nearer of the two timeouts."""
-        limits = []
-        if self.timeouts.network is not None:
-            limits.append((t0 + self.timeouts.network, TIMEOUT))
-        if self.timeouts.idle is not None:
-            limits.append((last + self.timeouts.idle, IDLE_TIMEOUT))
-        if not limits:
-            return None, 0.0, ""
-        deadline, kind = min(limits)
-        return max(deadline - time.perf_counter(), 0.0), deadline, kind
-
-    def _timed_out(self, kind: str, elapsed: float) -> Failure:
-        if kind == IDLE_TIMEOUT:
-            message = f"stream idle timeout: no response from {self.model} for {self.timeouts.idle:g} s"
-        else:
-            message = f"network timeout: {self.model} did not finish within {self.timeouts.network:g} s"
-        return Failure(f"{message}; {CANCEL_NOTE}", kind, elapsed)
 
     def _replies(self, info: ModelInfo, collected: _Collected, latency: float) -> Iterator[Reply]:
         for i, prompt in enumerate(self.prompts):

@@ -144,8 +144,7 @@ def prepare(endpoint: Endpoint, settings: Settings, prompts: Sequence[str], hist
     t0 = time.perf_counter()
     url, protocol = endpoint.url(settings.mode, settings.protocol)
     openai = protocol == OPENAI
-    info = info or (OpenAIServer(url).model_info(settings.model) if openai else model_info(url, settings.model,
-                                                                                           protocol))
+    info = info or read_info(endpoint, settings)
     interface = interface_of(info)
     if settings.mode != "stream":
         info.check_batch("use stream mode")
@@ -171,6 +170,14 @@ def prepare(endpoint: Endpoint, settings: Settings, prompts: Sequence[str], hist
     else:
         call = generate(url, info, sent, params, timeouts)
     return Prepared(info, sent, call, interface.ignored(settings.params), time.perf_counter() - t0)
+
+
+def read_info(endpoint: Endpoint, settings: Settings) -> ModelInfo:
+    """The model's config from the server: Triton's model config, or an OpenAI-compatible server's model list."""
+    url, protocol = endpoint.url(settings.mode, settings.protocol)
+    if protocol == OPENAI:
+        return OpenAIServer(url).model_info(settings.model)
+    return model_info(url, settings.model, protocol)
 
 
 def default_model(endpoint: Endpoint, mode: str) -> str:

@@ -161,11 +161,17 @@ class OpenAIServer:
             return False
         return True
 
-    def model_states(self) -> dict[str, tuple[str, str]]:
-        """Every listed model is ready (the API knows no other state); OSError when the server does not answer."""
+    def model_states(self, timeout: float = 2.0) -> dict[str, tuple[str, str]] | None:
+        """Every listed model is ready (the API knows no other state); OSError when the server does not answer.
+
+        None when it accepts the connection but does not list in time: a server that answers one request at a
+        time (llama.cpp's) lists its models only between generations.
+        """
         try:
-            return {name: ("READY", "") for name in self.models()}
+            return {name: ("READY", "") for name in self.models(timeout)}
         except ClientError as exc:
+            if exc.kind == TIMEOUT:
+                return None
             raise OSError(str(exc)) from None
 
     def model_info(self, name: str = "") -> ModelInfo:

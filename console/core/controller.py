@@ -259,6 +259,8 @@ class ServerController:
                 return self._set(phase="unreachable", message=f"{snap.server_name} at {handle.http_url} does not "
                                                               f"answer: {exc}")
             return snap
+        if states is None:  # busy generating: nothing new to say
+            return snap
         ready = frozenset(n for n, (state, _) in states.items() if state == "READY")
         if server is not None:
             self._watch_stubs(server, handle, ready)

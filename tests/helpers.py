@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,6 +25,14 @@ def wait_for_log(server, needle: str, timeout: float = 30.0, before: Collection[
         fresh = [line for line in server.log_tail(500) if needle in line and line not in before]
         if fresh or time.monotonic() >= deadline:
             return fresh[-1] if fresh else None
+        time.sleep(0.05)
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
 
 

@@ -52,8 +52,9 @@ def esc(text: str) -> str:
 
 
 def md(text: str) -> str:
-    """Text for a Markdown panel that shows it literally (neither Markdown nor HTML is interpreted)."""
-    return html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
+    """Text for a Markdown panel that shows it literally (neither Markdown nor HTML is interpreted; a URL is
+    no autolink, whose escapes would show)."""
+    return html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False).replace("://", "&#58;//")
 
 
 def _label(index: int, count: int) -> str:

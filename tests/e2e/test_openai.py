@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import openai
 import pytest
 from click.testing import CliRunner, Result
-from helpers import LLAMA_MODEL
+from helpers import LLAMA_MODEL, wait_until
 from tui_pilot import SIZE, run, table_rows, until
 
 from console.cli import main
@@ -46,13 +45,6 @@ def direct(server, max_tokens: int, prompt: str | None = None, messages: list | 
         return answer.choices[0].message.content
     return client.completions.create(model=LLAMA_MODEL, prompt=prompt, max_tokens=max_tokens,
                                      temperature=0).choices[0].text
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 # --------------------------------------------------------------------------- headless
@@ -119,7 +111,7 @@ def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) ->
     rest = list(events)
     assert isinstance(rest[-1], Failure) and rest[-1].kind == CANCELLED, rest[-1]
     assert "connection closed" in rest[-1].message
-    wait_for(lambda: llama_server.text().count("Disconnected from client") > gone, 10,
+    wait_until(lambda: llama_server.text().count("Disconnected from client") > gone, 10,
              "llama.cpp's server to notice the client went away")
     # it serves one request at a time: had it gone on with 1,500 tokens, this one would wait for them
     short = prepare(endpoint, Settings(LLAMA_MODEL, params=GenerationParams(max_tokens=4, temperature=0)),
@@ -148,11 +140,11 @@ def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
     waiting = iter(queued)
     try:
         threading.Thread(target=lambda: list(waiting), daemon=True).start()
-        wait_for(lambda: queued._stream is not None, 10, "the queued request's response headers")
+        wait_until(lambda: queued._stream is not None, 10, "the queued request's response headers")
         port = queued._stream.response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
         assert established(port)
         queued.cancel()
-        wait_for(lambda: not established(port), 2, "the queued request's connection to close")
+        wait_until(lambda: not established(port), 2, "the queued request's connection to close")
         assert isinstance(next(first), TextDelta)  # the other request still streams
     finally:
         running.cancel()

@@ -205,9 +205,10 @@ def export_artifacts(directory: Path, force: bool) -> None:
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
-@click.option("--url", required=True, help="host:port of the server's HTTP endpoint.")
+@click.option("--url", required=True,
+              help="host:port of the server's HTTP endpoint, or an OpenAI-compatible server's http://host:port/v1.")
 def models(url: str) -> None:
-    """List the models a running tritonserver serves: state, interface, modes, type, ignored controls."""
+    """List the models a running server serves: state, interface, modes, type, ignored controls."""
     from console.served import format_models, served_models
 
     try:

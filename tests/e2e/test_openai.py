@@ -85,6 +85,11 @@ def test_batch_mode_counts_tokens_from_usage_and_says_what_is_not_sent(llama_ser
     assert echoed.exit_code == 0 and echoed.stdout.startswith("My name is" + row["text"])
     generate = cli("--prompt", "hi", "--url", llama_server.base_url, "--mode", "generate")
     assert generate.exit_code == 1 and "generate mode is Triton's" in generate.stderr
+    listed = cli("models", "--url", llama_server.base_url)
+    lines = listed.stdout.splitlines()
+    assert listed.exit_code == 0 and lines[0] == f"OpenAI-compatible server at {llama_server.base_url}"
+    assert lines[2].split() == [LLAMA_MODEL, "READY", "openai", "stream+batch", "-",
+                                                     "repetition_penalty"]
 
 
 def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:

@@ -97,9 +97,9 @@ def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:
                "--timeout", "0.5")
     assert slow.exit_code == 1
     assert f"error: network timeout: {LLAMA_MODEL} did not finish within 0.5 s; connection closed" in slow.stderr
-    # llama.cpp answers one request at a time: the second prompt waits silently while the first streams
-    idle = cli("--prompt", "Count from 1 to 1000: 1, 2, 3,|Hi", "--url", llama_server.base_url, "--max-tokens", "300",
-               "--temperature", "0", "--idle-timeout", "0.5")
+    # llama.cpp answers one request at a time: one prompt waits silently while the other streams (both long)
+    idle = cli("--prompt", "Count from 1 to 1000: 1, 2, 3,|Count down from 1000: 1000, 999, 998,", "--url",
+               llama_server.base_url, "--max-tokens", "300", "--temperature", "0", "--idle-timeout", "0.5")
     assert idle.exit_code == 1
     assert f"error: stream idle timeout: no response from {LLAMA_MODEL} for 0.5 s" in idle.stderr
     assert "unreachable" not in llama_server.text().lower()

@@ -35,6 +35,7 @@ def test_connect_by_v1_url_and_chat_through_the_servers_template(web: Web, llama
     page.locator("#qc-connect").click()
     status = web.wait_text("#qc-status", "connected", "OpenAI")
     assert llama_server.base_url in status and "gRPC" not in status
+    web.wait_text("#qc-models", LLAMA_MODEL)
     assert web.table("#qc-models")[0][:3] == [LLAMA_MODEL, "READY", "openai"]
     assert "its log is where it runs" in page.locator("#qc-log textarea").input_value()
     web.tab("Chat")

@@ -107,7 +107,7 @@ def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:
 
 def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) -> None:
     endpoint = Endpoint.at(llama_server.base_url)
-    settings = Settings(LLAMA_MODEL, params=GenerationParams(max_tokens=1500, temperature=0))
+    settings = Settings(LLAMA_MODEL, params=GenerationParams(max_tokens=1900, temperature=0))  # ~15 s at best
     call = prepare(endpoint, settings, ["Count from 1 to 1000: 1, 2, 3,"]).call
     gone = llama_server.text().count("Disconnected from client")
     events = iter(call)
@@ -118,10 +118,10 @@ def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) ->
     assert "connection closed" in rest[-1].message
     wait_until(lambda: llama_server.text().count("Disconnected from client") > gone, 10,
              "llama.cpp's server to notice the client went away")
-    # it serves one request at a time: had it gone on with 1,500 tokens, this one would wait for them
+    # it serves one request at a time: had it gone on with its 1,900 tokens, this one would wait for them
     short = prepare(endpoint, Settings(LLAMA_MODEL, params=GenerationParams(max_tokens=4, temperature=0)),
                     ["Hi"]).call.replies()
-    assert short[0].stats.time_to_first_token < 2.0, short[0].stats
+    assert short[0].stats.time_to_first_token < 10.0, short[0].stats
 
 
 def established(port: int) -> bool:
@@ -149,7 +149,7 @@ def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
         port = queued._stream.response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
         assert established(port)
         queued.cancel()
-        wait_until(lambda: not established(port), 2, "the queued request's connection to close")
+        wait_until(lambda: not established(port), 10, "the queued request's connection to close")
         assert isinstance(next(first), TextDelta)  # the other request still streams
     finally:
         running.cancel()

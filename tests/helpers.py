@@ -56,9 +56,14 @@ def marked_servers(mark: str) -> list[tuple[int, str]]:
 
 class LlamaServer:
     """llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``) on the embedded GGUF, on a free
-    loopback port; its output goes to ``log`` (it names every client that went away)."""
+    loopback port; its output goes to ``log`` (it names every client that went away).
 
-    def __init__(self, log: Path, threads: int = 2) -> None:
+    One thread by default: llama.cpp's threads spin while they wait for each other, and on two cores shared
+    with other work two of them slow down many times over (measured: inter-token latency 30-200 ms instead
+    of ~8 ms).
+    """
+
+    def __init__(self, log: Path, threads: int = 1) -> None:
         from console.server import free_port
 
         self.log, self.threads = log, threads

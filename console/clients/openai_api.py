@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import threading
+import urllib.error
 import urllib.parse
-from dataclasses import dataclass
+import urllib.request
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CONNECTION, SERVER, TIMEOUT, ClientError
@@ -133,6 +135,7 @@ class OpenAIServer:
     """An OpenAI-compatible server at ``base`` (``http://host:port/v1``): its models, read on demand."""
 
     base: str
+    listed: dict[str, tuple[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def at(cls, url: str) -> OpenAIServer:
@@ -161,18 +164,31 @@ class OpenAIServer:
             return False
         return True
 
-    def model_states(self, timeout: float = 2.0) -> dict[str, tuple[str, str]] | None:
-        """Every listed model is ready (the API knows no other state); OSError when the server does not answer.
+    def model_states(self, timeout: float = 2.0) -> dict[str, tuple[str, str]]:
+        """Every model listed once is ready (the API knows no other state) while the server answers HTTP;
+        OSError when it does not.
 
-        None when it accepts the connection but does not list in time: a server that answers one request at a
-        time (llama.cpp's) lists its models only between generations.
+        The models are listed once only: a listing is a request, and llama.cpp's server (by default) cuts
+        the stream in flight short for a new request; it also lists only between generations.
         """
+        if not self.listed:
+            try:
+                self.listed.update({name: ("READY", "") for name in self.models(timeout)})
+            except ClientError as exc:
+                raise OSError(str(exc)) from None
+            return dict(self.listed)
+        self.probe(timeout)
+        return dict(self.listed)
+
+    def probe(self, timeout: float = 2.0) -> None:
+        """Any HTTP answer to ``GET /health`` (vLLM's; a 404 from others) shows the server is up; OSError if not."""
+        parts = urllib.parse.urlsplit(self.base)
         try:
-            return {name: ("READY", "") for name in self.models(timeout)}
-        except ClientError as exc:
-            if exc.kind == TIMEOUT:
-                return None
-            raise OSError(str(exc)) from None
+            with urllib.request.urlopen(urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/health", "", "")),
+                                        timeout=timeout):
+                pass
+        except urllib.error.HTTPError:
+            pass
 
     def model_info(self, name: str = "") -> ModelInfo:
         """The model ``name`` serves (empty: the first it lists); ClientError naming the served ones when absent."""

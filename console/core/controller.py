@@ -216,6 +216,7 @@ class ServerController:
 
     def _connect_openai(self, handle: OpenAIServer) -> Snapshot:
         served = handle.models(timeout=3.0)  # ClientError when nothing answers there
+        handle.listed.update({name: ("READY", "") for name in served})  # polls then only check it answers
         with self._lock:
             if self._snap.phase in BUSY or (self._server is not None and self._server.running):
                 raise ClientError("a tritonserver started here is running: stop it first")
@@ -258,8 +259,6 @@ class ServerController:
             if snap.phase != "unreachable":
                 return self._set(phase="unreachable", message=f"{snap.server_name} at {handle.http_url} does not "
                                                               f"answer: {exc}")
-            return snap
-        if states is None:  # busy generating: nothing new to say
             return snap
         ready = frozenset(n for n, (state, _) in states.items() if state == "READY")
         if server is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 from click.testing import CliRunner, Result
-from helpers import LLAMA_MODEL, wait_until
+from helpers import LLAMA_MODEL, LlamaServer, wait_until
 from tui_pilot import SIZE, run, table_rows, until
 
 from console.cli import main
@@ -154,6 +154,29 @@ def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
     finally:
         running.cancel()
         list(first)
+
+
+def test_the_controller_follows_the_server_without_listing_its_models_again(tmp_path: Path) -> None:
+    """A listing is a request: a llama.cpp server started with its defaults cuts the stream in flight short
+    for it, so polls only check that the server answers."""
+    from console.core.controller import ServerController
+
+    server = LlamaServer(tmp_path / "server.log")
+    server.start()
+    controller = ServerController()
+    try:
+        snap = controller.connect(server.base_url)
+        assert snap.phase == "connected" and snap.api == "openai" and set(snap.infos) == {LLAMA_MODEL}
+        listings = server.text().count("GET /v1/models")
+        for _ in range(3):
+            assert controller.poll().phase == "connected"
+        assert server.text().count("GET /v1/models") == listings
+        server.stop()
+        snap = controller.poll()
+        assert snap.phase == "unreachable" and "the OpenAI-compatible server" in snap.message
+    finally:
+        controller.stop()
+        server.stop()
 
 
 # --------------------------------------------------------------------------- the TUI

@@ -21,6 +21,7 @@ from .sampling import BadRequest, SamplingParams
 
 MAX_PROMPTS = 256
 CONTROLS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty", "min_tokens", "ignore_eos")
+INTEGERS = ("max_tokens", "top_k", "seed", "min_tokens")
 Read = Callable[[str], Optional[np.ndarray]]
 
 
@@ -80,11 +81,24 @@ def _sampling_parameters(read: Read) -> dict[str, Any]:
         raise BadRequest(f"sampling_parameters is not JSON: {exc}") from None
     if not isinstance(given, dict):
         raise BadRequest("sampling_parameters must be a JSON object")
-    out = {k: given[k] for k in CONTROLS if k in given}
+    out = {k: _number(k, given[k]) for k in CONTROLS if k in given}
     if "stop" in given:
         stop = given["stop"]
         out["stop"] = [stop] if isinstance(stop, str) else stop
     return out
+
+
+def _number(name: str, value: Any) -> Any:
+    """A JSON value as its control's type: genai-perf sends numbers as strings (``"max_tokens": "16"``)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if name == "ignore_eos" and text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text) if name in INTEGERS else float(text)
+    except ValueError:
+        return value  # SamplingParams names the bad value
 
 
 def read_inputs(read: Read) -> Inputs:

@@ -14,10 +14,10 @@ from typing import Any
 import click
 
 from console.bench.cli import bench_group
-from console.clients import ClientError
+from console.clients import APIS, OPENAI, ClientError, resolve_api
 from console.core.controller import ServerController
 from console.core.controls import click_options, params_from_options
-from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Endpoint, Settings
+from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Endpoint, Settings, default_model
 from console.doctor import format_rows, run_doctor
 from console.headless import Output
 from console.headless import run as run_headless
@@ -79,11 +79,15 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="stream: gRPC, token by token; batch: one inference response; generate: the HTTP "
                           "generate endpoint."),
         click.option("--model", default=None,
-                     help="Model name (default: smollm2_decoupled for stream, smollm2_kv otherwise). Causal models "
-                          "recompute every token: on a CPU they are slow (a 32-token answer by default)."),
+                     help="Model name (default: smollm2_decoupled for stream, smollm2_kv otherwise; an "
+                          "OpenAI-compatible server's first model). Causal models recompute every token: on a CPU "
+                          "they are slow (a 32-token answer by default)."),
         click.option("--url", default=None,
-                     help="host:port of a running server (HTTP or gRPC as the mode needs); without it the "
-                          "embedded model is served for the run."),
+                     help="host:port of a running tritonserver (HTTP or gRPC as the mode needs), or the base URL "
+                          "of an OpenAI-compatible server (http://host:port/v1); without it the embedded model is "
+                          "served for the run."),
+        click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
+                     help="What --url is: auto (a URL ending with /v1 is OpenAI-compatible), triton or openai."),
         click.option("--http-url", default=None, help="host:port of the server's HTTP endpoint."),
         click.option("--grpc-url", default=None, help="host:port of the server's gRPC endpoint."),
         click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,
@@ -110,11 +114,12 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def settings_from(values: dict[str, Any]) -> Settings:
-    """The request settings the headless options describe."""
+def settings_from(values: dict[str, Any], endpoint: Endpoint | None = None) -> Settings:
+    """The request settings the headless options describe (the model by default: the endpoint's)."""
     mode = values["mode"]
+    model = values["model"] or (default_model(endpoint, mode) if endpoint is not None else EMBEDDED_DEFAULTS[mode])
     return Settings(
-        values["model"] or EMBEDDED_DEFAULTS[mode], mode, values["protocol"], params_from_options(values),
+        model, mode, values["protocol"], params_from_options(values),
         values["timeout"], values["idle_timeout"] or None, chat=values["chat"] or bool(values["system"]),
         system=values["system"] or "", tokenizer=values["tokenizer"] or "", echo=values["echo"],
     )
@@ -122,20 +127,26 @@ def settings_from(values: dict[str, Any]) -> Settings:
 
 def endpoint_from(values: dict[str, Any]) -> Endpoint | None:
     """The running server the options name, or None (serve the embedded model)."""
+    url = values["url"] or values["http_url"]
+    if url and resolve_api(url, values["api"]) == OPENAI:
+        return Endpoint.at(url, OPENAI)
+    if values["api"] == OPENAI:
+        raise ClientError("--api openai needs --url (the server's base URL, http://host:port/v1)")
     http_url, grpc_url = values["http_url"] or values["url"], values["grpc_url"] or values["url"]
     return Endpoint(http_url, grpc_url) if http_url or grpc_url else None
 
 
 def _headless(values: dict[str, Any]) -> int:
     try:
-        settings = settings_from(values)
+        endpoint = endpoint_from(values)
+        settings = settings_from(values, endpoint)
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)
         return 1
     output = Output(json=values["json_"], echo=values["echo"], quiet=values["quiet"])
     try:
         with _signals_raise(signal.SIGTERM):
-            return run_headless(settings, values["prompt"], endpoint_from(values), output)
+            return run_headless(settings, values["prompt"], endpoint, output)
     except _Terminated:
         return 143
 
@@ -154,7 +165,8 @@ def main(ctx: click.Context, **values: Any) -> None:
     if ctx.invoked_subcommand is not None:
         return
     if values["prompt"] is None and sys.stdin.isatty() and sys.stdout.isatty():
-        ctx.invoke(tui, http_url=values["http_url"], grpc_url=values["grpc_url"])
+        openai_url = values["url"] if values["url"] and resolve_api(values["url"], values["api"]) == OPENAI else None
+        ctx.invoke(tui, http_url=values["http_url"] or openai_url, grpc_url=values["grpc_url"], api=values["api"])
         return
     if values["prompt"] is None:  # the main job on the embedded default: without a terminal, a chat answer
         values.update(prompt=DEFAULT_PROMPT, chat=True)
@@ -195,9 +207,10 @@ def export_artifacts(directory: Path, force: bool) -> None:
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
-@click.option("--url", required=True, help="host:port of the server's HTTP endpoint.")
+@click.option("--url", required=True,
+              help="host:port of the server's HTTP endpoint, or an OpenAI-compatible server's http://host:port/v1.")
 def models(url: str) -> None:
-    """List the models a running tritonserver serves: state, interface, modes, type, ignored controls."""
+    """List the models a running server serves: state, interface, modes, type, ignored controls."""
     from console.served import format_models, served_models
 
     try:

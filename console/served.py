@@ -1,11 +1,13 @@
-"""``qaic-console models --url HOST:PORT``: what a running tritonserver serves, and how the console speaks to each."""
+"""``qaic-console models --url HOST:PORT``: what a running tritonserver (or an OpenAI-compatible server, by its
+``/v1`` URL) serves, and how the console speaks to each."""
 
 from __future__ import annotations
 
 import urllib.error
 from dataclasses import dataclass
 
-from console.clients import ClientError, info_from_config, interface_of, normalize_url
+from console.clients import ClientError, info_from_config, interface_of, is_openai_url, normalize_url, openai_info
+from console.clients.openai_api import OpenAIServer
 from console.server import ServerHandle
 
 
@@ -39,8 +41,22 @@ def describe(handle: ServerHandle, name: str, state: str, reason: str) -> Served
                        ", ".join(interface.ignored()) or "-")
 
 
+def openai_models(url: str) -> tuple[str, list[ServedModel]]:
+    """(the server's line, every model ``/v1/models`` lists); ClientError when it does not answer."""
+    server = OpenAIServer.at(url)
+    rows = []
+    for name in server.models():
+        info = openai_info(name)
+        interface = interface_of(info)
+        rows.append(ServedModel(name, "READY", interface.name, "+".join(info.modes), "-",
+                                ", ".join(interface.ignored()) or "-"))
+    return f"OpenAI-compatible server at {server.base}", rows
+
+
 def served_models(url: str) -> tuple[str, list[ServedModel]]:
     """(the server's version line, every model of its repository); ClientError when it does not answer."""
+    if is_openai_url(url):
+        return openai_models(url)
     handle = ServerHandle(normalize_url(url))
     try:
         version = handle.describe_version()

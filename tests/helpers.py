@@ -6,13 +6,16 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import time
-from collections.abc import Collection
+import urllib.request
+from collections.abc import Callable, Collection
 from functools import lru_cache
 from pathlib import Path
 
 SESSION_MARK = "QAIC_TEST_SESSION"
-SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py")
+SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server")
+LLAMA_MODEL = "smollm2-gguf"  # the alias the llama.cpp server lists the embedded GGUF under
 
 
 def wait_for_log(server, needle: str, timeout: float = 30.0, before: Collection[str] = ()) -> str | None:
@@ -22,6 +25,14 @@ def wait_for_log(server, needle: str, timeout: float = 30.0, before: Collection[
         fresh = [line for line in server.log_tail(500) if needle in line and line not in before]
         if fresh or time.monotonic() >= deadline:
             return fresh[-1] if fresh else None
+        time.sleep(0.05)
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
 
 
@@ -41,6 +52,71 @@ def marked_servers(mark: str) -> list[tuple[int, str]]:
         if state != "Z" and marked and any(name in cmdline for name in SERVER_NAMES):
             found.append((int(entry), cmdline[:160]))
     return found
+
+
+class LlamaServer:
+    """llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``) on the embedded GGUF, on a free
+    loopback port; its output goes to ``log`` (it names every client that went away).
+
+    One thread by default: llama.cpp's threads spin while they wait for each other, and on two cores shared
+    with other work two of them slow down many times over (measured: inter-token latency 30-200 ms instead
+    of ~8 ms).
+    """
+
+    def __init__(self, log: Path, threads: int = 1) -> None:
+        from console.server import free_port
+
+        self.log, self.threads = log, threads
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        from backend_model.models import embedded_gguf
+
+        # interrupt_requests off: by default a new request cuts the stream in flight short (a|b, load levels)
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf()), "--model_alias",
+                LLAMA_MODEL, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "2048",
+                "--n_threads", str(self.threads), "--interrupt_requests", "False"]
+
+    def start(self, timeout: float = 120.0) -> None:
+        """Start it and wait until ``/v1/models`` answers; fails with the log's tail when it does not."""
+        import pytest
+
+        try:
+            import llama_cpp.server  # noqa: F401
+        except ImportError:
+            pytest.fail("llama-cpp-python[server] is not installed: scripts/setup.sh --test installs it (the test "
+                        "extra)")
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        tail = self.text()[-2000:]
+        self.stop()
+        pytest.fail(f"llama.cpp's server did not answer at {self.base_url}:\n{tail}")
+
+    def text(self) -> str:
+        """What the server printed so far."""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(15)
+        self.process = None
 
 
 @lru_cache(maxsize=1)

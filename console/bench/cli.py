@@ -1,21 +1,28 @@
-"""``qaic-console bench``: load a server (sweeps, exports, plots), ``bench compare``, ``bench report``."""
+"""``qaic-console bench``: load a server (sweeps, exports, plots), servers side by side, ``bench compare``,
+``bench report``.
+
+Several ``--url`` spread one load round-robin over servers of one kind; each ``--compare-url`` is another
+server (Triton or OpenAI-compatible) loaded with the same requests at each level, reported beside the
+first with ratios.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from console.clients import ClientError, model_info
+from console.clients import APIS, ClientError
 from console.core.controls import click_options, params_from_options
-from console.core.request import Endpoint, Settings
+from console.core.request import Endpoint, Settings, default_model, read_info
 from console.server.embedded import EMBEDDED_DEFAULTS
 
-from .load import DISTRIBUTIONS, MODES, Runner, Target
+from .load import DISTRIBUTIONS, MODES, LevelResult, Runner, Target
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -51,6 +58,25 @@ def _err(message: str) -> None:
     click.echo(message, err=True)
 
 
+MIXED_KINDS = ("the --url values name servers of different kinds (Triton and OpenAI-compatible): several --url "
+               "spread one load round-robin over servers of one kind; put another server beside the first with "
+               "--compare-url")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One server of a run: its name in the tables, the target loaded, the URLs given for it."""
+
+    name: str
+    target: Target
+    urls: tuple[str, ...]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        endpoint = self.target.endpoints[0]
+        return {"name": self.name, "api": endpoint.api, "model": self.target.model, "urls": list(self.urls)}
+
+
 class BenchRun:
     """One ``bench`` invocation: resolve the target, run the levels, print and write the results."""
 
@@ -79,19 +105,31 @@ class BenchRun:
                                 self.o["output_tokens_mean"], self.o["output_tokens_stddev"],
                                 self.o["seed"], tokenizer)
 
-    def target(self, urls: tuple[str, ...]) -> Target:
+    def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto") -> Target:
+        """The load on ``urls`` (round-robin; one kind of server) for ``model`` (default: the server's)."""
         mode = self.o["mode"]
         params = params_from_options(self.o)
         if params.temperature:  # sampling: seeded like the prompts
             params = params.replace(seed=self.o["seed"])
-        settings = Settings(self.o["model"] or EMBEDDED_DEFAULTS[mode], mode, self.o["protocol"], params,
+        endpoints = tuple(Endpoint.at(url, api) for url in urls)
+        if len({e.api for e in endpoints}) > 1:
+            raise ClientError(MIXED_KINDS)
+        settings = Settings(model or default_model(endpoints[0], mode), mode, self.o["protocol"], params,
                             self.o["timeout"], self.o["idle_timeout"] or None)
-        endpoints = tuple(Endpoint(url, url) for url in urls)
-        url, protocol = endpoints[0].url(mode, settings.protocol)
-        info = model_info(url, settings.model, protocol)
+        info = read_info(endpoints[0], settings)
         if mode != "stream":
             info.check_batch("use --mode stream")
         return Target(settings, info, endpoints)
+
+    def sides(self, urls: tuple[str, ...]) -> list[Side]:
+        """The servers of the run: the ``--url`` load, then one per ``--compare-url`` (each its own kind)."""
+        targets = [(self.target(urls, self.o["model"], self.o["api"]), urls)]
+        for url in self.o["compare_url"]:
+            targets.append((self.target((url,), self.o["compare_model"]), (url,)))
+        names = [f"{t.endpoints[0].kind} {t.model}" for t, _ in targets]
+        if len(set(names)) < len(names):
+            names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
+        return [Side(name, target, given) for name, (target, given) in zip(names, targets)]
 
     def config(self, target: Target, urls: tuple[str, ...]) -> dict[str, Any]:
         keys = ("concurrency", "request_rate", "request_distribution", "requests", "duration", "warmup",
@@ -106,34 +144,60 @@ class BenchRun:
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
     def execute(self, urls: tuple[str, ...]) -> int:
-        from .display import ProgressBar, levels_table
-        from .results import build_document, summarize
+        from .display import ProgressBar
+        from .results import build_document, side_by_side, summarize
 
         levels = self.levels()
-        target = self.target(urls)
-        runner = Runner(target, self.requests(target.info.embedded))
-        if self.o["warmup"]:
-            first = levels[0][0] or 1
-            self.progress(f"warm-up: {self.o['warmup']} requests ...")
-            runner.run(concurrency=min(first, self.o["warmup"]), count=self.o["warmup"])
-        done = []
+        sides = self.sides(urls)
+        embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
+        runners = [Runner(side.target, self.requests(embedded)) for side in sides]
+        for side, runner in zip(sides, runners):
+            if self.o["warmup"]:
+                self.progress(f"warm-up: {self.o['warmup']} requests" + (f" to {side.name}" if len(sides) > 1
+                                                                          else "") + " ...")
+                runner.run(concurrency=min(levels[0][0] or 1, self.o["warmup"]), count=self.o["warmup"])
+        done: list[list[tuple[LevelResult, dict[str, Any]]]] = [[] for _ in sides]
         for concurrency, rate in levels:
-            label = f"c={concurrency}" if concurrency else f"rate={rate:g}/s"
-            count = self.o["requests"] or (None if self.o["duration"] else max(8, 4 * (concurrency or 1)))
-            bar = ProgressBar(label, sys.stderr, count, self.o["duration"], live=None if not self.quiet else False)
-            level = runner.run(concurrency, rate, count, self.o["duration"], None if self.quiet else bar,
-                               self.o["request_distribution"], self.o["seed"])
-            if not self.quiet:
-                bar.close()
-            done.append((level, summarize(level, target.mode)))
-        document = build_document(self.config(target, urls), done)
-        summaries = [s for _, s in done]
-        if self.o["json_"]:
-            click.echo(json.dumps({"config": document["config"], "levels": summaries}, indent=2))
-        else:
-            click.echo(levels_table(summaries))
+            for side, runner, results in zip(sides, runners, done):
+                label = (f"c={concurrency}" if concurrency else f"rate={rate:g}/s") + (
+                    f" {side.name}" if len(sides) > 1 else "")
+                count = self.o["requests"] or (None if self.o["duration"] else max(8, 4 * (concurrency or 1)))
+                bar = ProgressBar(label, sys.stderr, count, self.o["duration"],
+                                  live=None if not self.quiet else False)
+                level = runner.run(concurrency, rate, count, self.o["duration"], None if self.quiet else bar,
+                                   self.o["request_distribution"], self.o["seed"])
+                if not self.quiet:
+                    bar.close()
+                results.append((level, summarize(level, side.target.mode)))
+        document = build_document(self.config(sides[0].target, urls), done[0])
+        if len(sides) > 1:
+            side_by_side(document, [(side.config, results) for side, results in zip(sides, done)])
+        self.show(document, done)
         self.write(document)
-        return 1 if any(s["error_count"] for s in summaries) else 0
+        return 1 if any(s["error_count"] for results in done for _, s in results) else 0
+
+    def show(self, document: dict[str, Any], done: list[list[tuple[LevelResult, dict[str, Any]]]]) -> None:
+        """The level tables on stdout (JSON with --json); several servers: each one's, then side by side."""
+        from .display import compare_table, levels_table
+
+        targets = document.get("targets")
+        summaries = [[s for _, s in results] for results in done]
+        if self.o["json_"]:
+            extra = {} if not targets else {
+                "targets": [{**{k: v for k, v in t.items() if k != "levels"}, "levels": levels}
+                            for t, levels in zip(targets, summaries)],
+                "comparison": document["comparison"]}
+            click.echo(json.dumps({"config": document["config"], "levels": summaries[0], **extra}, indent=2))
+            return
+        if not targets:
+            click.echo(levels_table(summaries[0]))
+            return
+        names = [t["name"] for t in targets]
+        for target, levels in zip(targets, summaries):
+            click.echo(f"{target['name']} ({', '.join(target['urls'])})")
+            click.echo(levels_table(levels) + "\n")
+        click.echo(f"side by side (ratios to {names[0]})")
+        click.echo(compare_table(document["comparison"], names))
 
     def write(self, document: dict[str, Any]) -> None:
         from .plots import have_matplotlib, write_plots
@@ -161,6 +225,8 @@ def _run(options: dict[str, Any]) -> int:
     try:
         bench.levels()  # bad options fail before any server starts
         plot_formats(options["plots"])
+        if options["api"] == "openai" and not options["url"]:
+            raise ClientError("--api openai needs --url (the server's base URL, http://host:port/v1)")
         if options["url"]:
             return bench.execute(tuple(options["url"]))
         model = options["model"] or EMBEDDED_DEFAULTS[options["mode"]]
@@ -181,9 +247,19 @@ def _run(options: dict[str, Any]) -> int:
 
 @click.group(name="bench", invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
 @click.option("--url", multiple=True,
-              help="host:port of a running server (gRPC for stream, HTTP for batch); repeat to spread the load "
-                   "round-robin. Without it the embedded model is served for the run.")
-@click.option("--model", default=None, help="Model (default: smollm2_decoupled for stream, smollm2_kv for batch).")
+              help="host:port of a running tritonserver (gRPC for stream, HTTP for batch), or an OpenAI-compatible "
+                   "server's base URL (http://host:port/v1); repeat to spread the load round-robin over servers of "
+                   "one kind. Without it the embedded model is served for the run.")
+@click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
+              help="What --url is: auto (a URL ending with /v1 is OpenAI-compatible), triton or openai.")
+@click.option("--compare-url", multiple=True,
+              help="Another server (Triton host:port or http://host:port/v1) loaded with the same requests at each "
+                   "level and reported beside the first, with ratios (repeatable).")
+@click.option("--compare-model", default=None,
+              help="Model of the --compare-url servers (default: each server's own default: an OpenAI-compatible "
+                   "server's first model, Triton's embedded sample).")
+@click.option("--model", default=None, help="Model (default: smollm2_decoupled for stream, smollm2_kv for batch; "
+                                            "an OpenAI-compatible server's first model).")
 @click.option("--mode", type=click.Choice(MODES), default="stream", show_default=True,
               help="stream: gRPC decoupled, one response per step; batch: one response per request.")
 @click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,

@@ -3,7 +3,8 @@
 A level is a fixed concurrency (that many clients, each sending its next request when the last one
 finished) or a request rate (requests sent on a schedule, constant or Poisson, whatever is in
 flight), for a request count or a duration (in-flight requests then finish and count). Requests go
-round-robin over the given URLs. Every request ends in exactly one :class:`RequestRecord`.
+round-robin over the given URLs (servers of one kind: Triton, or OpenAI-compatible). Every request ends in
+exactly one :class:`RequestRecord`.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class RequestRecord:
                                   "end_ms": round(self.end * 1000, 3)}
         stats = self.stats.as_dict() if self.stats else {}
         for key in ("time_to_first_token_ms", "inter_token_latency_ms", "request_latency_ms",
-                    "input_tokens", "output_tokens"):
+                    "input_tokens", "output_tokens", "output_tokens_source"):
             out[key] = stats.get(key)
         out.update(finish_reason=self.finish_reason, error=self.error, error_kind=self.error_kind)
         return out

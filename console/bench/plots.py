@@ -11,7 +11,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from .results import HEADLINE, level_key, value
+from .results import HEADLINE, level_key, runs_of, value
 
 FORMATS = ("png", "html")
 
@@ -43,16 +43,20 @@ def throughput_figure(document: dict[str, Any]) -> Any:
     """Output tokens/s and requests/s against the load, each on its own plot."""
     import matplotlib.pyplot as plt
 
-    levels = document["levels"]
-    xs, label = _x(levels)
+    runs = runs_of(document)
+    xs, label = _x(document["levels"])
     # two plots, one axis each: with requests of similar lengths the two curves have the same shape and
     # would lie on top of each other on twin axes
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.6), sharex=True)
-    tokens = [value(lv, "output_token_throughput") or 0.0 for lv in levels]
-    requests = [value(lv, "request_throughput") or 0.0 for lv in levels]
-    top.plot(xs, tokens, "o-", color="tab:blue")
+    for i, (name, levels) in enumerate(runs):  # several servers: one line each, in the same colour on both
+        colour = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")[i % 5] if name else None
+        tokens = [value(lv, "output_token_throughput") or 0.0 for lv in levels]
+        requests = [value(lv, "request_throughput") or 0.0 for lv in levels]
+        top.plot(xs, tokens, "o-", color=colour or "tab:blue", label=name)
+        bottom.plot(xs, requests, "s--", color=colour or "tab:orange", label=name)
+    if len(runs) > 1:
+        top.legend()
     top.set_ylabel("output tokens/s")
-    bottom.plot(xs, requests, "s--", color="tab:orange")
     bottom.set_ylabel("requests/s")
     bottom.set_xlabel(label)
     if label == "concurrency" and len(xs) > 1 and min(xs) > 0:
@@ -104,16 +108,28 @@ def write_png(document: dict[str, Any], out_dir: Path) -> list[Path]:
     return paths
 
 
-def _html_table(document: dict[str, Any]) -> str:
-    header = ["level", "requests", "errors", *(label for _, _, label in HEADLINE)]
-    rows = []
-    for lv in document["levels"]:
-        cells = [level_key(lv), lv["request_count"], lv["error_count"],
-                 *(value(lv, metric, stat) for metric, stat, _ in HEADLINE)]
-        rows.append("".join(f"<td>{'-' if c is None else html.escape(f'{c:g}' if isinstance(c, float) else str(c))}"
-                            "</td>" for c in cells))
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    cells = ("".join(f"<td>{'-' if c is None else html.escape(f'{c:g}' if isinstance(c, float) else str(c))}"
+                     "</td>" for c in row) for row in rows)
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    return f"<table><tr>{head}</tr>" + "".join(f"<tr>{r}</tr>" for r in rows) + "</table>"
+    return f"<table><tr>{head}</tr>" + "".join(f"<tr>{r}</tr>" for r in cells) + "</table>"
+
+
+def _html_table(document: dict[str, Any]) -> str:
+    """The level table (one per server, then the side-by-side comparison, for several servers)."""
+    header = ["level", "requests", "errors", *(label for _, _, label in HEADLINE)]
+    runs = runs_of(document)
+    parts = []
+    for name, levels in runs:
+        rows = [[level_key(lv), lv["request_count"], lv["error_count"],
+                 *(value(lv, metric, stat) for metric, stat, _ in HEADLINE)] for lv in levels]
+        parts.append((f"<h2>{html.escape(name)}</h2>" if name else "") + _table(header, rows))
+    if document.get("comparison"):
+        names = [str(name) for name, _ in runs]
+        rows = [[r["level"], r["metric"], *r["values"], *r["ratios"][1:]] for r in document["comparison"]]
+        parts.append(f"<h2>side by side (ratios to {html.escape(names[0])})</h2>" + _table(
+            ["level", "metric", *names, *(f"{n} / {names[0]}" for n in names[1:])], rows))
+    return "".join(parts)
 
 
 def write_html(document: dict[str, Any], out_dir: Path, pngs: list[Path]) -> Path:

@@ -4,6 +4,10 @@ A level's summary looks like genai-perf's ``profile_export_genai_perf.json``: on
 with its ``unit`` and ``avg``/``min``/``max``/``p50``/``p90``/``p99``; the throughputs
 (``output_token_throughput``, ``request_throughput``) are over the level's wall time and carry
 ``avg`` only. Streaming-only metrics (TTFT, ITL) are left out of batch runs.
+
+A run of several servers side by side keeps the first one's levels where a single run has them, and adds
+``targets`` (each server's name, kind, model, URLs and levels) and ``comparison`` (each headline figure per
+level, with its ratio to the first server's).
 """
 
 from __future__ import annotations
@@ -95,13 +99,29 @@ def value(level: dict[str, Any], metric: str, stat: str = "avg") -> float | None
     return entry.get(stat) if isinstance(entry, dict) else None
 
 
+def _levels(levels: list[tuple[LevelResult, dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [{**summary, "requests": [r.as_dict() for r in level.records]} for level, summary in levels]
+
+
 def build_document(config: dict[str, Any], levels: list[tuple[LevelResult, dict[str, Any]]]) -> dict[str, Any]:
     """The JSON export: the run's configuration, then per level its summary and its requests."""
-    return {
-        "schema": SCHEMA,
-        "config": config,
-        "levels": [{**summary, "requests": [r.as_dict() for r in level.records]} for level, summary in levels],
-    }
+    return {"schema": SCHEMA, "config": config, "levels": _levels(levels)}
+
+
+def side_by_side(document: dict[str, Any],
+                 targets: list[tuple[dict[str, Any], list[tuple[LevelResult, dict[str, Any]]]]]) -> dict[str, Any]:
+    """``document`` with every server's levels (``targets``: each one's config and results) and the comparison."""
+    document["targets"] = [{**config, "levels": _levels(levels)} for config, levels in targets]
+    document["comparison"] = compare(document["targets"])
+    return document
+
+
+def runs_of(document: dict[str, Any]) -> list[tuple[str | None, list[dict[str, Any]]]]:
+    """(server name, levels) of each server of a run; one unnamed entry for a run of one server."""
+    targets = document.get("targets")
+    if not targets:
+        return [(None, document["levels"])]
+    return [(t["name"], t["levels"]) for t in targets]
 
 
 def write_json(document: dict[str, Any], path: Path) -> Path:
@@ -121,9 +141,16 @@ def load_json(path: str | Path) -> dict[str, Any]:
 
 
 def summary_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """One flat row per level: ``time_to_first_token_p99_ms``, ``output_token_throughput`` ..."""
+    """One flat row per level (and server): ``time_to_first_token_p99_ms``, ``output_token_throughput`` ..."""
     rows = []
-    for level in document["levels"]:
+    for name, levels in runs_of(document):
+        rows += [{**({"target": name} if name is not None else {}), **row} for row in _summary_rows(levels)]
+    return rows
+
+
+def _summary_rows(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for level in levels:
         row: dict[str, Any] = {k: level.get(k) for k in ("concurrency", "request_rate", "request_count",
                                                           "error_count", "duration_s")}
         for name in (*DISTRIBUTIONS, "input_sequence_length"):
@@ -147,10 +174,19 @@ def _write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
 
 
 def write_csv(document: dict[str, Any], out_dir: Path) -> list[Path]:
-    """``bench_summary.csv`` (a row per level) and ``bench_requests.csv`` (a row per request)."""
-    requests = [{"level": level_key(level), **r} for level in document["levels"] for r in level["requests"]]
-    return [_write_csv(summary_rows(document), out_dir / "bench_summary.csv"),
-            _write_csv(requests, out_dir / "bench_requests.csv")]
+    """``bench_summary.csv`` (a row per level), ``bench_requests.csv`` (a row per request), with a ``target``
+    column for several servers, and then ``bench_comparison.csv`` (side by side, ratios to the first)."""
+    requests = [{**({"target": name} if name is not None else {}), "level": level_key(level), **r}
+                for name, levels in runs_of(document) for level in levels for r in level["requests"]]
+    paths = [_write_csv(summary_rows(document), out_dir / "bench_summary.csv"),
+             _write_csv(requests, out_dir / "bench_requests.csv")]
+    if document.get("comparison"):
+        names = [name for name, _ in runs_of(document)]
+        rows = [{"level": r["level"], "metric": r["metric"], **dict(zip(names, r["values"])),
+                 **{f"{n} / {names[0]}": ratio for n, ratio in zip(names[1:], r["ratios"][1:])}}
+                for r in document["comparison"]]
+        paths.append(_write_csv(rows, out_dir / "bench_comparison.csv"))
+    return paths
 
 
 def compare(documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""The only code that speaks tritonclient: streaming, batch and generate calls as event streams.
+"""The only code that speaks to servers: Triton (tritonclient: streaming, batch and generate calls) and
+OpenAI-compatible servers (the ``openai`` client: streamed or one answer), all as event streams.
 
 Typical use (any UI)::
 
@@ -39,12 +40,24 @@ from .events import (
     split_prompts,
 )
 from .interfaces import Interface, interface_of
+from .openai_api import APIS, OPENAI, TRITON, OpenAIServer, base_url, is_openai_url, openai_info, resolve_api
+from .openai_call import OpenAICall, openai_call
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .stats import aggregate, format_stats, live_stats, reply_stats
 from .stream import StreamCall, stream
 from .wire import info_from_config, model_info, normalize_url
 
 __all__ = [
+    "APIS",
+    "OPENAI",
+    "TRITON",
+    "OpenAICall",
+    "OpenAIServer",
+    "base_url",
+    "is_openai_url",
+    "openai_call",
+    "openai_info",
+    "resolve_api",
     "BAD_REQUEST",
     "BY_NAME",
     "CANCELLED",

@@ -12,13 +12,14 @@ import dataclasses
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .errors import CANCELLED, ClientError
+from .errors import CANCEL_NOTE, CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts, new_request_id
 from .interfaces import Interface, interface_of
 from .params import GenerationParams
+from .status import PROBE_AFTER, PROBE_EVERY
 from .wire import model_info, normalize_url
 
 
@@ -26,6 +27,7 @@ class Call:
     """One request to ``model`` (a name, or its :class:`ModelInfo` when already read) at ``url``."""
 
     protocol = "grpc"
+    cancel_note = CANCEL_NOTE  # what a cancel or a timeout did to the request
 
     def __init__(self, url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams,
                  timeouts: Timeouts) -> None:
@@ -105,6 +107,53 @@ class Call:
     def _request(self) -> Iterator[Event]:
         """The events of one request carrying all of this call's prompts."""
         raise NotImplementedError
+
+    # ---- waiting for what a request's reader queues (a stream's responses, chunks)
+
+    def _await(self, t0: float, last: float,
+               on_quiet: Callable[[], None] | None = None) -> tuple[Any, Failure | None]:
+        """(the next queued item, None), or (None, the Failure that ends the wait): a cancel, the network
+        timeout (from ``t0``) or the idle timeout (from ``last``, the latest response). ``on_quiet`` is
+        called when nothing came for PROBE_AFTER s (again every PROBE_EVERY s); it may raise ClientError."""
+        asked = t0
+        while True:
+            wait, deadline, which = self._wait_limit(t0, last)
+            if on_quiet is not None:
+                quiet = max(max(last + PROBE_AFTER, asked + PROBE_EVERY) - time.perf_counter(), 0.0)
+                wait = quiet if wait is None else min(wait, quiet)
+            try:
+                item = self._queue.get(timeout=wait)
+            except queue.Empty:
+                item = None
+            now = time.perf_counter()
+            if item is not None:
+                return item, None
+            if self._cancel.is_set():
+                return None, Failure(f"cancelled after {now - t0:.1f} s; {self.cancel_note}", CANCELLED, now - t0)
+            if which and now >= deadline:
+                return None, self._timed_out(which, now - t0)
+            if on_quiet is not None and now - last >= PROBE_AFTER and now - asked >= PROBE_EVERY:
+                asked = now
+                on_quiet()
+
+    def _wait_limit(self, t0: float, last: float) -> tuple[float | None, float, str]:
+        """(seconds to wait, deadline, which timeout) for the nearer of the two timeouts."""
+        limits = []
+        if self.timeouts.network is not None:
+            limits.append((t0 + self.timeouts.network, TIMEOUT))
+        if self.timeouts.idle is not None:
+            limits.append((last + self.timeouts.idle, IDLE_TIMEOUT))
+        if not limits:
+            return None, 0.0, ""
+        deadline, kind = min(limits)
+        return max(deadline - time.perf_counter(), 0.0), deadline, kind
+
+    def _timed_out(self, kind: str, elapsed: float) -> Failure:
+        if kind == IDLE_TIMEOUT:
+            message = f"stream idle timeout: no response from {self.model} for {self.timeouts.idle:g} s"
+        else:
+            message = f"network timeout: {self.model} did not finish within {self.timeouts.network:g} s"
+        return Failure(f"{message}; {self.cancel_note}", kind, elapsed)
 
     def replies(self) -> list[Reply]:
         """Run to the end; the replies in prompt order, or ClientError on failure."""

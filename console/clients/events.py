@@ -125,6 +125,7 @@ class ReplyStats:
     output_token_throughput: float | None  # output_tokens / request_latency
     input_tokens: int | None
     output_tokens: int | None
+    output_tokens_source: str = ""  # server (its count), usage (an OpenAI server's), chunks (text arrivals)
 
     @property
     def streamed(self) -> bool:

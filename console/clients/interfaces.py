@@ -12,6 +12,8 @@
   ``stop_words``, ``temperature``/``top_p`` FP32, ``top_k`` INT32, ``seed`` or ``random_seed`` UINT64,
   ... -> ``text_output``; one prompt per request, a leading batch dimension when max_batch_size > 0.
 * ``text`` — any model with one required STRING input and one STRING output.
+* ``openai`` — a model of an OpenAI-compatible server (:mod:`.openai_api`): the API's request fields,
+  one prompt per request.
 
 Only the inputs a model declares are sent, with the model's own datatypes;
 :meth:`Interface.ignored` names the set controls a model has no input for. A model that answers
@@ -28,6 +30,7 @@ from typing import Any
 
 from .errors import SERVER, ClientError
 from .events import ModelInfo, Tensor
+from .openai_api import EXTENSIONS, OPENAI
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .wire import output_list, tensor
 
@@ -265,7 +268,25 @@ class TextInterface(Interface):
         return next(t.name for t in self.info.outputs if _text(t))
 
 
-INTERFACES: tuple[type[Interface], ...] = (Interface, VllmInterface, TrtLlmInterface, TextInterface)
+class OpenAIInterface(Interface):
+    """A model of an OpenAI-compatible server: the declared inputs are the API's fields (see ``openai_api.FIELDS``)."""
+
+    name = OPENAI
+    batches_prompts = False
+    extra_outputs: dict[str, str] = {}
+
+    @classmethod
+    def matches(cls, info: ModelInfo) -> bool:
+        return info.backend == OPENAI
+
+    def body(self, params: GenerationParams) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the API's fields, the extensions such as ``top_k``) of the set controls."""
+        fields = {w.name: list(w.values) if w.many else w.values[0] for w in self.controls(params)}
+        extra = {k: fields.pop(k) for k in EXTENSIONS if k in fields}
+        return fields, extra
+
+
+INTERFACES: tuple[type[Interface], ...] = (OpenAIInterface, Interface, VllmInterface, TrtLlmInterface, TextInterface)
 
 
 def interface_of(info: ModelInfo) -> Interface:

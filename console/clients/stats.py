@@ -38,18 +38,21 @@ def reply_stats(
     output_tokens: int | None,
     input_tokens: int | None = None,
     streamed: bool = True,
+    source: str = "server",
 ) -> ReplyStats:
     """Figures of one reply from the times its text arrived and the time of the request's last response.
 
     ``arrivals``: seconds since the request was sent at which non-empty text came (streaming). A
     streamed prompt's latency ends at its own last text, not at the request's end: in an ``a|b``
     request one prompt may finish many steps before the other. A batch reply (``streamed=False``)
-    has the request latency only.
+    has the request latency only. ``source`` says who counted ``output_tokens`` (without a count, a
+    stream's text arrivals stand for its tokens: ``chunks``).
     """
     tokens = output_tokens if output_tokens is not None else (len(arrivals) if streamed else None)
+    source = source if output_tokens is not None else ("chunks" if streamed else "")
     if not streamed:
         throughput = tokens / latency if tokens is not None and latency > 0 else None
-        return ReplyStats(None, None, None, latency, throughput, input_tokens, tokens)
+        return ReplyStats(None, None, None, latency, throughput, input_tokens, tokens, source)
     end = arrivals[-1] if arrivals else latency
     ttft = arrivals[0] if arrivals else None
     itl = p90 = None
@@ -58,7 +61,7 @@ def reply_stats(
         gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
         p90 = percentile(gaps, 90) if gaps else itl
     throughput = tokens / end if tokens is not None and end > 0 else None
-    return ReplyStats(ttft, itl, p90, end, throughput, input_tokens, tokens)
+    return ReplyStats(ttft, itl, p90, end, throughput, input_tokens, tokens, source)
 
 
 def live_stats(arrivals: Sequence[float], now: float) -> ReplyStats:
@@ -93,7 +96,8 @@ def format_stats(stats: ReplyStats) -> str:
     """
     parts = []
     if stats.output_tokens is not None:
-        parts.append(f"{stats.output_tokens} tokens")
+        counted = " (counted as text chunks)" if stats.output_tokens_source == "chunks" else ""
+        parts.append(f"{stats.output_tokens} tokens{counted}")
     if stats.time_to_first_token is not None:
         parts.append(f"ttft {stats.time_to_first_token * 1000:.0f} ms")
     else:

@@ -15,12 +15,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .call import Call
-from .errors import CANCEL_NOTE, CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
+from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
 from .interfaces import Interface, Outputs
 from .params import GenerationParams
 from .stats import reply_stats
-from .status import PROBE_AFTER, PROBE_EVERY, lost_request, request_status
+from .status import lost_request, request_status
 from .wire import error_kind, error_message, is_final
 
 
@@ -82,30 +82,12 @@ class StreamCall(Call):
             t0 = last = time.perf_counter()
             client.async_stream_infer(self.model, inputs, request_id=self.request_id,
                                       enable_empty_final_response=True)
-            probes = info.decoupled and info.input("status_of") is not None  # the bundled backend can tell
-            asked = t0
+            quiet = self._ask_status if info.decoupled and info.input("status_of") is not None else None
             while True:
-                wait, deadline, which = self._wait_limit(t0, last)
-                if probes:
-                    quiet_until = max(last + PROBE_AFTER, asked + PROBE_EVERY) - time.perf_counter()
-                    wait = max(quiet_until, 0.0) if wait is None else min(wait, max(quiet_until, 0.0))
-                try:
-                    item = self._queue.get(timeout=wait)
-                except queue.Empty:
-                    item = None
-                now = time.perf_counter()
-                if item is None:
-                    if self._cancel.is_set():
-                        yield Failure(f"cancelled after {now - t0:.1f} s; {CANCEL_NOTE}", CANCELLED, now - t0)
-                        return
-                    if which and now >= deadline:
-                        yield self._timed_out(which, now - t0)
-                        return
-                    if probes and now - last >= PROBE_AFTER and now - asked >= PROBE_EVERY:
-                        asked = now
-                        if request_status(self.url, self.model, self.request_id) == "unknown":
-                            raise lost_request(self.model)
-                    continue
+                item, stopped = self._await(t0, last, quiet)
+                if stopped is not None:
+                    yield stopped
+                    return
                 at, result, error = item
                 if error is not None:
                     lost = last > t0  # a response had come: the server went away mid-stream
@@ -126,6 +108,11 @@ class StreamCall(Call):
             client.stop_stream(cancel_requests=True)  # bounded; a no-op for a finished request
             client.close()
 
+    def _ask_status(self) -> None:
+        """The stream went quiet: ask the bundled backend whether it still runs the request (ClientError if not)."""
+        if request_status(self.url, self.model, self.request_id) == "unknown":
+            raise lost_request(self.model)
+
     def _reported_error(self) -> Any:
         """An error the stream callback already queued (e.g. the server is unreachable), if any."""
         try:
@@ -137,25 +124,6 @@ class StreamCall(Call):
         except queue.Empty:
             pass
         return None
-
-    def _wait_limit(self, t0: float, last: float) -> tuple[float | None, float, str]:
-        """(seconds to wait, deadline, which timeout) for the nearer of the two timeouts."""
-        limits = []
-        if self.timeouts.network is not None:
-            limits.append((t0 + self.timeouts.network, TIMEOUT))
-        if self.timeouts.idle is not None:
-            limits.append((last + self.timeouts.idle, IDLE_TIMEOUT))
-        if not limits:
-            return None, 0.0, ""
-        deadline, kind = min(limits)
-        return max(deadline - time.perf_counter(), 0.0), deadline, kind
-
-    def _timed_out(self, kind: str, elapsed: float) -> Failure:
-        if kind == IDLE_TIMEOUT:
-            message = f"stream idle timeout: no response from {self.model} for {self.timeouts.idle:g} s"
-        else:
-            message = f"network timeout: {self.model} did not finish within {self.timeouts.network:g} s"
-        return Failure(f"{message}; {CANCEL_NOTE}", kind, elapsed)
 
     def _replies(self, info: ModelInfo, collected: _Collected, latency: float) -> Iterator[Reply]:
         for i, prompt in enumerate(self.prompts):

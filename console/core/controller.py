@@ -1,5 +1,6 @@
-"""One server controller for every front end: start tritonserver here or connect to a running one,
-follow its models, bring back a model whose backend died, stop it.
+"""One server controller for every front end: start tritonserver here or connect to a running one
+(Triton, or an OpenAI-compatible server by its ``/v1`` URL), follow its models, bring back a model whose
+backend died, stop it.
 
 The TUI and the web UI drive the same :class:`ServerController`. ``start`` returns at once (the
 server starts in a thread); ``connect``, ``poll`` and ``stop`` block briefly, so a UI calls them
@@ -24,7 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from console.clients import ClientError, ModelInfo, info_from_config, normalize_url
+from console.clients import OPENAI, TRITON, ClientError, ModelInfo, info_from_config, normalize_url, openai_info
+from console.clients.openai_api import OpenAIServer, resolve_api
 from console.server import LOG_KEEP, ServerError, ServerHandle, TritonServer, logparse
 from console.server.embedded import START_TIMEOUT, embedded_repo
 
@@ -61,10 +63,16 @@ class Snapshot:
     models: tuple[ModelRow, ...] = ()
     generation: int = 0
     stale: tuple[Any, ...] = ()  # servers a dead console left (a start failed on them): start(stop_stale=True)
+    api: str = TRITON  # openai: an OpenAI-compatible server (http_url is its base URL; no log, states or gRPC)
 
     @property
     def endpoint(self) -> Endpoint:
-        return Endpoint(self.http_url, self.grpc_url)
+        return Endpoint(self.http_url, self.grpc_url, self.api)
+
+    @property
+    def server_name(self) -> str:
+        """``tritonserver`` or ``the OpenAI-compatible server``."""
+        return "the OpenAI-compatible server" if self.api == OPENAI else "tritonserver"
 
     @property
     def infos(self) -> dict[str, ModelInfo]:
@@ -90,7 +98,7 @@ class ServerController:
         self._on_change = on_change
         self._on_log = on_log
         self._server: TritonServer | None = None
-        self._handle: ServerHandle | None = None
+        self._handle: ServerHandle | OpenAIServer | None = None
         self._snap = Snapshot("idle", NOT_CONNECTED)
         self._log: deque[str] = deque(maxlen=LOG_KEEP)
         self._ready: frozenset[str] = frozenset()
@@ -148,7 +156,7 @@ class ServerController:
             where = str(repository) if repository else "the embedded samples"
             self._moved(phase="starting", message=f"starting tritonserver on {where} ...", owned=True,
                         http_url=None, grpc_url=None, metrics_url=None, repository=str(repository or ""),
-                        models=())
+                        models=(), api=TRITON)
         self._note(logparse.NOISE_NOTE)
         threading.Thread(target=self._start, args=(repository, tuple(models), timeout, options),
                          name="qc-server-start", daemon=True).start()
@@ -183,8 +191,13 @@ class ServerController:
                         http_url=handle.http_url, grpc_url=handle.grpc_url, metrics_url=handle.metrics_url)
         self.poll()
 
-    def connect(self, http_url: str, grpc_url: str = "") -> Snapshot:
-        """Use a running server: ``http_url`` for batch and state, ``grpc_url`` (default: port + 1) to stream."""
+    def connect(self, http_url: str, grpc_url: str = "", api: str = "auto") -> Snapshot:
+        """Use a running server: ``http_url`` for batch and state, ``grpc_url`` (default: port + 1) to stream.
+
+        An ``http_url`` ending with ``/v1`` (or ``api="openai"``) is an OpenAI-compatible server's base URL.
+        """
+        if resolve_api(http_url, api) == OPENAI:
+            return self._connect_openai(OpenAIServer.at(http_url))
         http = normalize_url(http_url)
         grpc = normalize_url(grpc_url) if grpc_url.strip() else grpc_guess(http)
         handle = ServerHandle(http, grpc)
@@ -198,7 +211,21 @@ class ServerController:
             self._server, self._handle, self._ready = None, handle, frozenset()
             self._log.clear()
             self._moved(phase="connected", message=f"connected to tritonserver {version}{guessed}", owned=False,
-                        http_url=http, grpc_url=grpc, metrics_url=None, repository="", models=())
+                        http_url=http, grpc_url=grpc, metrics_url=None, repository="", models=(), api=TRITON)
+        return self.poll()
+
+    def _connect_openai(self, handle: OpenAIServer) -> Snapshot:
+        served = handle.models(timeout=3.0)  # ClientError when nothing answers there
+        handle.listed.update({name: ("READY", "") for name in served})  # polls then only check it answers
+        with self._lock:
+            if self._snap.phase in BUSY or (self._server is not None and self._server.running):
+                raise ClientError("a tritonserver started here is running: stop it first")
+            self._server, self._handle, self._ready = None, handle, frozenset()
+            self._log.clear()
+            self._moved(phase="connected", message=f"connected to the OpenAI-compatible server at {handle.base} "
+                                                   f"({len(served)} model{'s' if len(served) != 1 else ''})",
+                        owned=False, http_url=handle.base, grpc_url=None, metrics_url=None, repository="",
+                        models=(), api=OPENAI)
         return self.poll()
 
     def stop(self) -> Snapshot:
@@ -206,7 +233,8 @@ class ServerController:
         with self._lock:
             server, self._server, self._handle = self._server, None, None
             if server is None:
-                return self._moved(phase="idle", message=NOT_CONNECTED, http_url=None, grpc_url=None, models=())
+                return self._moved(phase="idle", message=NOT_CONNECTED, http_url=None, grpc_url=None, models=(),
+                                   api=TRITON)
             self._moved(phase="stopping", message="stopping tritonserver ...", http_url=None, grpc_url=None,
                         metrics_url=None, models=())
         code = server.stop()
@@ -229,8 +257,8 @@ class ServerController:
             states = handle.model_states()
         except (OSError, ValueError) as exc:
             if snap.phase != "unreachable":
-                return self._set(phase="unreachable", message=f"tritonserver at {handle.http_url} does not answer: "
-                                                              f"{exc}")
+                return self._set(phase="unreachable", message=f"{snap.server_name} at {handle.http_url} does not "
+                                                              f"answer: {exc}")
             return snap
         ready = frozenset(n for n, (state, _) in states.items() if state == "READY")
         if server is not None:
@@ -244,7 +272,7 @@ class ServerController:
                      for n, (s, r) in sorted(states.items()))
         ready -= set(failed)
         phase = "ready" if snap.owned else "connected"
-        message = snap.message if snap.phase == phase else f"tritonserver at {handle.http_url} answers again"
+        message = snap.message if snap.phase == phase else f"{snap.server_name} at {handle.http_url} answers again"
         with self._lock:
             if self._handle is not handle:  # stopped or replaced meanwhile
                 return self._snap
@@ -285,7 +313,9 @@ class ServerController:
         self.poll()
 
     @staticmethod
-    def _info(handle: ServerHandle, name: str) -> ModelInfo | None:
+    def _info(handle: ServerHandle | OpenAIServer, name: str) -> ModelInfo | None:
+        if isinstance(handle, OpenAIServer):
+            return openai_info(name)
         with contextlib.suppress(OSError, ValueError):
             return info_from_config(name, handle.model_config(name))
         return None

@@ -58,14 +58,17 @@ def _load(path: Path) -> Any:
     return tok
 
 
+def chat_messages(prompts: Sequence[str], *, system: str | None = None,
+                  history: Sequence[dict[str, str]] = ()) -> list[list[dict[str, str]]]:
+    """Each prompt's conversation: ``system``, the ``history`` turns, then the prompt as the user's message."""
+    head = [{"role": "system", "content": system}] if system else []
+    return [[*head, *history, {"role": "user", "content": p}] for p in prompts]
+
+
 def chat_prompts(prompts: Sequence[str], info: ModelInfo, *, system: str | None = None,
                  history: Sequence[dict[str, str]] = (), tokenizer: str | None = None,
                  progress: Progress = _quiet) -> list[str]:
     """Each prompt as the model's chat template renders it after ``system`` and the ``history`` turns."""
     tok = chat_tokenizer(tokenizer, info, progress)
-    head = [{"role": "system", "content": system}] if system else []
-    return [
-        tok.apply_chat_template([*head, *history, {"role": "user", "content": p}], tokenize=False,
-                                add_generation_prompt=True)
-        for p in prompts
-    ]
+    return [tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            for messages in chat_messages(prompts, system=system, history=history)]

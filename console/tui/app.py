@@ -20,7 +20,7 @@ from console.core.transcript import export
 
 from .messages import Notice, ServerChanged, ServerDown
 from .widgets.chat_pane import ChatPane
-from .widgets.server_pane import ServerPane
+from .widgets.server_pane import ServerPane, endpoint_title
 
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 CHAT_ACTIONS = {"stop", "copy", "clear", "raw", "controls", "toggle_controls"}
@@ -68,12 +68,12 @@ class QaicConsoleApp(App[None]):
     BINDINGS = [Binding(key, action, label, show=shown) for key, action, label, shown, _ in KEYS]
 
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None, repository: str | None = None,
-                 export_dir: str | Path | None = None) -> None:
+                 export_dir: str | Path | None = None, api: str = "auto") -> None:
         super().__init__()
         self.export_dir = Path(export_dir) if export_dir else Path.cwd()
         self.notices: list[tuple[str, str]] = []  # (severity, text), every notification shown
         self.quitting = False
-        self.server_pane = ServerPane(http_url, grpc_url, repository=repository, id="server-pane")
+        self.server_pane = ServerPane(http_url, grpc_url, repository=repository, api=api, id="server-pane")
         self.chats = {mode: ChatPane(mode, id=f"{mode}-pane") for mode in ("stream", "batch")}
         self._initial = "stream" if http_url else "server"
 
@@ -137,7 +137,7 @@ class QaicConsoleApp(App[None]):
         snap = message.snapshot
         for pane in self.chats.values():
             pane.serve(snap)
-        self.sub_title = f"HTTP {snap.http_url} · gRPC {snap.grpc_url or '-'}" if snap.serving else snap.phase
+        self.sub_title = endpoint_title(snap) if snap.serving else snap.phase
 
     # ---- actions
 

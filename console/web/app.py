@@ -139,9 +139,10 @@ def _server_tab() -> dict[str, Any]:
     with gr.Row():
         view["start"] = gr.Button("Start tritonserver", variant="primary", elem_id="qc-start")
         view["stop"] = gr.Button("Stop tritonserver", interactive=False, elem_id="qc-server-stop")
-    gr.Markdown("#### Or connect to a running tritonserver")
+    gr.Markdown("#### Or connect to a running server: tritonserver, or an OpenAI-compatible one by its /v1 URL")
     with gr.Row():
-        view["http"] = gr.Textbox(label="HTTP host:port", placeholder="127.0.0.1:8000", elem_id="qc-http-url")
+        view["http"] = gr.Textbox(label="HTTP host:port (or http://host:port/v1: OpenAI-compatible)",
+                                  placeholder="127.0.0.1:8000", elem_id="qc-http-url")
         view["grpc"] = gr.Textbox(label="gRPC host:port (empty: HTTP port + 1)", placeholder="127.0.0.1:8001",
                                   elem_id="qc-grpc-url")
         view["connect"] = gr.Button("Connect", elem_id="qc-connect")

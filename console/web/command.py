@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from console.clients import APIS
 from console.core.controller import ServerController
 from console.server.embedded import DEFAULT_MODELS
 
@@ -15,7 +16,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def begin(controller: ServerController, url: str | None, grpc_url: str | None, repository: Path | None,
-          models: Sequence[str], start: bool | None) -> str:
+          models: Sequence[str], start: bool | None, api: str = "auto") -> str:
     """Connect ``controller`` to the server at ``url``, or start one (default: unless ``url``); what happened.
 
     Without a repository the embedded samples are served, ``models`` (default: the stream and batch
@@ -23,7 +24,7 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
     """
     said = []
     if url:
-        said.append(controller.connect(url, grpc_url or "").message)
+        said.append(controller.connect(url, grpc_url or "", api).message)
     if start if start is not None else not url:
         controller.start(repository, tuple(models) or (() if repository else DEFAULT_MODELS))
         said.append("starting tritonserver (progress and log in the Server tab) ...")
@@ -35,7 +36,11 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
               help="Address to serve the page on (0.0.0.0 exposes it to the network: no login is asked).")
 @click.option("--port", type=int, default=None, help="Port (default: 7860 or the next free one).")
 @click.option("--share", is_flag=True, help="Also open a public gradio.live link (off unless given).")
-@click.option("--url", default=None, help="HTTP host:port of a running tritonserver to use (no server is started).")
+@click.option("--url", default=None,
+              help="HTTP host:port of a running tritonserver to use, or an OpenAI-compatible server's base URL "
+                   "(http://host:port/v1); no server is started.")
+@click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
+              help="What --url is: auto (a URL ending with /v1 is OpenAI-compatible), triton or openai.")
 @click.option("--grpc-url", default=None, help="Its gRPC host:port for streaming (default: the HTTP port + 1).")
 @click.option("--model-repository", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Repository to serve (default: the embedded SmolLM2 samples, stream and batch models).")
@@ -44,7 +49,7 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
                    "stream and batch samples).")
 @click.option("--start/--no-start", default=None,
               help="Start tritonserver with the page (default: yes, unless --url is given).")
-def web(host: str, port: int | None, share: bool, url: str | None, grpc_url: str | None,
+def web(host: str, port: int | None, share: bool, url: str | None, api: str, grpc_url: str | None,
         model_repository: Path | None, models: tuple[str, ...], start: bool | None) -> None:
     """A browser console: server control, stream and batch chat, live speed figures."""
     from console.clients import ClientError
@@ -55,7 +60,7 @@ def web(host: str, port: int | None, share: bool, url: str | None, grpc_url: str
 
     controller = ServerController()
     try:
-        said = begin(controller, url, grpc_url, model_repository, models, start)
+        said = begin(controller, url, grpc_url, model_repository, models, start, api)
         if said:
             click.echo(said)
     except (ClientError, ServerError, OSError) as exc:

@@ -17,7 +17,7 @@ from typing import Any
 
 import gradio as gr
 
-from console.clients import CONNECTION, CONTROLS, ClientError, Failure, ModelInfo, split_prompts
+from console.clients import CONNECTION, CONTROLS, OPENAI, ClientError, Failure, ModelInfo, split_prompts
 from console.core.controller import ServerController, Snapshot
 from console.core.controls import params_from_form
 from console.core.request import Exchange, Settings
@@ -161,7 +161,7 @@ class WebConsole:
         snap = self.controller.snapshot
         exchange = Exchange.new(settings, prompts)
         turn, turns = exchange.turn, [*earlier, exchange.turn]
-        loading = settings.templated and self.templates.loading(settings.model)
+        loading = settings.templated and snap.api != OPENAI and self.templates.loading(settings.model)
         box = "" if clear_box else gr.skip()
         done = threading.Event()
 

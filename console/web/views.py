@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from console.clients import ClientError, ModelInfo, format_stats, interface_of
+from console.clients import OPENAI, ClientError, ModelInfo, format_stats, interface_of
 from console.core.controller import Snapshot
 from console.core.transcript import summary
 from console.core.turns import Turn
@@ -52,8 +52,9 @@ def esc(text: str) -> str:
 
 
 def md(text: str) -> str:
-    """Text for a Markdown panel that shows it literally (neither Markdown nor HTML is interpreted)."""
-    return html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False)
+    """Text for a Markdown panel that shows it literally (neither Markdown nor HTML is interpreted; a URL is
+    no autolink, whose escapes would show)."""
+    return html.escape(_MD_SPECIAL.sub(r"\\\1", text), quote=False).replace("://", "&#58;//")
 
 
 def _label(index: int, count: int) -> str:
@@ -70,7 +71,9 @@ def _ms(seconds: float | None) -> float | None:
 def status_markdown(snap: Snapshot) -> str:
     """The header: the server's phase and message, its addresses while it serves, how to go on."""
     text = f"{PHASE_ICONS.get(snap.phase, '○')} **{md(snap.phase)}** · {md(snap.message)}"
-    if snap.http_url:
+    if snap.http_url and snap.api == OPENAI:
+        text += f"  \nOpenAI {md(snap.http_url)} · chat messages go to the server's chat template"
+    elif snap.http_url:
         text += f"  \nHTTP {md(snap.http_url)} · gRPC {md(snap.grpc_url or '?')}"
     if snap.phase in RESTART:
         text += f"  \n{md(RESTART[snap.phase])}"
@@ -93,6 +96,8 @@ def interface_name(info: ModelInfo) -> str:
 def model_kind(info: ModelInfo) -> str:
     """``stream, KV cache`` / ``batch, causal (slow on a CPU)``."""
     how = "/".join(info.modes)
+    if info.backend == OPENAI:
+        return f"{how}, OpenAI-compatible (its own chat template)"
     return f"{how}, KV cache" if info.use_kv_cache else f"{how}, causal (slow on a CPU)"
 
 

@@ -7,28 +7,21 @@ it. The tests in between chat with it; each clears the chat first where it count
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from web_page import WAIT_MS, LogWatch, Web, open_page
 
 from console.core.controller import ServerController
-from console.server import free_port
 from console.server.logparse import NOISE_NOTE
 
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-WAIT_MS = 120_000
 START_MS = 600_000
 INJECTION = "<script>window.__pwned=1</script>|<img src=x onerror=window.__pwned=1>"
 LOADED = ("smollm2_decoupled", "smollm2_kv", "echo_llm", "echo")
@@ -49,110 +42,6 @@ class TritonPythonModel:
 """
 
 
-class LogWatch:
-    """The controller's log lines as they arrive; :meth:`wait_for` waits on a condition, not a clock."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-
-    def add(self, line: str) -> None:
-        with self._cond:
-            self.lines.append(line)
-            self._cond.notify_all()
-
-    def wait_for(self, needle: str, timeout: float = 60.0) -> str:
-        with self._cond:
-            self._cond.wait_for(lambda: any(needle in line for line in self.lines), timeout)
-            return next((line for line in reversed(self.lines) if needle in line), "")
-
-
-class Web:
-    """The page, the console behind it and the log it follows."""
-
-    def __init__(self, page: Any, console: Any, log: LogWatch) -> None:
-        self.page, self.console, self.log = page, console, log
-
-    def text(self, selector: str) -> str:
-        return self.page.locator(selector).first.inner_text()
-
-    def wait_text(self, selector: str, *needles: str, timeout: int = WAIT_MS) -> str:
-        self.page.wait_for_function(
-            "([sel, needles]) => { const e = document.querySelector(sel); const t = e ? e.innerText : '';"
-            " return needles.every(n => t.includes(n)); }", arg=[selector, list(needles)], timeout=timeout)
-        return self.text(selector)
-
-    def table(self, selector: str) -> list[list[str]]:
-        """A Dataframe's rows as cell texts."""
-        return self.page.evaluate("sel => [...document.querySelectorAll(sel + ' .virtual-row')].map(r =>"
-                                  " [...r.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim()))", selector)
-
-    def wait_log_tail(self, needle: str = "") -> None:
-        """Wait until the log box shows ``needle`` and is scrolled to its last line."""
-        self.page.wait_for_function(
-            "n => { const t = document.querySelector('#qc-log textarea'); return t.value.includes(n) &&"
-            " t.scrollHeight > t.clientHeight && t.scrollTop + t.clientHeight >= t.scrollHeight - 2; }",
-            arg=needle, timeout=WAIT_MS)
-
-    def x_labels(self, plot: str) -> list[str]:
-        """The tick labels of a plot's x axis."""
-        return self.page.evaluate("sel => [...document.querySelectorAll(sel + ' g.role-axis[aria-label^=\"X-axis\"]"
-                                  " .role-axis-label text')].map(t => t.textContent)", plot)
-
-    def tab(self, name: str) -> None:
-        self.page.get_by_role("tab", name=name).click()
-
-    def fill(self, control: str, value: str) -> None:
-        self.page.locator(f"#qc-control-{control} input, #qc-control-{control} textarea").first.fill(value)
-
-    def mode(self, mode: str) -> None:
-        label = {"stream": "Stream · gRPC, token by token", "batch": "Batch · HTTP, one response"}[mode]
-        self.page.get_by_label(label).check()
-
-    def model(self, name: str) -> None:
-        self.page.locator("#qc-model input").click()
-        self.page.get_by_role("option", name=re.compile(f"^{re.escape(name)}")).click()
-        self.page.wait_for_function("n => document.querySelector('#qc-model input').value.startsWith(n)", arg=name,
-                                    timeout=WAIT_MS)
-
-    def request_id(self) -> str:
-        found = re.search(r"request (qc-\w+)", self.text("#qc-live"))
-        return found.group(1) if found else ""
-
-    def send(self, text: str, until: str = "done") -> str:
-        """Send ``text`` and wait until the live panel shows ``until`` for the new request; the panel."""
-        old = self.request_id()
-        self.page.locator("#qc-input textarea").fill(text)
-        self.page.locator("#qc-send").click()
-        self.page.wait_for_function(
-            "([w, old]) => { const t = document.querySelector('#qc-live')?.innerText ?? '';"
-            " const id = (t.match(/request (qc-\\w+)/) || [])[1]; return id && id !== old && t.includes(w); }",
-            arg=[until, old], timeout=WAIT_MS)
-        return self.text("#qc-live")
-
-    def clear(self) -> None:
-        self.page.locator("#qc-clear").click()
-        self.page.wait_for_function("!document.querySelector('#qc-chat .message')", timeout=WAIT_MS)
-
-    def answers(self) -> list[str]:
-        return [m.inner_text() for m in self.page.locator("#qc-chat .message.bot").all()]
-
-    def export(self) -> dict[str, Any]:
-        """Click Export; the JSON transcript it offered (a name the file list did not show before)."""
-        files = self.page.locator("#qc-files")
-        shown = files.inner_text() if files.is_visible() else ""
-        self.page.locator("#qc-export").click()
-        stem = self.page.wait_for_function(
-            "old => { const e = document.querySelector('#qc-files'); const t = e ? e.innerText : '';"
-            " return (t.match(/qaic-transcript-[\\d-]+/g) || []).find(s => !old.includes(s)); }",
-            arg=shown, timeout=WAIT_MS).json_value()
-        assert ".md" in files.inner_text() and ".json" in files.inner_text()
-        return json.loads((self.console.export_dir / f"{stem}.json").read_text())
-
-    def toast(self, needle: str) -> str:
-        return self.wait_text(".toast-body", needle)
-
-
 @pytest.fixture(scope="module")
 def web_repo(tmp_path_factory: pytest.TempPathFactory, echo_repo: Path, python_model) -> Path:
     """Three embedded samples, a Python model with the prompt/text_output interface and no controls, and the
@@ -169,31 +58,17 @@ def web_repo(tmp_path_factory: pytest.TempPathFactory, echo_repo: Path, python_m
 @pytest.fixture(scope="module")
 def web(web_repo: Path) -> Iterator[Web]:
     """The web console (no server yet; its embedded samples are ``web_repo``) open in Chromium."""
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's /usr/bin/chromium is missing (apt-get install chromium; scripts/setup.sh --test)")
-    from playwright.sync_api import sync_playwright
-
-    from console.web.app import launch
     from console.web.handlers import WebConsole
 
     log = LogWatch()
     controller = ServerController(on_log=log.add)
-    console = WebConsole(controller)
     with pytest.MonkeyPatch.context() as mp:
         for where in ("console.core.controller", "console.server.embedded"):
             mp.setattr(f"{where}.embedded_repo", lambda progress: web_repo)
-        demo = launch(console, port=free_port(), block=False)
         try:
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(demo.local_url)
-                page.wait_for_function("document.querySelector('#qc-status')?.innerText.includes('idle')",
-                                       timeout=WAIT_MS)
-                yield Web(page, console, log)
-                browser.close()
+            with open_page(WebConsole(controller), log) as page:
+                yield page
         finally:
-            demo.close()
             controller.stop()
 
 

@@ -39,6 +39,11 @@ def test_the_vllm_backend_names_as_genai_perf_sends_them() -> None:
     assert got.prompts == ["Hello"] and got.stream is True and got.exclude_input is False
     assert got.params() == SamplingParams(max_tokens=16, temperature=0.5, top_k=4, ignore_eos=True, min_tokens=16,
                                           stop=("END",))
+    as_strings = json.dumps({"max_tokens": "16", "min_tokens": "16", "temperature": "0.5", "ignore_eos": "true"})
+    assert read_inputs(reader(text_input="Hi", sampling_parameters=as_strings)).params() == SamplingParams(
+        max_tokens=16, min_tokens=16, temperature=0.5, ignore_eos=True)  # genai-perf's numbers are strings
+    with pytest.raises(BadRequest, match="max_tokens must be a positive integer, got 'many'"):
+        read_inputs(reader(text_input="Hi", sampling_parameters=json.dumps({"max_tokens": "many"}))).params()
     own = read_inputs(reader(text_input="Hi", sampling_parameters=json.dumps({"max_tokens": 16}),
                              max_tokens=np.int32(3)))
     assert own.params().max_tokens == 3  # an input of its own wins over sampling_parameters

@@ -234,7 +234,7 @@ def test_command_binds_loopback_without_share_and_connects_or_starts() -> None:
         def __init__(self) -> None:
             self.calls: list[tuple] = []
 
-        def connect(self, http: str, grpc: str) -> Snapshot:
+        def connect(self, http: str, grpc: str, api: str = "auto") -> Snapshot:
             self.calls.append(("connect", http, grpc))
             return Snapshot("connected", "connected to tritonserver 2.51.0")
 

@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Checkbox, Input, Select, Static
 
-from console.clients import CANCELLED, ClientError, Event, Failure, ModelInfo, split_prompts
+from console.clients import CANCELLED, OPENAI, ClientError, Event, Failure, ModelInfo, split_prompts
 from console.core.controller import Snapshot
 from console.core.request import Endpoint, Exchange, Settings
 from console.core.template import chat_tokenizer
@@ -25,6 +25,8 @@ from .answer_block import AnswerBlock, elapsed, turn_notes
 from .controls import Controls, model_options, offered
 
 MODES = {"stream": "gRPC stream", "batch": "HTTP batch"}
+OPENAI_MODES = {"stream": "OpenAI stream (SSE)", "batch": "OpenAI, one response"}
+SERVER_TEMPLATE = "chat messages (the server applies its chat template)"
 HINTS = {
     "stream": "Chat over gRPC streaming: text arrives token by token, with live time to first token, "
               "inter-token latency and tokens/s for each prompt.",
@@ -90,8 +92,11 @@ class ChatPane(Horizontal):
     # ---- the chat template, loaded ahead of the first send
 
     def _template_key(self) -> tuple[str, str] | None:
+        """(model, tokenizer) of a chat template loaded here; None in raw mode and for OpenAI-compatible servers."""
         model = self.controls.model
-        return (model, self.controls.tokenizer) if self.controls.chat and model in self.infos else None
+        if not self.controls.chat or model not in self.infos or self.endpoint.api == OPENAI:
+            return None
+        return model, self.controls.tokenizer
 
     def warm(self) -> None:
         """Load the chat template now (a worker), not while the first reply is awaited."""
@@ -119,6 +124,8 @@ class ChatPane(Horizontal):
     def _template_state(self) -> str:
         if not self.controls.chat:
             return "raw prompts (Ctrl+R: chat template)"
+        if self.endpoint.api == OPENAI:
+            return SERVER_TEMPLATE
         key = self._template_key()
         state = self.template.get(key) if key else None
         if state == LOADING:
@@ -140,7 +147,7 @@ class ChatPane(Horizontal):
                 where = self.endpoint.url(self.mode)[0] if self.serving else "not connected (F2: Server pane)"
             except ClientError as exc:
                 where = str(exc)
-            parts = [MODES[self.mode], where]
+            parts = [(OPENAI_MODES if self.endpoint.api == OPENAI else MODES)[self.mode], where]
             info = self.infos.get(self.controls.model or "")
             if self.mode == "stream" and info is not None and not info.decoupled:
                 parts.append(f"{info.name} is a batch model: one response, no ttft/itl")

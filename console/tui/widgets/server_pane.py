@@ -1,4 +1,5 @@
-"""The Server pane: connect to a running tritonserver by URL, or pick / generate a model repository and serve it.
+"""The Server pane: connect to a running server by URL (tritonserver, or an OpenAI-compatible one by its ``/v1``
+URL), or pick / generate a model repository and serve it.
 
 It drives one :class:`~console.core.controller.ServerController`: start returns at once, connect, poll and stop
 run in thread workers; the controller's snapshots and log lines come back as messages. The snapshots bubble on
@@ -17,7 +18,7 @@ from textual.content import Content
 from textual.markup import escape
 from textual.widgets import Button, Collapsible, DataTable, Input, Label, Log, Static
 
-from console.clients import ClientError, interface_of
+from console.clients import OPENAI, ClientError, interface_of
 from console.core.controller import ModelRow, ServerController, Snapshot
 from console.server import LOG_KEEP, ServerError
 from console.server.embedded import DEFAULT_MODELS, START_TIMEOUT
@@ -38,13 +39,15 @@ MARKS = {
 LOG_HINT = ("No server yet: F5 serves the embedded SmolLM2 (CPU), F6 starts the repository on the left, F8 connects "
             "to a running server by its URLs.")
 ELSEWHERE = "Connected to a tritonserver started elsewhere: its log is not shown here."
+OPENAI_NOTE = ("Connected to an OpenAI-compatible server: the console sends chat messages (the server applies its "
+               "chat template) or raw completions; such a server has no log, model states or generate mode here.")
 
 
 def model_row(model: ModelRow) -> tuple[str, ...]:
     """A models-table row: name, state, type (kv/causal), mode (stream/batch), the interface it speaks, why."""
     info, kind, mode, interface = model.info, "", "", ""
     if info is not None:
-        kind = "kv" if info.use_kv_cache else "causal"
+        kind = "-" if info.backend == OPENAI else "kv" if info.use_kv_cache else "causal"
         mode = "/".join(info.modes)
         try:
             interface = interface_of(info).name
@@ -53,11 +56,20 @@ def model_row(model: ModelRow) -> tuple[str, ...]:
     return model.name, model.state or "not loaded", kind, mode, interface, model.reason
 
 
+def endpoint_title(snap: Snapshot) -> str:
+    """Where the server answers, in one line: ``OpenAI http://host:port/v1`` or ``HTTP ... · gRPC ...``."""
+    if snap.api == OPENAI:
+        return f"OpenAI {snap.http_url}"
+    return f"HTTP {snap.http_url} · gRPC {snap.grpc_url or '-'}"
+
+
 def state_markup(snap: Snapshot) -> str:
     """The phase, its message, and where the server answers."""
     mark, style = MARKS.get(snap.phase, ("?", "text"))
     lines = [f"[${style}]{mark} {snap.phase}[/]  {escape(snap.message)}"]
-    if snap.http_url:
+    if snap.http_url and snap.api == OPENAI:
+        lines.append(f"[b]OpenAI[/]   {escape(snap.http_url)}")
+    elif snap.http_url:
         lines += [f"[b]HTTP[/]     {escape(snap.http_url)}", f"[b]gRPC[/]     {escape(snap.grpc_url or '-')}"]
     if snap.metrics_url:
         lines.append(f"[b]metrics[/]  {escape(snap.metrics_url)}")
@@ -68,9 +80,10 @@ class ServerPane(Horizontal):
     """Forms on the left; state, endpoints, models and the server log on the right."""
 
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None,
-                 repository: str | None = None, **kwargs: Any) -> None:
+                 repository: str | None = None, api: str = "auto", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._initial = (http_url or "", grpc_url or "", repository or DEFAULT_REPOSITORY)
+        self.api = api  # what the URL field names: auto (a /v1 URL is OpenAI-compatible), triton or openai
         self.controller = ServerController(on_change=lambda s: self.post_message(ServerChanged(s)),
                                            on_log=lambda line: self.post_message(ServerLog(line)))
         self.phase = self.controller.snapshot.phase
@@ -81,8 +94,9 @@ class ServerPane(Horizontal):
     def compose(self) -> ComposeResult:
         http_url, grpc_url, repository = self._initial
         with VerticalScroll(classes="server-forms"):
-            yield Label("Connect to a running tritonserver", classes="title")
-            yield row("HTTP URL", Field(http_url, placeholder="host:8000", id="http-url", compact=True))
+            yield Label("Connect to a running server", classes="title")
+            yield row("HTTP URL", Field(http_url, placeholder="host:8000, or http://host:port/v1 (OpenAI)",
+                                        id="http-url", compact=True))
             yield row("gRPC URL", Field(grpc_url, placeholder="host:8001 (blank: HTTP port + 1)", id="grpc-url",
                                         compact=True))
             yield Horizontal(Button("Connect (F8)", id="connect", compact=True), classes="buttons")
@@ -139,8 +153,9 @@ class ServerPane(Horizontal):
     def _show(self, snap: Snapshot) -> None:
         self.query_one("#state", Static).update(Content.from_markup(state_markup(snap)))
         hint = self.query_one("#log-hint", Static)
-        hint.update(ELSEWHERE if snap.phase == "connected" else LOG_HINT)
+        hint.update(OPENAI_NOTE if snap.api == OPENAI else ELSEWHERE if snap.phase == "connected" else LOG_HINT)
         hint.display = not snap.owned
+        self.query_one("#server-log", Log).display = snap.api != OPENAI
         if snap.phase != "idle" or not self.listing:
             self._table([model_row(m) for m in snap.models])
             self.listing = False
@@ -178,15 +193,15 @@ class ServerPane(Horizontal):
         """Use the server at the URLs in the form (one this console did not start)."""
         http_url = value(self, "#http-url")
         if not http_url:
-            self.post_message(Notice("type the server's HTTP URL (host:port); the gRPC one defaults to the HTTP "
-                                     "port + 1", "warning"))
+            self.post_message(Notice("type the server's HTTP URL (host:port; the gRPC one defaults to the HTTP "
+                                     "port + 1), or an OpenAI-compatible server's http://host:port/v1", "warning"))
             return
         self._connect(http_url, value(self, "#grpc-url"))
 
     @work(thread=True, group="connect", exclusive=True)
     def _connect(self, http_url: str, grpc_url: str) -> None:
         try:
-            self.controller.connect(http_url, grpc_url)
+            self.controller.connect(http_url, grpc_url, self.api)
         except (ClientError, OSError, ValueError) as exc:
             self.post_message(Notice(str(exc), "error"))
 

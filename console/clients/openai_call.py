@@ -1,0 +1,240 @@
+"""Requests to an OpenAI-compatible server: streamed as server-sent events, or answered once.
+
+The ``openai`` client sends one request per prompt (``a|b`` prompts go out together, merged by
+:func:`~.call.fan_out`): ``/v1/chat/completions`` with the messages (the server applies the chat
+template) or ``/v1/completions`` with the raw prompt. A reader thread queues what arrives; the caller's
+thread applies the network and idle timeouts as for Triton streams. A cancel, a timeout or an abandoned
+iteration shuts the stream's connection down at once: that is how the API cancels (the server stops a
+request whose client went away). An unstreamed request cannot be cut off that way: the server finishes
+it. Streams ask for ``stream_options.include_usage``; output tokens come from the server's ``usage``
+when it sends one, else the text chunks are counted (``ReplyStats.output_tokens_source`` says which).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .call import Call
+from .errors import ClientError
+from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
+from .interfaces import OpenAIInterface
+from .openai_api import CANCEL_NOTE, OPENAI, OpenAIServer, api_error, base_url, client
+from .params import GenerationParams
+from .stats import reply_stats
+
+Messages = list[dict[str, str]]
+DONE = object()  # the reader's last item: the stream ended (or the one answer came)
+UNSTREAMED_NOTE = "the server finishes an unstreamed request (stream mode can stop one)"
+
+
+def choice_text(choice: Any, chat: bool) -> str:
+    """The text of one choice: a chat chunk's ``delta.content`` (a whole answer's ``message.content``),
+    a completion's ``text``."""
+    if not chat:
+        return getattr(choice, "text", None) or ""
+    part = getattr(choice, "delta", None) or getattr(choice, "message", None)
+    return (getattr(part, "content", None) or "") if part is not None else ""
+
+
+def _usage(usage: Any) -> tuple[int | None, int | None]:
+    """(completion tokens, prompt tokens) of a ``usage`` object, when sent."""
+    if usage is None:
+        return None, None
+    return getattr(usage, "completion_tokens", None), getattr(usage, "prompt_tokens", None)
+
+
+@dataclass
+class ChunkFolder:
+    """A stream's chunks folded into text deltas and, at the end, the reply with its figures."""
+
+    chat: bool
+    text: str = ""
+    arrivals: list[float] = field(default_factory=list)
+    finish_reason: str = ""
+    usage: Any = None
+
+    def add(self, chunk: Any, at: float) -> Iterator[TextDelta]:
+        """The new text of one chunk (``at``: seconds since the request was sent)."""
+        if getattr(chunk, "usage", None) is not None:  # include_usage: the last chunk, no choices
+            self.usage = chunk.usage
+        for choice in chunk.choices or ():
+            piece = choice_text(choice, self.chat)
+            if piece:
+                self.arrivals.append(at)
+                self.text += piece
+                yield TextDelta(0, piece, at, first=len(self.arrivals) == 1)
+            if getattr(choice, "finish_reason", None):
+                self.finish_reason = choice.finish_reason
+
+    def reply(self, prompt: str, latency: float) -> Reply:
+        completion, prompt_tokens = _usage(self.usage)
+        stats = reply_stats(self.arrivals, latency, completion, prompt_tokens, streamed=True, source="usage")
+        return Reply(0, prompt, self.text, self.finish_reason, stats)
+
+
+def answer(completion: Any, prompt: str, chat: bool, latency: float, echo: bool) -> Reply:
+    """The reply of an unstreamed request (``echo``: a completion that starts with its prompt)."""
+    choice = completion.choices[0] if completion.choices else None
+    tokens, prompt_tokens = _usage(getattr(completion, "usage", None))
+    stats = reply_stats((), latency, tokens, prompt_tokens, streamed=False, source="usage")
+    return Reply(0, prompt, choice_text(choice, chat) if choice else "",
+                 (getattr(choice, "finish_reason", None) or "") if choice else "", stats, includes_prompt=echo)
+
+
+def _socket(stream: Any) -> socket.socket | None:
+    """The socket under a streamed response (httpcore's ``network_stream``), when the client exposes it."""
+    network = getattr(stream.response, "extensions", {}).get("network_stream")
+    return network.get_extra_info("socket") if network is not None else None
+
+
+class OpenAICall(Call):
+    """One request per prompt to ``model`` at the base URL ``url``; ``messages`` (one list per prompt) make
+    it a chat request, else the prompts are completed as they are."""
+
+    protocol = OPENAI
+    cancel_note = CANCEL_NOTE
+
+    def __init__(self, url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams,
+                 timeouts: Timeouts, streaming: bool = True, messages: Sequence[Messages] | None = None) -> None:
+        super().__init__(url, model, prompts, params, timeouts)
+        self.url = base_url(url)
+        self.streaming = streaming
+        self.messages = [list(m) for m in messages] if messages is not None else None
+        if self.messages is not None and len(self.messages) != len(self.prompts):
+            raise ClientError(f"{len(self.messages)} message lists for {len(self.prompts)} prompts")
+        if not streaming:
+            self.cancel_note = UNSTREAMED_NOTE
+
+    def _fresh(self) -> None:
+        super()._fresh()
+        self._lock = threading.Lock()
+        self._stream: Any = None
+
+    @property
+    def chat(self) -> bool:
+        return self.messages is not None
+
+    @property
+    def echo(self) -> bool:
+        """A completion answered once that starts with its prompt (the batch echo choice)."""
+        return not self.chat and not self.streaming and self.params.exclude_input_in_output is False
+
+    def model_info(self) -> ModelInfo:
+        if self.info is None:
+            self.info = OpenAIServer(self.url).model_info(self.model)
+        return self.info
+
+    def part(self, index: int) -> OpenAICall:
+        clone = super().part(index)
+        assert isinstance(clone, OpenAICall)
+        if self.messages is not None:
+            clone.messages = [self.messages[index]]
+        return clone
+
+    def request_body(self) -> dict[str, Any]:
+        """The ``create`` arguments of this call's one prompt (the controls the API has, the stream switch)."""
+        interface = self.interface()
+        if not isinstance(interface, OpenAIInterface):
+            raise ClientError(f"model {self.model} is not an OpenAI-compatible server's")
+        fields, extra = interface.body(self.params)
+        body: dict[str, Any] = {"model": self.model, **fields, "stream": self.streaming}
+        if extra:
+            body["extra_body"] = extra
+        if self.streaming:
+            body["stream_options"] = {"include_usage": True}
+        if self.messages is not None:
+            body["messages"] = self.messages[0]
+        else:
+            body["prompt"] = self.prompts[0]
+            if self.echo:
+                body["echo"] = True
+        return body
+
+    def _request(self) -> Iterator[Event]:
+        t0 = time.perf_counter()
+        try:
+            body = self.request_body()
+            api = client(self.url)
+        except ClientError as exc:
+            yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
+            return
+        create = api.chat.completions.create if self.chat else api.completions.create
+        body["timeout"] = (self.timeouts.network or 10.0**7) + 1.0  # the reader's backstop
+        folder = ChunkFolder(self.chat)
+        t0 = last = time.perf_counter()
+        threading.Thread(target=self._read, args=(create, body), name="qc-openai", daemon=True).start()
+        ended = False  # the reader is done: nothing to shut
+        try:
+            while True:
+                item, stopped = self._await(t0, last)
+                if stopped is not None:
+                    yield stopped
+                    return
+                at, data, error = item
+                ended = error is not None or data is DONE or not self.streaming
+                if error is not None:
+                    failure = api_error(error, self.url, lost=bool(folder.arrivals))
+                    yield Failure(str(failure), failure.kind, at - t0)
+                    return
+                if data is DONE:
+                    yield folder.reply(self.prompts[0], at - t0)
+                    return
+                if not self.streaming:
+                    yield answer(data, self.prompts[0], self.chat, at - t0, self.echo)
+                    return
+                last = at
+                yield from folder.add(data, at - t0)
+        finally:
+            if not ended:  # cancelled, timed out or abandoned: the server must see the client go
+                self._shut()
+
+    def _read(self, create: Callable[..., Any], body: dict[str, Any]) -> None:
+        """The reader thread: send, queue each chunk (or the one answer), then DONE or the error."""
+        try:
+            response = create(**body)
+            if not self.streaming:
+                self._queue.put((time.perf_counter(), response, None))
+                return
+            with self._lock:
+                self._stream = response
+            if self._cancel.is_set():
+                return
+            for chunk in response:
+                self._queue.put((time.perf_counter(), chunk, None))
+                if self._cancel.is_set():
+                    return
+            with self._lock:
+                self._stream = None  # read to its end: the connection goes back to the client's pool
+            self._queue.put((time.perf_counter(), DONE, None))
+        except Exception as exc:
+            self._queue.put((time.perf_counter(), None, exc))
+        finally:
+            with self._lock:
+                stream, self._stream = self._stream, None
+            if stream is not None:  # left midway: closing drops the connection
+                with contextlib.suppress(Exception):
+                    stream.close()
+
+    def _shut(self) -> None:
+        """Shut the stream's connection down now (from any thread): the reader wakes up, the server sees the
+        client go. A finished stream has nothing left to shut."""
+        with self._lock:
+            stream = self._stream
+        sock = _socket(stream) if stream is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def openai_call(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,
+                timeouts: Timeouts | None = None, streaming: bool = True,
+                messages: Sequence[Messages] | None = None) -> OpenAICall:
+    """A call to an OpenAI-compatible server at ``url`` (``http://host:port/v1``); iterate it for events,
+    ``cancel()`` from any thread."""
+    return OpenAICall(url, model, prompts, params or GenerationParams(), timeouts or Timeouts(), streaming, messages)

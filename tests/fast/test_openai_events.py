@@ -1,0 +1,107 @@
+"""OpenAI-compatible servers without a server: base URLs, the request body, and chunks (as vLLM and llama.cpp
+send them, built like the ``openai`` client builds them: ``construct``, no validation) folded into the
+console's events and figures."""
+
+from __future__ import annotations
+
+import pytest
+from openai.types import Completion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from console.clients import ClientError, GenerationParams, TextDelta, base_url, interface_of, openai_info, resolve_api
+from console.clients.openai_call import ChunkFolder, answer, openai_call
+from console.core.request import Endpoint
+
+
+def chat_chunk(content: str | None, finish: str | None = None) -> ChatCompletionChunk:
+    delta = {} if content is None else {"content": content}
+    return ChatCompletionChunk.construct(**{"id": "c", "object": "chat.completion.chunk", "created": 0,
+                                               "model": "m", "choices": [{"index": 0, "delta": delta,
+                                                                          "finish_reason": finish}]})
+
+
+def usage_chunk(completion: int, prompt: int) -> ChatCompletionChunk:
+    """vLLM's last chunk with ``stream_options.include_usage``: no choices, the usage."""
+    return ChatCompletionChunk.construct(**{"id": "c", "object": "chat.completion.chunk", "created": 0,
+                                               "model": "m", "choices": [], "usage": {
+                                                   "completion_tokens": completion, "prompt_tokens": prompt,
+                                                   "total_tokens": completion + prompt}})
+
+
+def test_urls_name_the_kind_of_server() -> None:
+    assert base_url("127.0.0.1:8080") == "http://127.0.0.1:8080/v1"
+    assert base_url("http://host:8080/v1/") == "http://host:8080/v1"
+    assert base_url("https://proxy/llm/v1") == "https://proxy/llm/v1"
+    assert resolve_api("http://host:8080/v1") == "openai" and resolve_api("host:8001") == "triton"
+    assert resolve_api("host:8080", "openai") == "openai"
+    with pytest.raises(ClientError):
+        resolve_api("host:8080", "grpc")
+    assert Endpoint.at("host:8080/v1") == Endpoint("http://host:8080/v1", None, "openai")
+    assert Endpoint.at("host:8001") == Endpoint("host:8001", "host:8001")
+    assert Endpoint.at("host:8080/v1").url("batch") == ("http://host:8080/v1", "openai")
+    with pytest.raises(ClientError, match="generate mode is Triton's"):
+        Endpoint.at("host:8080/v1").url("generate")
+
+
+def test_the_body_carries_the_controls_the_api_has_and_top_k_as_an_extension() -> None:
+    info = openai_info("m")
+    assert info.modes == ("stream", "batch") and info.default_timeout == 600
+    params = GenerationParams(max_tokens=8, temperature=0.5, top_p=0.9, top_k=40, seed=3, stop=("\n",),
+                              repetition_penalty=1.2)
+    assert interface_of(info).ignored(params) == ["repetition_penalty"]
+    chat = openai_call("host:1/v1", info, ["q"], params, messages=[[{"role": "user", "content": "q"}]])
+    body = chat.request_body()
+    assert body == {"model": "m", "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "seed": 3, "stop": ["\n"],
+                    "stream": True, "extra_body": {"top_k": 40}, "stream_options": {"include_usage": True},
+                    "messages": [{"role": "user", "content": "q"}]}
+    raw = openai_call("host:1/v1", info, ["My name is"], GenerationParams(exclude_input_in_output=False),
+                      streaming=False).request_body()
+    assert raw == {"model": "m", "stream": False, "prompt": "My name is", "echo": True}
+
+
+def test_a_b_calls_split_into_one_request_per_prompt_with_its_own_messages() -> None:
+    messages = [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]
+    call = openai_call("host:1/v1", openai_info("m"), ["a", "b"], messages=messages)
+    assert not interface_of(call.info).batches_prompts
+    second = call.part(1)
+    assert second.prompts == ["b"] and second.messages == [messages[1]] and second.request_id.endswith("-1")
+    assert second.request_body()["messages"] == messages[1]
+
+
+def test_chat_chunks_become_text_deltas_and_usage_counts_the_tokens() -> None:
+    folder = ChunkFolder(chat=True)
+    events = []
+    for at, chunk in ((0.2, chat_chunk(None)), (0.3, chat_chunk("Par")), (0.4, chat_chunk("is")),
+                      (0.5, chat_chunk(".", "stop")), (0.5, usage_chunk(3, 12))):
+        events += list(folder.add(chunk, at))
+    assert events == [TextDelta(0, "Par", 0.3, first=True), TextDelta(0, "is", 0.4), TextDelta(0, ".", 0.5)]
+    reply = folder.reply("q", 0.6)
+    assert reply.text == "Paris." and reply.finish_reason == "stop" and reply.ok
+    stats = reply.stats
+    assert stats.output_tokens == 3 and stats.input_tokens == 12 and stats.output_tokens_source == "usage"
+    assert stats.time_to_first_token == 0.3 and stats.request_latency == 0.5
+    assert stats.inter_token_latency == pytest.approx(0.1)
+
+
+def test_without_usage_the_chunks_are_counted_and_said_so() -> None:
+    folder = ChunkFolder(chat=False)
+    for at, text in ((0.1, " a"), (0.2, ""), (0.3, " b")):  # llama.cpp's last chunk carries no text
+        completion = Completion.construct(**{"id": "c", "object": "text_completion", "created": 0, "model": "m",
+                                                "choices": [{"index": 0, "text": text, "logprobs": None,
+                                                             "finish_reason": "length" if at == 0.3 else None}]})
+        list(folder.add(completion, at))
+    reply = folder.reply("p", 0.3)
+    assert reply.text == " a b" and reply.finish_reason == "length"
+    assert reply.stats.output_tokens == 2 and reply.stats.output_tokens_source == "chunks"
+    assert reply.stats.as_dict()["output_tokens_source"] == "chunks"
+
+
+def test_an_unstreamed_answer_has_a_latency_and_the_servers_count() -> None:
+    whole = ChatCompletion.construct(**{
+        "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
+        "usage": {"completion_tokens": 3, "prompt_tokens": 12, "total_tokens": 15}})
+    reply = answer(whole, "q", chat=True, latency=0.5, echo=False)
+    assert reply.text == "Paris." and reply.finish_reason == "stop" and not reply.includes_prompt
+    assert reply.stats.time_to_first_token is None and reply.stats.output_tokens == 3
+    assert reply.stats.output_token_throughput == pytest.approx(6.0)

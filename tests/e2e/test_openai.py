@@ -89,7 +89,7 @@ def test_batch_mode_counts_tokens_from_usage_and_says_what_is_not_sent(llama_ser
     lines = listed.stdout.splitlines()
     assert listed.exit_code == 0 and lines[0] == f"OpenAI-compatible server at {llama_server.base_url}"
     assert lines[2].split() == [LLAMA_MODEL, "READY", "openai", "stream+batch", "-",
-                                                     "repetition_penalty"]
+                                                     "repetition_penalty,", "min_tokens"]
 
 
 def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:

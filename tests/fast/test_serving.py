@@ -84,7 +84,8 @@ class Session(ZeroCostSession):
         self.gate = threading.Semaphore(0) if gate else None
         self.fail_at = fail_at
         self.runs = 0  # runs started (a gated one may still wait)
-        self.widest = 0  # most live rows of one decode run
+        self.widest = 0  # most rows of one decode run that fed a new token (idle rows repeat their last)
+        self._fed = np.zeros((dims.slots, 2), dtype=np.int64)  # what the engine starts idle rows on
         self._cond = cond
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -96,9 +97,10 @@ class Session(ZeroCostSession):
             assert self.gate.acquire(timeout=WAIT)
         if run == self.fail_at:
             raise RuntimeError("device lost")
-        pos = np.asarray(inputs["position_ids"])
-        if pos.shape[1] == 1:
-            self.widest = max(self.widest, int((pos >= 0).sum()))
+        if inputs["position_ids"].shape[1] == 1:
+            fed = np.concatenate([inputs["input_ids"], inputs["position_ids"]], axis=1)
+            self.widest = max(self.widest, int((fed != self._fed).any(axis=1).sum()))
+            self._fed = fed
         return super().run(inputs)
 
     def wait(self, done: Callable[[], bool]) -> None:

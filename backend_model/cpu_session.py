@@ -118,7 +118,8 @@ class CpuKVSession:
         self.scale = self.head_dim**-0.5
         self._load_weights(model, precision)
         cos, sin = _rope_tables(cfg, dims.ctx_len)
-        self.cos, self.sin = cos.to(self.dtype), sin.to(self.dtype)
+        half = self.head_dim // 2  # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated)
+        self.cos, self.sin = cos.to(self.dtype), torch.cat((-sin[:, :half], sin[:, half:]), -1).to(self.dtype)
         shape = (dims.slots, self.n_kv, dims.ctx_len, self.head_dim)
         self.k_cache = [torch.zeros(shape, dtype=self.dtype) for _ in self.layers]
         self.v_cache = [torch.zeros(shape, dtype=self.dtype) for _ in self.layers]
@@ -189,20 +190,15 @@ class CpuKVSession:
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, w.shape, w, self.eps)
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rot * sin
-
     def _qkv(self, layer: _Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """h [B, S, H] -> q [B, heads, S, d], k and v [B, kv_heads, S, d]."""
+        """h [B, S, H] -> q [B, heads, S, d], k and v [B, kv_heads, S, d]; q and k rotated together."""
         b, s, _ = h.shape
         qkv = layer.qkv(h)
         d, nq, nk = self.head_dim, self.n_heads, self.n_kv
-        q = qkv[..., : nq * d].view(b, s, nq, d).transpose(1, 2)
-        k = qkv[..., nq * d : (nq + nk) * d].view(b, s, nk, d).transpose(1, 2)
-        v = qkv[..., (nq + nk) * d :].view(b, s, nk, d).transpose(1, 2)
-        return self._rope(q, cos, sin), self._rope(k, cos, sin), v
+        qk = qkv[..., : (nq + nk) * d].view(b, s, nq + nk, d)
+        qk = qk * cos + qk.roll(d // 2, -1) * sin  # transformers' rope, the same products and sums
+        v = qkv[..., (nq + nk) * d :].view(b, s, nk, d)
+        return qk[:, :, :nq].transpose(1, 2), qk[:, :, nq:].transpose(1, 2), v.transpose(1, 2)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Grouped-query attention: q [B, nq, S, d], k/v [B, nk, L, d], mask [B, 1, S, L] bool."""
@@ -218,7 +214,7 @@ class CpuKVSession:
         n = len(ids)
         end = start + n
         x = self.embed[torch.from_numpy(ids)].unsqueeze(0)
-        cos, sin = self.cos[start:end], self.sin[start:end]
+        cos, sin = self.cos[start:end].unsqueeze(1), self.sin[start:end].unsqueeze(1)
         qpos = torch.arange(start, end).view(n, 1)
         mask = (torch.arange(end).view(1, end) <= qpos).view(1, 1, n, end)
         for i, layer in enumerate(self.layers):
@@ -238,7 +234,7 @@ class CpuKVSession:
         length = int(pos.max()) + 1
         contiguous = bool((slots == np.arange(slots[0], slots[0] + b)).all())
         x = self.embed[torch.from_numpy(ids)].unsqueeze(1)
-        cos, sin = self.cos[pos_t].unsqueeze(1).unsqueeze(1), self.sin[pos_t].unsqueeze(1).unsqueeze(1)
+        cos, sin = self.cos[pos_t].view(b, 1, 1, -1), self.sin[pos_t].view(b, 1, 1, -1)
         mask = (torch.arange(length).view(1, length) <= pos_t.view(b, 1)).view(b, 1, 1, length)
         s0 = int(slots[0])
         for i, layer in enumerate(self.layers):

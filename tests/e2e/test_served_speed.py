@@ -1,6 +1,6 @@
 """Served speed pieces in a real tritonserver: the automatic thread count and the zero-cost model.
 
-One server loads two of a repository's three CPU models: the int8 stream sample and the bench's
+One server loads two of a repository's three CPU models: the int4 stream sample and the bench's
 zero-cost model (the bundled glue and engine loop with no compute).
 """
 
@@ -33,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 def test_a_model_reports_the_threads_it_picked_for_the_models_loaded(server) -> None:
     cpus = len(os.sched_getaffinity(0))
     line = next(m for m in server.log_tail(500) if "smollm2_decoupled: engine=cpu" in m)
-    assert "precision=int8" in line
+    assert "precision=int4" in line
     assert f"threads={auto_threads(cpus, 2)} (auto: {cpus} cpus, 2 cpu models)" in line  # fp32 sample not loaded
 
 

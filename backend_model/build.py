@@ -18,6 +18,7 @@ from .engine import Engine
 from .models import EMBEDDED, Progress, eos_ids, load_pretrained, load_tokenizer
 from .parameters import BOOLEANS, ENGINES, TRUE
 from .qaic_session import QaicSession, open_qpc, qaic_available
+from .threads import choose_threads
 
 CPU_CAUSAL_MAX_TOKENS = 32  # a causal model on the CPU recomputes the whole sequence for every token
 
@@ -34,7 +35,8 @@ class BackendSettings:
     hf_model_name: str = EMBEDDED
     precision: str = "fp32"
     device_ids: list[int] | None = None
-    cpu_threads: int = 0  # 0: torch's default
+    cpu_threads: int = 0  # 0: automatic (threads.choose_threads)
+    cpu_models: int = 1  # CPU model instances of the server, for the automatic thread count
     compile: dict[str, Any] = field(default_factory=lambda: compile_config.validate({}))
 
     @classmethod
@@ -127,8 +129,8 @@ def _compile_qpc(settings: BackendSettings, progress: Progress) -> str:
     return str(model.compile(**options))
 
 
-def _compiled_session(kind: str, settings: BackendSettings, progress: Progress) -> QaicSession:
-    """The card's session on a QPC, or its ONNX twin's on the exported graph."""
+def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, threads: int) -> QaicSession:
+    """The card's session on a QPC, or its ONNX twin's on the exported graph (``threads`` for the twin)."""
     if kind == "qaic":
         if settings.hf_model_name == EMBEDDED:  # the tokenizer must be the QPC's model's, not SmolLM2's
             raise SessionError("engine qaic needs hf_model_name: the model the QPC was compiled from (its tokenizer)")
@@ -137,32 +139,32 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress) 
 
     c = settings.compile
     fallback = specializations.build(c["batch_size"], c["prefill_seq_len"], c["ctx_len"], c["full_batch_size"] or 0)
-    return QaicSession(c["onnx_path"], settings.device_ids, onnx_opener(fallback, settings.cpu_threads))
+    return QaicSession(c["onnx_path"], settings.device_ids, onnx_opener(fallback, threads))
 
 
 def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple[Engine, str]:
     """The engine for these settings and a one-line description of what was chosen."""
     kind = choose_engine(settings)
+    threads, chosen = choose_threads(settings.cpu_threads, settings.cpu_models)  # the CPU's and the twin's
     if kind in ("qaic", "onnx"):
-        session = _compiled_session(kind, settings, progress)
+        session = _compiled_session(kind, settings, progress, threads)
         tokenizer, eos = load_tokenizer(settings.hf_model_name, progress)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         engine = Engine(session, tokenizer, eos)
-        extra = f" graph={settings.compile['onnx_path']}" if kind == "onnx" else ""
+        extra = f" graph={settings.compile['onnx_path']} threads={threads} ({chosen})" if kind == "onnx" else ""
     else:
         import torch
 
         from .cpu_session import CpuKVSession, CpuRecomputeSession
 
-        if settings.cpu_threads:
-            torch.set_num_threads(settings.cpu_threads)
+        torch.set_num_threads(threads)
         model, tokenizer = load_pretrained(settings.hf_model_name, progress)
         dims = settings.dims(model.config.vocab_size)
         session_cls = CpuKVSession if settings.use_kv_cache else CpuRecomputeSession
         session = session_cls(model, dims, settings.precision)
         engine = Engine(session, tokenizer, eos_ids(model, tokenizer))
-        extra = f" precision={settings.precision} threads={torch.get_num_threads()}"
+        extra = f" precision={settings.precision} threads={threads} ({chosen})"
         if not settings.use_kv_cache:  # recomputing every token on the CPU is slow: a short answer by default
             engine.default_max_tokens = CPU_CAUSAL_MAX_TOKENS
             extra += f" default max_tokens={CPU_CAUSAL_MAX_TOKENS} (causal on the CPU: slow)"

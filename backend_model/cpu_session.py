@@ -16,9 +16,10 @@ from .contract import Dims, SessionError, TokenHistory
 
 LLAMA_LIKE = {"llama", "mistral", "qwen2"}
 # Activation dtype per precision: "int8" keeps fp32 activations with int8 weights (fbgemm dynamic
-# quantisation); "int4" runs bf16 activations on 4-bit weights in groups of 32 along the input, the
-# layout of the embedded GGUF's Q4_1 blocks, which it therefore reproduces.
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "int4": torch.bfloat16}
+# quantisation). "int4" keeps fp32 activations too (attention, norms and the KV cache run faster in
+# fp32 than in bf16 here, the more so in batches); its matmuls take bf16 inputs on 4-bit weights in
+# groups of 32 along the input: the layout of the embedded GGUF's Q4_1 blocks, which it reproduces.
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "int4": torch.float32}
 INT4_GROUP = 32
 
 
@@ -53,9 +54,10 @@ class _Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is not None:
             return torch.ops.quantized.linear_dynamic(x, self.packed)
-        if self.int4 is not None:
+        if self.int4 is not None:  # torch's int4 CPU kernel is vectorised for bf16 inputs only
             packed, scales_zeros = self.int4
-            flat = torch._weight_int4pack_mm_for_cpu(x.reshape(-1, x.shape[-1]), packed, INT4_GROUP, scales_zeros)
+            flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+            flat = torch._weight_int4pack_mm_for_cpu(flat, packed, INT4_GROUP, scales_zeros).to(x.dtype)
             out = flat.reshape(*x.shape[:-1], flat.shape[-1])
             return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
@@ -116,7 +118,8 @@ class CpuKVSession:
         self.scale = self.head_dim**-0.5
         self._load_weights(model, precision)
         cos, sin = _rope_tables(cfg, dims.ctx_len)
-        self.cos, self.sin = cos.to(self.dtype), sin.to(self.dtype)
+        half = self.head_dim // 2  # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated)
+        self.cos, self.sin = cos.to(self.dtype), torch.cat((-sin[:, :half], sin[:, half:]), -1).to(self.dtype)
         shape = (dims.slots, self.n_kv, dims.ctx_len, self.head_dim)
         self.k_cache = [torch.zeros(shape, dtype=self.dtype) for _ in self.layers]
         self.v_cache = [torch.zeros(shape, dtype=self.dtype) for _ in self.layers]
@@ -187,20 +190,15 @@ class CpuKVSession:
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, w.shape, w, self.eps)
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rot * sin
-
     def _qkv(self, layer: _Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """h [B, S, H] -> q [B, heads, S, d], k and v [B, kv_heads, S, d]."""
+        """h [B, S, H] -> q [B, heads, S, d], k and v [B, kv_heads, S, d]; q and k rotated together."""
         b, s, _ = h.shape
         qkv = layer.qkv(h)
         d, nq, nk = self.head_dim, self.n_heads, self.n_kv
-        q = qkv[..., : nq * d].view(b, s, nq, d).transpose(1, 2)
-        k = qkv[..., nq * d : (nq + nk) * d].view(b, s, nk, d).transpose(1, 2)
-        v = qkv[..., (nq + nk) * d :].view(b, s, nk, d).transpose(1, 2)
-        return self._rope(q, cos, sin), self._rope(k, cos, sin), v
+        qk = qkv[..., : (nq + nk) * d].view(b, s, nq + nk, d)
+        qk = qk * cos + qk.roll(d // 2, -1) * sin  # transformers' rope, the same products and sums
+        v = qkv[..., (nq + nk) * d :].view(b, s, nk, d)
+        return qk[:, :, :nq].transpose(1, 2), qk[:, :, nq:].transpose(1, 2), v.transpose(1, 2)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Grouped-query attention: q [B, nq, S, d], k/v [B, nk, L, d], mask [B, 1, S, L] bool."""
@@ -216,7 +214,7 @@ class CpuKVSession:
         n = len(ids)
         end = start + n
         x = self.embed[torch.from_numpy(ids)].unsqueeze(0)
-        cos, sin = self.cos[start:end], self.sin[start:end]
+        cos, sin = self.cos[start:end].unsqueeze(1), self.sin[start:end].unsqueeze(1)
         qpos = torch.arange(start, end).view(n, 1)
         mask = (torch.arange(end).view(1, end) <= qpos).view(1, 1, n, end)
         for i, layer in enumerate(self.layers):
@@ -236,7 +234,7 @@ class CpuKVSession:
         length = int(pos.max()) + 1
         contiguous = bool((slots == np.arange(slots[0], slots[0] + b)).all())
         x = self.embed[torch.from_numpy(ids)].unsqueeze(1)
-        cos, sin = self.cos[pos_t].unsqueeze(1).unsqueeze(1), self.sin[pos_t].unsqueeze(1).unsqueeze(1)
+        cos, sin = self.cos[pos_t].view(b, 1, 1, -1), self.sin[pos_t].view(b, 1, 1, -1)
         mask = (torch.arange(length).view(1, length) <= pos_t.view(b, 1)).view(b, 1, 1, length)
         s0 = int(slots[0])
         for i, layer in enumerate(self.layers):

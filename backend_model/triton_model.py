@@ -1,26 +1,27 @@
 """Triton glue: ``TritonPythonModel`` serving the engine in batch or decoupled mode.
 
-``execute`` validates and queues every request, then returns None; one worker thread runs the
-engine and answers through each request's response sender: per decode step in decoupled mode,
-once at the end in batch mode, and always with exactly one final response (errors and
-cancellations included). Concurrent requests share the engine's slots.
+``execute`` validates and queues every request, then returns None; ``serving.Serving`` runs the
+engine on one thread and answers on another through each request's response sender: per decode
+step in decoupled mode, once at the end in batch mode, and always with exactly one final response
+(errors and cancellations included). Concurrent requests share the engine's slots.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .build import BackendSettings, build_engine
-from .engine import Engine, Sequence, Update
+from .engine import Engine
 from .inputs import Inputs, encode, read_inputs
+from .qaic_session import qaic_available
 from .sampling import BadRequest, SamplingParams
+from .serving import Request, Serving
+from .threads import served_cpu_models
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -33,20 +34,6 @@ def _log(level: str, message: str) -> None:
 def _array(request, name: str):
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
-
-
-@dataclass
-class Request:
-    """One Triton request: its prompts' sequences and where to answer."""
-
-    sender: object
-    request_id: str
-    prompts: list[str]
-    input_tokens: list[int]
-    include_prompt: bool
-    streaming: bool  # one response per decode step (decoupled, unless the request asked stream=false)
-    seqs: list[Sequence] = field(default_factory=list)
-    started: float = field(default_factory=time.perf_counter)
 
 
 def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Request, list[list[int]], SamplingParams]:
@@ -63,6 +50,7 @@ def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Req
         input_tokens=[len(i) for i in encoded],
         include_prompt=not streaming and not inputs.exclude_input,  # one answer echoes the prompt (vllm's way)
         streaming=streaming,
+        key=request.request_id(),
     )
     return req, encoded, params
 
@@ -75,6 +63,24 @@ def _response(**outputs) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
+class TritonWire:
+    """Responses through Triton's response senders: new text per step, or everything at the end."""
+
+    def send(self, req: Request, texts: list[str], final: bool) -> None:
+        if not final:
+            req.sender.send(_response(text_output=texts))
+            return
+        errors = [s.error for s in req.seqs if s.finish_reason == "error"]
+        if errors:
+            response = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {errors[0]}"))
+        else:
+            if not req.streaming:
+                texts = [(p if req.include_prompt else "") + s.text for p, s in zip(req.prompts, req.seqs)]
+            response = _response(text_output=texts, finish_reason=[s.finish_reason for s in req.seqs],
+                                 input_tokens=req.input_tokens, output_tokens=[len(s.tokens) for s in req.seqs])
+        req.sender.send(response, flags=FINAL)
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
@@ -82,14 +88,15 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
         settings = BackendSettings.from_model_dir(args["model_repository"], params)
-        self.engine, description = build_engine(settings, progress=lambda m: _log("info", f"{self.name}: {m}"))
+        if not settings.cpu_threads:  # automatic: share the CPUs with the server's other CPU models
+            settings.cpu_models = served_cpu_models(args["model_repository"], card=qaic_available())
+        self.engine, description = self.build(settings)
         _log("info", f"{self.name}: {description} decoupled={self.decoupled}")
-        self.requests: dict[int, Request] = {}
-        self.running: dict[str, Request] = {}  # Triton request id -> its request (for status_of)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._worker = threading.Thread(target=self._loop, name=f"{self.name}-engine", daemon=True)
-        self._worker.start()
+        self.serving = Serving(self.engine, TritonWire(), _log, self.name)
+
+    def build(self, settings: BackendSettings) -> tuple[Engine, str]:
+        """The engine and its one-line description (a subclass may serve another engine)."""
+        return build_engine(settings, progress=lambda m: _log("info", f"{self.name}: {m}"))
 
     def execute(self, requests):
         for request in requests:
@@ -104,91 +111,17 @@ class TritonPythonModel:
                 error = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
                 request.get_response_sender().send(error, flags=FINAL)
                 continue
-            req.seqs = [self.engine.prepare(ids, params, tag=(req, i)) for i, ids in enumerate(encoded)]
-            with self._lock:
-                self.requests[id(req)] = req
-                self.running[request.request_id()] = req
-            self.engine.enqueue(req.seqs)
+            self.serving.submit(req, encoded, params)
         return None
 
     def _status(self, request, request_id: str) -> None:
         """Answer ``status_of``: whether the request with that Triton id runs here (a client whose stream
         went quiet asks; after the model was reloaded, the new instance does not know it)."""
-        with self._lock:
-            req = self.running.get(request_id)
+        req = self.serving.find(request_id)
         state = "unknown" if req is None else "running"
         tokens = sum(len(s.tokens) for s in req.seqs) if req is not None else 0
         response = _response(text_output=[state], finish_reason=["status"], input_tokens=[0], output_tokens=[tokens])
         request.get_response_sender().send(response, flags=FINAL)
 
     def finalize(self) -> None:
-        self._stop.set()
-        self.engine.wake()
-        self._worker.join(timeout=30)
-
-    # -- the worker ---------------------------------------------------------------------------
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            if not self.engine.wait_for_work(timeout=0.2):
-                continue
-            try:
-                self._check_cancelled()
-                self._dispatch(self.engine.step())
-            except Exception as exc:  # never let one bad step stop the server
-                _log("error", f"{self.name}: engine step failed: {type(exc).__name__}: {exc}")
-
-    def _check_cancelled(self) -> None:
-        with self._lock:
-            live = list(self.requests.values())
-        for req in live:
-            if req.sender.is_cancelled():
-                for seq in req.seqs:
-                    if not seq.finished:
-                        self.engine.cancel(seq)
-
-    def _dispatch(self, updates: list[Update]) -> None:
-        by_request: dict[int, dict[int, str]] = {}
-        for up in updates:
-            req, index = up.seq.tag
-            by_request.setdefault(id(req), {})[index] = up.text
-        for key, texts in by_request.items():
-            req = self.requests.get(key)
-            if req is None:  # already answered
-                continue
-            finished = all(s.finished for s in req.seqs)
-            if req.streaming and not finished and any(texts.values()):
-                self._send(req, _response(text_output=[texts.get(i, "") for i in range(len(req.seqs))]))
-            if finished:
-                self._finish(req, texts)
-
-    def _finish(self, req: Request, last: dict[int, str]) -> None:
-        with self._lock:
-            self.requests.pop(id(req), None)
-            for key in [k for k, r in self.running.items() if r is req]:
-                del self.running[key]
-        errors = [s.error for s in req.seqs if s.finish_reason == "error"]
-        reasons = [s.finish_reason for s in req.seqs]
-        out_tokens = [len(s.tokens) for s in req.seqs]
-        elapsed = time.perf_counter() - req.started
-        _log(
-            "info",
-            f"{self.name}: request {req.request_id} prompts={len(req.seqs)} input_tokens={sum(req.input_tokens)} "
-            f"output_tokens={sum(out_tokens)} finish={','.join(reasons)} time={elapsed:.3f}s",
-        )
-        if errors:
-            response = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {errors[0]}"))
-        else:
-            if req.streaming:
-                texts = [last.get(i, "") for i in range(len(req.seqs))]
-            else:
-                texts = [(p if req.include_prompt else "") + s.text for p, s in zip(req.prompts, req.seqs)]
-            response = _response(
-                text_output=texts, finish_reason=reasons, input_tokens=req.input_tokens, output_tokens=out_tokens
-            )
-        self._send(req, response, FINAL)
-
-    def _send(self, req: Request, response, flags: int = 0) -> None:
-        try:
-            req.sender.send(response, flags=flags)
-        except Exception as exc:  # the client went away; the request is over for us
-            _log("verbose", f"{self.name}: request {req.request_id}: response not delivered: {exc}")
+        self.serving.stop()

@@ -97,12 +97,12 @@ def gen(args: tuple[str, ...]) -> None:
 
 @click.command("samples", cls=OneLineCommand, context_settings=CONTEXT_SETTINGS, epilog="\b\n" + command.samples_help())
 @click.option("--embedded", is_flag=True,
-              help="Write the four embedded SmolLM2 samples (they run on the CPU anywhere) instead of the seed's.")
+              help="Write the embedded SmolLM2 samples (they run on the CPU anywhere) instead of the seed's.")
 @click.option("-o", "--output_dir", "--output-dir", "output_dir", type=click.Path(path_type=Path),
               default=DEFAULT_OUT, show_default=True, help="Model repository to write into.")
 @click.option("--force", is_flag=True, help="Replace existing model folders.")
 def samples(embedded: bool, output_dir: Path, force: bool) -> None:
-    """Write the seed's four sample models (or, with --embedded, the four embedded ones)."""
+    """Write the seed's four sample models (or, with --embedded, the embedded ones)."""
     with _errors():
         written = write_samples(EMBEDDED_SAMPLES if embedded else SEED_SAMPLES, output_dir, force=force)
     for path in written:
@@ -120,10 +120,10 @@ def _kind(model: ModelInfo) -> str:
 
 def format_table(models: list[ModelInfo]) -> str:
     """A plain, aligned table: one row per model."""
-    header = ("MODEL", "TYPE", "DECOUPLED", "COMPILE", "SOURCE", "VALID")
+    header = ("MODEL", "TYPE", "DECOUPLED", "COMPILE", "PRECISION", "SOURCE", "VALID")
     rows = [header] + [
-        (m.name, _kind(m), {True: "yes", False: "no", None: "?"}[m.decoupled], m.compile_summary(), m.source,
-         "yes" if m.valid else "no: " + "; ".join(m.problems))
+        (m.name, _kind(m), {True: "yes", False: "no", None: "?"}[m.decoupled], m.compile_summary(),
+         m.precision or "?", m.source, "yes" if m.valid else "no: " + "; ".join(m.problems))
         for m in models
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]

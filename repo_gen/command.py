@@ -34,10 +34,11 @@ def note(message: str) -> None:
 
 
 def samples_help() -> str:
-    lines = ["Samples (a --model_name that is one of them takes its defaults; flags override):"]
+    lines = ["Samples (a --model_name that is one of them takes its defaults; flags override; the precision",
+             "is the CPU engine's, a card runs its QPC):"]
     for name, spec in SAMPLES.items():
         mode = "decoupled (stream)" if spec.decoupled else "batch"
-        lines.append(f"  {name:<25} {spec.model_type:<9} {mode:<19} {spec.hf_model_name}")
+        lines.append(f"  {name:<25} {spec.model_type:<9} {mode:<19} {spec.precision:<5} {spec.hf_model_name}")
     return "\n".join(lines)
 
 
@@ -112,10 +113,11 @@ def parser(prog: str, default_output: Path | str, default_backend: Path | None) 
                    help="auto (default): the card when QEfficient is importable, else the CPU. onnx: the card's ONNX "
                         "Runtime twin on the compile config's onnx_path, or on a graph exported into <model>/onnx/ "
                         "(about a minute for the embedded model; needs torch, onnx and onnxruntime).")
-    p.add_argument("--precision", choices=PRECISIONS, help="CPU engine weights (default fp32).")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="CPU engine weights (default: the sample's, else fp32; fp32 is token-exact with transformers).")
     _flag(p, "cpu_threads", type=_threads,
-          help="CPU engine: torch threads for this model (default 0: torch's default). Several CPU models in one "
-               "server on few cores run better with 1 each.")
+          help="CPU engine: threads for this model. Default 0: automatic, all CPUs but one (left to the server and "
+               "its clients) shared by the CPU models the server loads; the model's log line says how many.")
     return p
 
 

@@ -1,4 +1,11 @@
-"""The seed's four sample models and four embedded SmolLM2 samples that run anywhere."""
+"""The seed's four sample models and five embedded SmolLM2 samples that run anywhere.
+
+The embedded KV-cache samples a new user meets first (``smollm2_decoupled`` for streaming,
+``smollm2_kv`` for batch and generate) run int4 on the CPU: the embedded GGUF's own 4-bit weights
+(their answers read like llama.cpp's on the same file) at several times fp32's speed.
+``smollm2_decoupled_fp32`` streams at fp32, token-exact with transformers. The causal samples
+recompute every token, so they stay fp32 (their session takes fp32 or bf16).
+"""
 
 from __future__ import annotations
 
@@ -18,8 +25,10 @@ SAMPLES: dict[str, ModelSpec] = {
         ModelSpec("starcoder_decoupled", "causal", True, hf_model_name="bigcode/starcoder", compile=STARCODER),
         ModelSpec("mistral_7b", "kv_cache", False, hf_model_name="mistralai/Mistral-7B-v0.1", compile=MISTRAL),
         ModelSpec("mistral_decoupled", "kv_cache", True, hf_model_name="mistralai/Mistral-7B-v0.1", compile=MISTRAL),
-        ModelSpec("smollm2_kv", "kv_cache", False, hf_model_name="embedded", compile=EMBEDDED_KV),
-        ModelSpec("smollm2_decoupled", "kv_cache", True, hf_model_name="embedded", compile=EMBEDDED_KV),
+        ModelSpec("smollm2_kv", "kv_cache", False, hf_model_name="embedded", compile=EMBEDDED_KV, precision="int4"),
+        ModelSpec("smollm2_decoupled", "kv_cache", True, hf_model_name="embedded", compile=EMBEDDED_KV,
+                  precision="int4"),
+        ModelSpec("smollm2_decoupled_fp32", "kv_cache", True, hf_model_name="embedded", compile=EMBEDDED_KV),
         ModelSpec("smollm2_causal", "causal", False, hf_model_name="embedded", compile=EMBEDDED_CAUSAL),
         ModelSpec("smollm2_causal_decoupled", "causal", True, hf_model_name="embedded", compile=EMBEDDED_CAUSAL),
     )

@@ -55,7 +55,7 @@ class ModelSpec:
     compile: dict[str, Any] = field(default_factory=dict)  # only the keys that were given
     engine: str = "auto"
     precision: str = "fp32"
-    cpu_threads: int = 0  # 0: torch's default
+    cpu_threads: int = 0  # 0: automatic (backend_model.threads)
 
     def parameters(self) -> dict[str, str]:
         return {

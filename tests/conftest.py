@@ -80,7 +80,7 @@ def echo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def embedded_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A repository with the four embedded SmolLM2 samples, written by the repo generator."""
+    """A repository with the embedded SmolLM2 samples, written by the repo generator."""
     from repo_gen.samples import EMBEDDED_SAMPLES, write_samples
 
     repo = tmp_path_factory.mktemp("llm_model_dir")
@@ -90,7 +90,7 @@ def embedded_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def embedded_server(embedded_repo: Path):
-    """One real tritonserver serving the four embedded samples for the whole session."""
+    """One real tritonserver serving the embedded samples for the whole session."""
     from console.server import TritonServer
 
     server = TritonServer(embedded_repo)

@@ -20,23 +20,43 @@ BENCH_PROMPTS = [
 
 
 class ZeroCostSession:
-    """A session whose run costs nothing: fixed logits. Used only to time the loop itself."""
+    """A session that computes nothing: the next token after position p is ``pattern[p % len(pattern)]``.
+
+    It times the loop itself (``loop_overhead_ms``) and, served (``zero_cost_model``), the host cost
+    around a card; the pattern lets a client check that every token arrived, once and in order.
+    """
 
     kind = "zero-cost"
 
-    def __init__(self, dims: Dims, token_id: int) -> None:
+    def __init__(self, dims: Dims, pattern: list[int]) -> None:
         self.dims = dims
-        self._logits = {}
-        self._token = token_id
+        self.pattern = np.asarray(pattern, dtype=np.int64)
+        self._logits: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rows -> (buffer, its hot columns)
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        rows = len(inputs["input_ids"])
-        out = self._logits.get(rows)
-        if out is None:
-            out = np.zeros((rows, 1, self.dims.vocab), dtype=np.float32)
-            out[:, 0, self._token] = 1.0
-            self._logits[rows] = out
-        return {"logits": out}
+        last = np.asarray(inputs["position_ids"]).max(axis=1)  # each row's last position
+        rows = len(last)
+        if rows not in self._logits:
+            self._logits[rows] = (np.zeros((rows, 1, self.dims.vocab), dtype=np.float32), np.zeros(rows, np.int64))
+        logits, hot = self._logits[rows]
+        every = np.arange(rows)
+        logits[every, 0, hot] = 0.0
+        hot[:] = self.pattern[last % len(self.pattern)]
+        logits[every, 0, hot] = 1.0
+        return {"logits": logits}
+
+
+def digit_tokens(tokenizer) -> list[int]:
+    """The token ids of ``0`` .. ``9``, the zero-cost pattern (one token each in the embedded vocabulary)."""
+    ids = [tokenizer(str(d), add_special_tokens=False)["input_ids"] for d in range(10)]
+    if any(len(i) != 1 for i in ids):
+        raise ValueError("this tokenizer splits a digit into several tokens")
+    return [i[0] for i in ids]
+
+
+def digits_after(prompt_tokens: int, count: int) -> str:
+    """The text a zero-cost session generates for a prompt of ``prompt_tokens`` tokens."""
+    return "".join(str((prompt_tokens - 1 + i) % 10) for i in range(count))
 
 
 @dataclass
@@ -60,9 +80,8 @@ def run_engine(engine: Engine, concurrency: int, max_tokens: int) -> Timed:
 
 def loop_overhead_ms(tokenizer, slots: int = 16, steps: int = 500) -> float:
     """Host time per decode step of the loop with a zero-cost session at ``slots`` sequences."""
-    token = tokenizer(" the", add_special_tokens=False)["input_ids"][0]
     dims = Dims(1, 32, steps + 64, len(tokenizer), slots)
-    engine = Engine(ZeroCostSession(dims, token), tokenizer)
+    engine = Engine(ZeroCostSession(dims, digit_tokens(tokenizer)), tokenizer)
     prompts = (BENCH_PROMPTS * 2)[:slots]
     for p in prompts:
         engine.submit(engine.encode(p), SamplingParams(max_tokens=steps))

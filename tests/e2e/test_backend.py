@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from backend_model.build import BackendSettings, build_engine
 from backend_model.sampling import SamplingParams
+from repo_gen.samples import SAMPLES
 
 pytestmark = pytest.mark.server
 PROMPTS = ["My name is", "Maroon bells"]
@@ -102,10 +103,10 @@ def joined(responses):
 
 @pytest.fixture(scope="module")
 def inprocess(embedded_repo):
-    """The same engines in this process, built from the same model folders."""
+    """The same engines in this process, built from the same model folders and parameters (precision too)."""
     engines = {}
     for name in KV_MODELS:
-        params = {"use_kv_cache": "true" if name == "smollm2_kv" else "false"}
+        params = SAMPLES[name].parameters()
         engine, _ = build_engine(BackendSettings.from_model_dir(embedded_repo / name, params), progress=lambda m: None)
         engines[name] = engine
     return engines

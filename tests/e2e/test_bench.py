@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from console.bench import report as perf
-from console.bench.capacity import client_capacity, expected_text, zero_cost_server
+from console.bench.capacity import client_capacity, zero_cost_server
 from console.bench.cli import bench_group, parse_levels, plot_formats
 from console.bench.display import ProgressBar, levels_table
 from console.bench.engine import loop_overhead_ms
@@ -127,6 +127,7 @@ def test_client_capacity_counts_every_token_from_the_zero_cost_model(zero_cost) 
     result = client_capacity(zero_cost.grpc_url, streams=3, tokens=300)
     assert result.complete, result.errors
     assert result.received == result.expected == 900 and result.tokens_per_s > 0
+    assert 3 <= result.responses <= 900  # streamed: at least one response per stream, never more than a token each
     timed = perf.triton_streams(zero_cost.grpc_url, 2, 50, model="zero_cost_stream")
     assert timed.tokens == 100
 
@@ -154,18 +155,20 @@ def test_request_rate_and_duration_levels_end_every_request_once(zero_cost) -> N
 
 def test_report_ratios_and_json_keys() -> None:
     assert perf.ratio(10, 4) == 2.5 and perf.ratio(None, 4) is None and perf.ratio(1, 0) is None
-    report = perf.Report(ratios={"triton_over_inprocess": 0.97, "scaling_8_over_1": 2.0,
-                                 "engine_over_hf_generate": 5.5, "client_tokens_per_s": 4100.0,
+    report = perf.Report(ratios={"served_over_inprocess_int4_8": 0.97, "scaling_8_over_1": 2.0,
+                                 "engine_over_hf_generate": 5.5, "served_zero_cost_16_tokens_per_s": 4100.0,
                                  "loop_overhead_ms": 0.2})
-    assert report.passed("triton_over_inprocess") and not report.passed("scaling_8_over_1")
-    assert report.passed("loop_overhead_ms")
+    assert report.passed("served_over_inprocess_int4_8") and not report.passed("scaling_8_over_1")
+    assert report.passed("loop_overhead_ms") and not report.passed("served_zero_cost_16_tokens_per_s")
     data = report.as_dict()
-    for key in ("triton_over_inprocess", "scaling_8_over_1", "engine_over_hf_generate", "client_tokens_per_s"):
+    for key in ("served_over_inprocess_int4_8", "scaling_8_over_1", "engine_over_hf_generate",
+                "served_zero_cost_16_tokens_per_s"):
         assert key in data and key in data["targets"]
     assert data["passed"]["scaling_8_over_1"] is False
+    assert {f"served_over_inprocess_{p}_{n}" for p in ("fp32", "int8", "int4") for n in (1, 8)} <= set(perf.TARGETS)
     assert json.loads(json.dumps(data)) == data
     text = perf.format_report(report)
-    assert "MISSED" in text and "P1" in text
+    assert "MISSED" in text and "served int4 8 streams ÷ in-process" in text
     assert perf.best_rate([perf.Timed(10, 1.0), perf.Timed(30, 1.0), perf.Timed(20, 2.0)]) == 30.0
 
 
@@ -242,4 +245,3 @@ def test_bench_help_and_bad_options_fail_before_any_server() -> None:
     result = CliRunner().invoke(bench_group, ["--concurrency", "1", "--request-rate", "2"])
     assert result.exit_code == 1 and "not both" in result.output
     assert "compare" in CliRunner().invoke(main, ["bench", "--help"]).output
-    assert expected_text(3) == "0 1 2 "

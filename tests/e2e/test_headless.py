@@ -112,13 +112,12 @@ def test_bad_input_gives_one_error_line(embedded_server) -> None:
 
 
 def test_chat_template_of_the_embedded_model(embedded_server) -> None:
-    result = cli("--prompt", "What is the capital of France?", "--chat", "--url", embedded_server.grpc_url,
-                 "--max-tokens", "24", "--json")
+    fp32 = ("--url", embedded_server.grpc_url, "--model", "smollm2_decoupled_fp32")  # token-exact with transformers
+    result = cli("--prompt", "What is the capital of France?", "--chat", *fp32, "--max-tokens", "24", "--json")
     assert result.exit_code == 0, result.output
     row = json_lines(result)[0]
     assert row["prompt"] == "What is the capital of France?" and "Paris" in row["text"]
-    plain = cli("--prompt", "What is the capital of France?", "--url", embedded_server.grpc_url, "--max-tokens",
-                "24", "--json")
+    plain = cli("--prompt", "What is the capital of France?", *fp32, "--max-tokens", "24", "--json")
     assert json_lines(plain)[0]["text"] != row["text"]  # the template changed what the model saw
     result = cli("--prompt", "Hi", "--system", "You are a pirate.", "--url", embedded_server.grpc_url,
                  "--max-tokens", "8", "--json")

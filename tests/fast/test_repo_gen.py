@@ -379,11 +379,12 @@ def test_list_shows_generated_models(tmp_path: Path, qpc: Path) -> None:
     result = run(["list", str(repo)])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["MODEL", "TYPE", "DECOUPLED", "COMPILE", "SOURCE", "VALID"]
+    assert lines[0].split() == ["MODEL", "TYPE", "DECOUPLED", "COMPILE", "PRECISION", "SOURCE", "VALID"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert sorted(rows) == sorted([*EMBEDDED_SAMPLES, "mistral_7b"])
     assert rows["smollm2_decoupled"].split()[1:3] == ["kv_cache", "yes"]
-    assert "ctx=512 prefill=32 fbs=8" in rows["smollm2_kv"]
+    assert "ctx=512 prefill=32 fbs=8" in rows["smollm2_kv"] and rows["smollm2_kv"].split()[6] == "int4"
+    assert " int4 " in rows["smollm2_decoupled"] and " fp32 " in rows["smollm2_decoupled_fp32"]
     assert rows["smollm2_causal"].split()[1:5] == ["causal", "(slow", "on", "CPU)"]  # said where users pick
     assert f"qpc {qpc}" in rows["mistral_7b"] and "embedded" in rows["smollm2_kv"]
     assert all(row.endswith("yes") for row in rows.values())

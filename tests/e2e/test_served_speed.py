@@ -1,0 +1,45 @@
+"""Served speed pieces in a real tritonserver: the automatic thread count and the zero-cost model.
+
+One server loads two of a repository's three CPU models: the int4 stream sample and the bench's
+zero-cost model (the bundled glue and engine loop with no compute).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from backend_model.threads import auto_threads
+from console.bench.capacity import MODEL, client_capacity, write_zero_cost_repo
+from console.server import TritonServer
+from repo_gen.samples import write_samples
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    repo: Path = tmp_path_factory.mktemp("speed_repo")
+    write_samples(("smollm2_decoupled", "smollm2_decoupled_fp32"), repo)
+    write_zero_cost_repo(repo)
+    server = TritonServer(repo, models=("smollm2_decoupled", MODEL))
+    server.start(timeout=600)
+    yield server
+    server.stop()
+
+
+def test_a_model_reports_the_threads_it_picked_for_the_models_loaded(server) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    line = next(m for m in server.log_tail(500) if "smollm2_decoupled: engine=cpu" in m)
+    assert "precision=int4" in line
+    assert f"threads={auto_threads(cpus, 2)} (auto: {cpus} cpus, 2 cpu models)" in line  # fp32 sample not loaded
+
+
+def test_sixteen_zero_cost_streams_get_every_token_in_order(server) -> None:
+    result = client_capacity(server.grpc_url, streams=16, tokens=500)
+    assert result.complete, result.errors
+    assert result.received == result.expected == 8000
+    log = "\n".join(server.log_tail(500))
+    assert log.count("zero_cost_stream: request") >= 16 and "finish=length" in log

@@ -65,13 +65,16 @@ class AnswerBlock(Vertical):
     def __init__(self, turn: Turn, index: int) -> None:
         super().__init__(classes="answer pending")
         self.turn, self.index = turn, index
+        # held here, not looked up: a tick may render the block before its children are mounted
+        self.body = Static(Content("…"), classes="answer-body")
+        self.stats = Static(Content(""), classes="stats")
 
     def compose(self) -> ComposeResult:
         if len(self.turn.prompts) > 1:
             header = f"[{self.index + 1}/{len(self.turn.prompts)}] {self.turn.prompts[self.index]}"
             yield Static(Content(header), classes="answer-header")
-        yield Static(Content("…"), classes="answer-body")
-        yield Static(Content(""), classes="stats")
+        yield self.body
+        yield self.stats
 
     @property
     def finished(self) -> bool:
@@ -88,14 +91,14 @@ class AnswerBlock(Vertical):
             stopped = reply is None and turn.failure is not None and turn.failure.kind == CANCELLED
             self.set_class(stopped, "stopped")
             self.set_class(not stopped and (reply is None or not reply.ok), "failed")
-        self.query_one(".answer-body", Static).update(Content(text or "…"))
-        self.query_one(".stats", Static).update(Content(figures_line(turn, i, preparing)))
+        self.body.update(Content(text or "…"))
+        self.stats.update(Content(figures_line(turn, i, preparing)))
 
     @property
     def figures_text(self) -> str:
         """The figures line as shown."""
-        return str(self.query_one(".stats", Static).content)
+        return str(self.stats.content)
 
     @property
     def body_text(self) -> str:
-        return str(self.query_one(".answer-body", Static).content)
+        return str(self.body.content)

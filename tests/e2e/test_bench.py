@@ -14,13 +14,14 @@ from click.testing import CliRunner
 
 from console.bench import report as perf
 from console.bench.capacity import client_capacity, zero_cost_server
-from console.bench.cli import bench_group, parse_levels, plot_formats
+from console.bench.cli import bench_group
 from console.bench.display import ProgressBar, levels_table
 from console.bench.engine import loop_overhead_ms
 from console.bench.load import LevelResult, RequestRecord, Runner, Target
 from console.bench.plots import throughput_figure
 from console.bench.prompts import BenchRequest, SyntheticPrompts, read_jsonl
 from console.bench.results import SCHEMA, compare, load_json, summarize
+from console.bench.run import parse_levels, plot_formats
 from console.cli import main
 from console.clients import ClientError, ReplyStats, model_info
 from console.core.request import Endpoint, Settings

@@ -1,0 +1,209 @@
+"""One ``bench`` run: its levels, its servers (the ``--url`` load and each ``--compare-url``), the load at
+each level, and the tables, JSON, CSV files and plots it leaves."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from console.clients import ClientError
+from console.core.controls import params_from_options
+from console.core.request import Endpoint, Settings, default_model, read_info
+
+from .load import LevelResult, Runner, Target
+
+
+def parse_levels(text: str | None, kind: type = int) -> list[Any]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; ClientError on anything else."""
+    if text is None:
+        return []
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ClientError(f"expected a comma-separated list of numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ClientError(f"levels must be positive numbers, got {text!r}")
+    return values
+
+
+def plot_formats(text: str) -> tuple[str, ...]:
+    """``"png,html"`` / ``"both"`` / ``"none"`` -> the formats; ClientError on an unknown one."""
+    from .plots import FORMATS
+
+    parts = {p.strip().lower() for p in text.split(",") if p.strip()}
+    if "both" in parts:
+        parts = (parts - {"both"}) | set(FORMATS)
+    parts.discard("none")
+    unknown = parts - set(FORMATS)
+    if unknown:
+        raise ClientError(f"--plots: unknown format {sorted(unknown)[0]!r} (png, html, both, none)")
+    return tuple(f for f in FORMATS if f in parts)
+
+
+def to_stderr(message: str) -> None:
+    click.echo(message, err=True)
+
+
+MIXED_KINDS = ("the --url values name servers of different kinds (Triton and OpenAI-compatible): several --url "
+               "spread one load round-robin over servers of one kind; put another server beside the first with "
+               "--compare-url")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One server of a run: its name in the tables, the target loaded, the URLs given for it."""
+
+    name: str
+    target: Target
+    urls: tuple[str, ...]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        endpoint = self.target.endpoints[0]
+        return {"name": self.name, "api": endpoint.api, "model": self.target.model, "urls": list(self.urls)}
+
+
+class BenchRun:
+    """One ``bench`` invocation: resolve the target, run the levels, print and write the results."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.o = options
+        self.quiet = bool(options["quiet"])
+
+    def progress(self, message: str) -> None:
+        if not self.quiet:
+            to_stderr(message)
+
+    def levels(self) -> list[tuple[int | None, float | None]]:
+        if self.o["concurrency"] and self.o["request_rate"]:
+            raise ClientError("give --concurrency or --request-rate, not both")
+        if self.o["request_rate"]:
+            return [(None, r) for r in parse_levels(self.o["request_rate"], float)]
+        return [(c, None) for c in parse_levels(self.o["concurrency"] or "1")]
+
+    def requests(self, embedded: bool) -> Any:
+        from .prompts import SyntheticPrompts, load_tokenizer, read_jsonl
+
+        if self.o["input_file"]:
+            return read_jsonl(self.o["input_file"], self.o["output_tokens_mean"])
+        tokenizer = load_tokenizer(self.o["tokenizer"], embedded)
+        return SyntheticPrompts(self.o["input_tokens_mean"], self.o["input_tokens_stddev"],
+                                self.o["output_tokens_mean"], self.o["output_tokens_stddev"],
+                                self.o["seed"], tokenizer)
+
+    def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto") -> Target:
+        """The load on ``urls`` (round-robin; one kind of server) for ``model`` (default: the server's)."""
+        mode = self.o["mode"]
+        params = params_from_options(self.o)
+        if params.temperature:  # sampling: seeded like the prompts
+            params = params.replace(seed=self.o["seed"])
+        endpoints = tuple(Endpoint.at(url, api) for url in urls)
+        if len({e.api for e in endpoints}) > 1:
+            raise ClientError(MIXED_KINDS)
+        settings = Settings(model or default_model(endpoints[0], mode), mode, self.o["protocol"], params,
+                            self.o["timeout"], self.o["idle_timeout"] or None)
+        info = read_info(endpoints[0], settings)
+        if mode != "stream":
+            info.check_batch("use --mode stream")
+        return Target(settings, info, endpoints)
+
+    def sides(self, urls: tuple[str, ...]) -> list[Side]:
+        """The servers of the run: the ``--url`` load, then one per ``--compare-url`` (each its own kind)."""
+        targets = [(self.target(urls, self.o["model"], self.o["api"]), urls)]
+        for url in self.o["compare_url"]:
+            targets.append((self.target((url,), self.o["compare_model"]), (url,)))
+        names = [f"{t.endpoints[0].kind} {t.model}" for t, _ in targets]
+        if len(set(names)) < len(names):
+            names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
+        return [Side(name, target, given) for name, (target, given) in zip(names, targets)]
+
+    def config(self, target: Target, urls: tuple[str, ...]) -> dict[str, Any]:
+        keys = ("concurrency", "request_rate", "request_distribution", "requests", "duration", "warmup",
+                "input_file", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
+                "output_tokens_stddev", "seed")
+        settings = target.settings
+        timeouts = {"network": target.info.network_timeout(settings.timeout),
+                    "idle": settings.idle_timeout if settings.mode == "stream" else None}
+        return {"model": target.model, "mode": target.mode, "protocol": settings.protocol, "urls": list(urls),
+                "timeouts": timeouts, "params": dict(settings.params.values), **{k: self.o[k] for k in keys},
+                "levels": [c if c is not None else r for c, r in self.levels()],
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    def execute(self, urls: tuple[str, ...]) -> int:
+        from .display import ProgressBar
+        from .results import build_document, side_by_side, summarize
+
+        levels = self.levels()
+        sides = self.sides(urls)
+        embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
+        runners = [Runner(side.target, self.requests(embedded)) for side in sides]
+        for side, runner in zip(sides, runners):
+            if self.o["warmup"]:
+                self.progress(f"warm-up: {self.o['warmup']} requests" + (f" to {side.name}" if len(sides) > 1
+                                                                          else "") + " ...")
+                runner.run(concurrency=min(levels[0][0] or 1, self.o["warmup"]), count=self.o["warmup"])
+        done: list[list[tuple[LevelResult, dict[str, Any]]]] = [[] for _ in sides]
+        for concurrency, rate in levels:
+            for side, runner, results in zip(sides, runners, done):
+                label = (f"c={concurrency}" if concurrency else f"rate={rate:g}/s") + (
+                    f" {side.name}" if len(sides) > 1 else "")
+                count = self.o["requests"] or (None if self.o["duration"] else max(8, 4 * (concurrency or 1)))
+                bar = ProgressBar(label, sys.stderr, count, self.o["duration"],
+                                  live=None if not self.quiet else False)
+                level = runner.run(concurrency, rate, count, self.o["duration"], None if self.quiet else bar,
+                                   self.o["request_distribution"], self.o["seed"])
+                if not self.quiet:
+                    bar.close()
+                results.append((level, summarize(level, side.target.mode)))
+        document = build_document(self.config(sides[0].target, urls), done[0])
+        if len(sides) > 1:
+            side_by_side(document, [(side.config, results) for side, results in zip(sides, done)])
+        self.show(document, done)
+        self.write(document)
+        return 1 if any(s["error_count"] for results in done for _, s in results) else 0
+
+    def show(self, document: dict[str, Any], done: list[list[tuple[LevelResult, dict[str, Any]]]]) -> None:
+        """The level tables on stdout (JSON with --json); several servers: each one's, then side by side."""
+        from .display import compare_table, levels_table
+
+        targets = document.get("targets")
+        summaries = [[s for _, s in results] for results in done]
+        if self.o["json_"]:
+            extra = {} if not targets else {
+                "targets": [{**{k: v for k, v in t.items() if k != "levels"}, "levels": levels}
+                            for t, levels in zip(targets, summaries)],
+                "comparison": document["comparison"]}
+            click.echo(json.dumps({"config": document["config"], "levels": summaries[0], **extra}, indent=2))
+            return
+        if not targets:
+            click.echo(levels_table(summaries[0]))
+            return
+        names = [t["name"] for t in targets]
+        for target, levels in zip(targets, summaries):
+            click.echo(f"{target['name']} ({', '.join(target['urls'])})")
+            click.echo(levels_table(levels) + "\n")
+        click.echo(f"side by side (ratios to {names[0]})")
+        click.echo(compare_table(document["comparison"], names))
+
+    def write(self, document: dict[str, Any]) -> None:
+        from .plots import have_matplotlib, write_plots
+        from .results import write_csv, write_json
+
+        out = self.o["output_dir"]
+        if out is None:
+            out = Path("bench-results") / f"{document['config']['model']}-{time.strftime('%Y%m%d-%H%M%S')}"
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [write_json(document, out / "bench.json"), *write_csv(document, out)]
+        formats = plot_formats(self.o["plots"])
+        if formats:
+            if "png" in formats and not have_matplotlib():
+                to_stderr("warning: matplotlib is not installed: no PNG plots (pip install matplotlib)")
+            paths += write_plots(document, out, formats)
+        self.progress("wrote " + ", ".join(str(p) for p in paths))

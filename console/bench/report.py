@@ -15,6 +15,10 @@ Measured in one run on the embedded model, side by side, as ratios (absolute fig
   streams of a served zero-cost model: the real backend glue and loop, no compute (the host cost a
   card would see; target >= 5,000).
 
+Context only (no target): the card twin — the time to export the embedded model as a QEfficient-style
+ONNX graph and the ONNX Runtime twin's tokens/s (1 and 8 sequences) beside the CPU KV session's fp32,
+measured alternately in this process.
+
 Runs alternate so that a neighbour's load hits both sides of a ratio alike, and each side is the
 best of ``repeats`` runs (on a shared machine a neighbour only ever slows a run down).
 """
@@ -160,10 +164,10 @@ def _embedded_settings(precision: str) -> Any:
     return BackendSettings(precision=precision, compile=compile_config.validate(EMBEDDED_KV))
 
 
-def _build(precision: str) -> Any:
+def _engine(settings: Any) -> Any:
     from backend_model.build import build_engine
 
-    engine, _ = build_engine(_embedded_settings(precision), progress=lambda m: None)
+    engine, _ = build_engine(settings, progress=lambda m: None)
     run_engine(engine, 1, 4)  # warm-up
     return engine
 
@@ -176,7 +180,7 @@ def precision_section(report: Report, opts: ReportOptions, progress: Progress) -
 
     model, tokenizer = load_pretrained("embedded", progress)
     for precision in opts.precisions:
-        engine = _build(precision)  # it sets torch's threads: transformers generate runs on the same
+        engine = _engine(_embedded_settings(precision))  # sets torch's threads: HF generate runs on the same
         report.context["threads"] = torch.get_num_threads()
         hf_generate(model, tokenizer, 4)  # warm-up
         progress(f"{precision}: starting a server with the embedded model at {precision} ...")
@@ -228,6 +232,31 @@ def zero_cost_section(report: Report, opts: ReportOptions, progress: Progress) -
         report.context["zero_cost_errors"] = [e for r in runs for e in r.errors][:10]
 
 
+def twin_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
+    """The card twin: export time, then the twin and the CPU fp32 session alternately at 1 and 8 sequences."""
+    from dataclasses import replace
+
+    from repo_gen.onnx_export import export
+    from repo_gen.samples import EMBEDDED_KV
+
+    cpu = _embedded_settings("fp32")
+    with tempfile.TemporaryDirectory(prefix="qaic-report-twin-") as tmp:
+        progress("card twin: exporting the embedded model as a QEfficient-style ONNX graph ...")
+        start = time.perf_counter()
+        graph = export("embedded", tmp, progress=lambda m: None, **EMBEDDED_KV).graph
+        report.context["twin_export_seconds"] = round(time.perf_counter() - start, 1)
+        twin = _engine(replace(cpu, engine="onnx", compile={**cpu.compile, "onnx_path": str(graph)}))
+        engines = {"twin": twin, "cpu_fp32": _engine(cpu)}
+        runs: dict[str, list[Timed]] = {}
+        for i in range(opts.repeats):
+            progress(f"card twin round {i + 1}/{opts.repeats}: twin and CPU session x1 and x8 ...")
+            for n in STREAMS:
+                for name, engine in engines.items():
+                    runs.setdefault(f"{name}_{n}", []).append(run_engine(engine, n, opts.tokens))
+    for key, timed in runs.items():
+        report.context[f"inprocess_{key}_tokens_per_s"] = round(best_rate(timed), 1)
+
+
 def run_report(opts: ReportOptions | None = None, progress: Progress = print) -> Report:
     """All sections, one after the other (each alone on the machine)."""
     opts = opts or ReportOptions()
@@ -235,7 +264,7 @@ def run_report(opts: ReportOptions | None = None, progress: Progress = print) ->
     report.context.update(tokens_per_measurement=opts.tokens, repeats=opts.repeats, cpus=os.cpu_count(),
                           load_average_start=[round(x, 2) for x in os.getloadavg()])
     t0 = time.perf_counter()
-    for section in (precision_section, zero_cost_section):
+    for section in (precision_section, zero_cost_section, twin_section):
         section(report, opts, progress)
     report.context["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report.context["seconds"] = round(time.perf_counter() - t0, 1)

@@ -246,3 +246,14 @@ def test_bench_help_and_bad_options_fail_before_any_server() -> None:
     result = CliRunner().invoke(bench_group, ["--concurrency", "1", "--request-rate", "2"])
     assert result.exit_code == 1 and "not both" in result.output
     assert "compare" in CliRunner().invoke(main, ["bench", "--help"]).output
+
+
+def test_the_report_times_the_card_twin_beside_the_cpu_session() -> None:
+    report = perf.Report()
+    perf.twin_section(report, perf.ReportOptions(tokens=4, repeats=1), progress=lambda m: None)
+    figures = report.context
+    assert figures["twin_export_seconds"] > 0
+    for path in ("twin", "cpu_fp32"):
+        for n in perf.STREAMS:
+            assert figures[f"inprocess_{path}_{n}_tokens_per_s"] > 0
+    assert not report.ratios, "context only: the twin has no target"

@@ -87,7 +87,7 @@ class Serving:
     def find(self, key: str) -> Request | None:
         """The live request with this transport id, if any."""
         with self._cond:
-            return next((r for r in self.live.values() if r.key == key), None)
+            return next((r for r in self.live.values() if key and r.key == key), None)
 
     def stop(self, timeout: float = 30.0) -> None:
         with self._cond:

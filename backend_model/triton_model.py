@@ -50,7 +50,7 @@ def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Req
         input_tokens=[len(i) for i in encoded],
         include_prompt=not streaming and not inputs.exclude_input,  # one answer echoes the prompt (vllm's way)
         streaming=streaming,
-        key=request.request_id(),
+        key=request.request_id() or inputs.request_id or "",  # generate sends no Triton id: its "id" input
     )
     return req, encoded, params
 

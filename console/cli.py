@@ -81,7 +81,8 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--model", default=None,
                      help="Model name (default: smollm2_decoupled for stream, smollm2_kv otherwise; an "
                           "OpenAI-compatible server's first model). Causal models recompute every token: on a CPU "
-                          "they are slow (a 32-token answer by default)."),
+                          "they are slow (about 5 tok/s here); ask for few tokens (--max-tokens 16), or 0 for the "
+                          "server's default (32 tokens on a CPU)."),
         click.option("--url", default=None,
                      help="host:port of a running tritonserver (HTTP or gRPC as the mode needs), or the base URL "
                           "of an OpenAI-compatible server (http://host:port/v1); without it the embedded model is "

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from console.clients import ClientError, Event, Failure, Reply, TextDelta, format_stats, split_prompts
 from console.core.request import Endpoint, Settings, prepare
+from console.core.turns import batch_model_note
 from console.server import ServerError
 from console.server.embedded import embedded_server
 
@@ -92,6 +93,9 @@ class Printer:
             if reply is not None and not self.output.quiet:
                 where = f"[{i + 1}/{len(self.prompts)}] " if self.multi else ""
                 self.err.write(f"{where}{reply.finish_reason or '?'} · {format_stats(reply.stats)}\n")
+        batch = batch_model_note(self.settings.model, self.settings.mode, list(self.replies.values()))
+        if batch and not self.output.quiet:
+            self.err.write(f"note: {batch}\n")
         bad = [r for r in self.replies.values() if not r.ok]
         if self.failure is not None:
             self.err.write(f"error: {self.failure.message}\n")

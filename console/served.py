@@ -63,7 +63,7 @@ def served_models(url: str) -> tuple[str, list[ServedModel]]:
         states = handle.model_states()
     except (OSError, ValueError, urllib.error.URLError) as exc:
         raise ClientError(f"no tritonserver answers at {handle.http_url} (HTTP): {exc}") from None
-    rows = [describe(handle, name, state, reason) for name, (state, reason) in sorted(states.items())]
+    rows = [describe(handle, name, state or "not loaded", reason) for name, (state, reason) in sorted(states.items())]
     return f"tritonserver {version} at {handle.http_url}", rows
 
 

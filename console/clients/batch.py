@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .call import Call
-from .errors import CANCEL_NOTE, CANCELLED, SERVER, TIMEOUT, ClientError
+from .errors import CANCEL_NOTE, SERVER, ClientError
 from .events import Event, Failure, ModelInfo, Reply, Timeouts
 from .interfaces import Outputs
 from .params import GenerationParams
@@ -39,7 +39,7 @@ class BatchCall(Call):
                  timeouts: Timeouts, protocol: str = "http", generate: bool = False) -> None:
         if protocol not in PROTOCOLS:
             raise ClientError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-        super().__init__(url, model, prompts, params, timeouts)
+        super().__init__(url, model, prompts, params, replace(timeouts, idle=None))  # one response: no idle wait
         self.protocol = "http" if generate else protocol
         self.generate = generate
 
@@ -53,15 +53,15 @@ class BatchCall(Call):
             return
         finished = False
         try:
-            network = self.timeouts.network
-            wait = None if network is None else max(t0 + network - time.perf_counter(), 0.0)
+            quiet = self._ask_status if self.model_info().input("status_of") is not None else None
             try:
-                item = self._queue.get(timeout=wait)
-            except queue.Empty:
-                item = None
+                item, stopped = self._await(t0, t0, quiet)
+            except ClientError as exc:  # the backend died, or was restarted and no longer knows the request
+                yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
+                return
             elapsed = time.perf_counter() - t0
-            if item is None:  # timeout or cancel()
-                yield self._stopped(elapsed)
+            if stopped is not None:  # timeout or cancel()
+                yield stopped
                 return
             finished = True
             outputs, exc = item
@@ -74,18 +74,11 @@ class BatchCall(Call):
                 canceller()
             closer()
 
-    def _stopped(self, elapsed: float) -> Failure:
-        cancel_note = (
-            CANCEL_NOTE if self.protocol == "grpc"
-            else "Triton cannot cancel HTTP requests: the server finishes this one (gRPC can cancel)"
-        )
-        if self._cancel.is_set():
-            return Failure(f"cancelled after {elapsed:.1f} s; {cancel_note}", CANCELLED, elapsed)
-        return Failure(
-            f"network timeout: no answer from {self.model} within {self.timeouts.network:g} s; {cancel_note}",
-            TIMEOUT,
-            elapsed,
-        )
+    @property
+    def cancel_note(self) -> str:  # type: ignore[override]
+        if self.protocol == "grpc":
+            return CANCEL_NOTE
+        return "Triton cannot cancel HTTP requests: the server finishes this one (gRPC can cancel)"
 
     def _replies(self, outputs: Outputs, elapsed: float) -> Iterator[Reply]:
         texts = outputs.get("text_output") or [""] * len(self.prompts)

@@ -19,7 +19,7 @@ from .errors import CANCEL_NOTE, CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts, new_request_id
 from .interfaces import Interface, interface_of
 from .params import GenerationParams
-from .status import PROBE_AFTER, PROBE_EVERY
+from .status import PROBE_AFTER, PROBE_EVERY, lost_request, request_status
 from .wire import model_info, normalize_url
 
 
@@ -134,7 +134,25 @@ class Call:
                 return None, self._timed_out(which, now - t0)
             if on_quiet is not None and now - last >= PROBE_AFTER and now - asked >= PROBE_EVERY:
                 asked = now
-                on_quiet()
+                try:
+                    on_quiet()
+                except ClientError:
+                    crossed = self._crossed()  # the answer may have crossed the question
+                    if crossed is None:
+                        raise
+                    return crossed, None
+
+    def _crossed(self, grace: float = 0.5) -> Any:
+        """An item that arrives within ``grace`` s (a request that ended as it was asked about), or None."""
+        try:
+            return self._queue.get(timeout=grace)
+        except queue.Empty:
+            return None
+
+    def _ask_status(self) -> None:
+        """Nothing came for a while: ask the bundled backend whether it still runs the request (ClientError if not)."""
+        if request_status(self.url, self.model, self.request_id, protocol=self.protocol) == "unknown":
+            raise lost_request(self.model)
 
     def _wait_limit(self, t0: float, last: float) -> tuple[float | None, float, str]:
         """(seconds to wait, deadline, which timeout) for the nearer of the two timeouts."""

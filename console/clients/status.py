@@ -1,4 +1,5 @@
-"""Is a request still running? A stream that went quiet asks the bundled backend (its ``status_of`` input).
+"""Is a request still running? A call that went quiet asks the bundled backend (its ``status_of`` input):
+a stream over gRPC, a batch call over its own protocol (HTTP asks through the generate endpoint).
 
 The answer tells a slow model from a dead one: the backend says ``running``; a model reloaded after
 its backend died does not know the request (``unknown``); a dead backend is refused by Triton
@@ -7,6 +8,8 @@ its backend died does not know the request (``unknown``); a dead backend is refu
 
 from __future__ import annotations
 
+import http.client
+import json
 import queue
 from typing import Any
 
@@ -18,8 +21,21 @@ PROBE_EVERY = 3.0  # s between two questions
 NOT_HEALTHY = "is not healthy"
 
 
-def request_status(url: str, model: str, request_id: str, timeout: float = 3.0) -> str | None:
-    """``running`` or ``unknown``; None when the question got no answer in time (nothing is known)."""
+def request_status(url: str, model: str, request_id: str, timeout: float = 3.0, protocol: str = "grpc") -> str | None:
+    """``running`` or ``unknown``; None when the question got no answer in time (nothing is known).
+
+    ClientError when Triton says the model's backend is dead.
+    """
+    ask = _ask_http if protocol == "http" else _ask_grpc
+    answer, error = ask(url, model, request_id, timeout)
+    if error is not None and NOT_HEALTHY in error:
+        raise ClientError(f"the backend of {model} died ({error}): this request is lost; a console "
+                          "that started the server reloads the model, else restart tritonserver", SERVER)
+    return answer
+
+
+def _ask_grpc(url: str, model: str, request_id: str, timeout: float) -> tuple[str | None, str | None]:
+    """(the answer, Triton's error message) over a gRPC stream."""
     import tritonclient.grpc as grpcclient
 
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
@@ -31,21 +47,36 @@ def request_status(url: str, model: str, request_id: str, timeout: float = 3.0) 
         while True:
             result, error = answers.get(timeout=timeout)
             if error is not None:
-                message = error.message() if hasattr(error, "message") else str(error)
-                if NOT_HEALTHY in message:
-                    raise ClientError(f"the backend of {model} died ({message}): this request is lost; a console "
-                                      "that started the server reloads the model, else restart tritonserver", SERVER)
-                return None
+                return None, error.message() if hasattr(error, "message") else str(error)
             answer = result.as_numpy("text_output")
             if answer is not None and answer.size:
-                return text(answer.reshape(-1)[0])
+                return text(answer.reshape(-1)[0]), None
             if is_final(result):
-                return None
+                return None, None
     except queue.Empty:
-        return None
+        return None, None
     finally:
         client.stop_stream(cancel_requests=True)
         client.close()
+
+
+def _ask_http(url: str, model: str, request_id: str, timeout: float) -> tuple[str | None, str | None]:
+    """(the answer, Triton's error message) from ``POST /v2/models/<model>/generate``."""
+    host, _, port = url.rpartition(":")
+    conn = http.client.HTTPConnection(host or url, int(port) if port.isdigit() else 80, timeout=timeout)
+    try:
+        conn.request("POST", f"/v2/models/{model}/generate", body=json.dumps({"status_of": request_id}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = json.loads(resp.read() or b"{}")
+    except (OSError, ValueError):  # no answer in time, or not JSON: nothing is known
+        return None, None
+    finally:
+        conn.close()
+    if resp.status != 200:
+        return None, str(data.get("error", resp.reason))
+    answer = data.get("text_output")
+    return (answer[0] if isinstance(answer, list) and answer else answer or None), None
 
 
 def lost_request(model: str) -> ClientError:

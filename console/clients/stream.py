@@ -20,7 +20,6 @@ from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
 from .interfaces import Interface, Outputs
 from .params import GenerationParams
 from .stats import reply_stats
-from .status import lost_request, request_status
 from .wire import error_kind, error_message, is_final
 
 
@@ -107,11 +106,6 @@ class StreamCall(Call):
         finally:
             client.stop_stream(cancel_requests=True)  # bounded; a no-op for a finished request
             client.close()
-
-    def _ask_status(self) -> None:
-        """The stream went quiet: ask the bundled backend whether it still runs the request (ClientError if not)."""
-        if request_status(self.url, self.model, self.request_id) == "unknown":
-            raise lost_request(self.model)
 
     def _reported_error(self) -> Any:
         """An error the stream callback already queued (e.g. the server is unreachable), if any."""

@@ -174,8 +174,8 @@ def model_info(url: str, model: str, protocol: str = "grpc", timeout: float = 10
     """Read a served model's config: interface, decoupled, ``use_kv_cache`` (default timeout), ``hf_model_name``."""
     url = normalize_url(url)
     if len(model.encode()) > MAX_NAME:
-        raise ClientError(f"model name of {len(model)} characters is too long: model names are folder names "
-                          f"(at most {MAX_NAME} bytes)")
+        raise ClientError(f"model name is too long ({len(model.encode())} bytes in UTF-8): model names are folder "
+                          f"names, at most {MAX_NAME} bytes")
     try:
         if protocol == "grpc":
             import tritonclient.grpc as grpcclient

@@ -126,6 +126,14 @@ class Turn:
         return "\n".join(lines)
 
 
+def batch_model_note(model: str, mode: str, replies: Sequence[Reply]) -> str | None:
+    """Said when a stream was answered in one response (a batch model): why it has no ttft or itl."""
+    if mode != "stream" or not replies or any(r.stats.streamed for r in replies):
+        return None
+    return (f"{model} is a batch model (not decoupled): it answered in one response, so there is no time to "
+            "first token or inter-token latency")
+
+
 def history(turns: Sequence[Turn], mode: str) -> list[dict[str, str]]:
     """The chat history a new single prompt of ``mode`` is sent after: that mode's one-prompt chat
     turns answered in full (a multi-prompt turn never joins it)."""

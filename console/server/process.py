@@ -176,6 +176,11 @@ class TritonServer:
             raise ServerError("tritonserver is already running")
         if not self.model_repository.is_dir():
             raise ServerError(f"model repository not found: {self.model_repository}")
+        missing = [m for m in self.models if not (self.model_repository / m).is_dir()]
+        if missing:
+            present = sorted(p.name for p in self.model_repository.iterdir() if (p / "config.pbtxt").is_file())
+            raise ServerError(f"not in {self.model_repository}: {', '.join(missing)} (it holds "
+                              f"{', '.join(present) or 'no model'})")
         self.binary = find_tritonserver(self._binary_arg)
         backend_dir = backend_directory(self.binary)
         if backend_dir is None:

@@ -228,3 +228,12 @@ def test_each_prompt_reports_figures_ending_at_its_own_last_token(embedded_serve
     assert (early["finish_reason"], late["finish_reason"]) == ("eos", "length"), (early, late)
     assert early["request_latency_ms"] < late["request_latency_ms"]  # not the whole request's latency
     assert early["output_token_throughput"] > early["output_tokens"] / (late["request_latency_ms"] / 1000)
+
+
+def test_a_stream_from_a_batch_model_says_why_it_has_no_ttft(embedded_server) -> None:
+    batch = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--model", "smollm2_kv",
+                "--max-tokens", "4")
+    streamed = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--max-tokens", "4")
+    assert batch.exit_code == 0 and streamed.exit_code == 0, batch.output + streamed.output
+    assert "note: smollm2_kv is a batch model (not decoupled)" in batch.stderr
+    assert "batch model" not in streamed.stderr

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -168,3 +169,41 @@ def test_with_a_console_serving_a_dead_backend_costs_one_request(repo: Path) -> 
         assert answer(url)  # the next request is served: nothing was restarted by hand
     finally:
         controller.stop()
+
+
+@pytest.fixture(scope="module")
+def batch_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("lifecycle_batch_repo")
+    write_samples(("smollm2_kv",), folder)
+    return folder
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc", "generate"])
+def test_a_batch_call_whose_backend_dies_fails_within_seconds_naming_the_model(batch_repo: Path, protocol: str,
+                                                                                 ) -> None:
+    from console.clients import generate, infer
+    from console.clients.status import request_status
+
+    model = "smollm2_kv"
+    server = TritonServer(batch_repo).start(timeout=300)
+    try:
+        url = server.grpc_url if protocol == "grpc" else server.http_url
+        params = GenerationParams(max_tokens=0, min_tokens=500, request_id=f"dies-{protocol}")
+        call = (generate(url, model, ["Once upon a time"], params, Timeouts(network=300)) if protocol == "generate"
+                else infer(url, model, ["Once upon a time"], params, Timeouts(network=300), protocol=protocol))
+        events = iter(call)
+        outcome: list = []
+        first = threading.Thread(target=lambda: outcome.append(next(events)), daemon=True)
+        first.start()
+        ask = "http" if protocol == "generate" else protocol
+        until(lambda: request_status(url, model, call.request_id, protocol=ask) == "running", 60, "the request")
+        (pid,) = server.stub_instances().values()
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        first.join(60)
+        noticed = time.monotonic() - killed
+    finally:
+        server.stop()
+    (failure,) = outcome
+    assert type(failure).__name__ == "Failure" and failure.kind == "server", failure
+    assert f"the backend of {model} died" in failure.message and noticed < 15, (noticed, failure)

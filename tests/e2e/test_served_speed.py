@@ -43,3 +43,14 @@ def test_sixteen_zero_cost_streams_get_every_token_in_order(server) -> None:
     assert result.received == result.expected == 8000
     log = "\n".join(server.log_tail(500))
     assert log.count("zero_cost_stream: request") >= 16 and "finish=length" in log
+
+
+def test_models_names_a_repository_model_that_is_not_loaded(server) -> None:
+    from click.testing import CliRunner
+
+    from console.cli import main
+
+    result = CliRunner().invoke(main, ["models", "--url", server.http_url])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[2:] if line.strip()}
+    assert "not loaded" in rows["smollm2_decoupled_fp32"] and "READY" in rows["smollm2_decoupled"]

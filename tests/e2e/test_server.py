@@ -189,6 +189,13 @@ def test_cli_help() -> None:
         assert option in result.output
 
 
+def test_cli_serve_a_model_the_repository_lacks(echo_repo: Path) -> None:
+    result = CliRunner().invoke(main, ["serve", "--model-repository", str(echo_repo), "--model", "nosuch"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.startswith(f"error: not in {echo_repo}: nosuch (it holds ")
+    assert "tritonserver" not in result.stderr  # refused before any server starts
+
+
 def test_cli_serve_missing_repository(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["serve", "--model-repository", str(tmp_path / "absent")])
     assert result.exit_code == 1

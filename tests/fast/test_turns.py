@@ -9,7 +9,7 @@ import pytest
 
 from console.clients import Failure, Reply, TextDelta, reply_stats
 from console.core.transcript import export, summary
-from console.core.turns import Turn, history, last_reply
+from console.core.turns import Turn, batch_model_note, history, last_reply
 
 
 def streamed(turn: Turn, index: int, times: list[float], reason: str, tokens: int, end: float) -> None:
@@ -85,3 +85,11 @@ def test_transcript_summarises_each_mode_apart(tmp_path: Path) -> None:
     assert data["summary"]["batch"]["request_latency_ms"]["avg"] == 3000.0
     assert summary([stream_turn, batch_turn]) == data["summary"]
     assert "## stream · m" in md.read_text() and "## batch · m" in md.read_text()
+
+
+def test_only_a_stream_answered_in_one_response_is_called_a_batch_model() -> None:
+    once = Reply(0, "p", "text", "length", reply_stats([], 1.5, 10, streamed=False))
+    flowing = Reply(0, "p", "text", "length", reply_stats([0.1, 0.2], 0.2, 2))
+    assert "m is a batch model" in batch_model_note("m", "stream", [once])
+    assert batch_model_note("m", "stream", [flowing]) is None
+    assert batch_model_note("m", "batch", [once]) is None and batch_model_note("m", "stream", []) is None

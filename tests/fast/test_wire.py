@@ -93,3 +93,10 @@ def test_reply_stats_type_is_frozen() -> None:
     stats = ReplyStats(0.1, None, None, 0.2, 5.0, 1, 1)
     with pytest.raises(AttributeError):
         stats.request_latency = 1.0  # type: ignore[misc]
+
+
+def test_an_over_long_model_name_is_refused_before_any_connection() -> None:
+    from console.clients import ClientError, model_info
+
+    with pytest.raises(ClientError, match=r"model name is too long \(400 bytes in UTF-8\).*at most 255 bytes"):
+        model_info("127.0.0.1:1", "é" * 200)

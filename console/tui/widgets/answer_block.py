@@ -14,7 +14,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from console.clients import CANCELLED, format_stats
-from console.core.turns import Turn
+from console.core.turns import Turn, batch_model_note
 
 
 def elapsed(turn: Turn) -> float:
@@ -52,10 +52,9 @@ def turn_notes(turn: Turn) -> list[str]:
     lines = []
     if turn.ignored:
         lines.append(f"not sent: {', '.join(turn.ignored)} ({turn.model} has no input for them)")
-    streamed = [r.stats.streamed for r in turn.replies.values()]
-    if turn.mode == "stream" and streamed and not any(streamed):
-        lines.append(f"{turn.model} is a batch model (not decoupled): it answered in one response, so there is no "
-                     "time to first token or inter-token latency")
+    batch = batch_model_note(turn.model, turn.mode, list(turn.replies.values()))
+    if batch:
+        lines.append(batch)
     return lines
 
 

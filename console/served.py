@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 from dataclasses import dataclass
 
 from console.clients import ClientError, info_from_config, interface_of, is_openai_url, normalize_url, openai_info
 from console.clients.openai_api import OpenAIServer
+from console.clients.wire import error_message
 from console.server import ServerHandle
 
 
@@ -61,6 +63,8 @@ def served_models(url: str) -> tuple[str, list[ServedModel]]:
     try:
         version = handle.describe_version()
         states = handle.model_states()
+    except http.client.HTTPException as exc:  # e.g. the gRPC port
+        raise ClientError(error_message(exc, handle.http_url, "HTTP")) from None
     except (OSError, ValueError, urllib.error.URLError) as exc:
         raise ClientError(f"no tritonserver answers at {handle.http_url} (HTTP): {exc}") from None
     rows = [describe(handle, name, state or "not loaded", reason) for name, (state, reason) in sorted(states.items())]

@@ -55,6 +55,11 @@ MIXED_KINDS = ("the --url values name servers of different kinds (Triton and Ope
                "--compare-url")
 
 
+def short_name(model: str, width: int = 40) -> str:
+    """A model's name for the tables: a long path (llama.cpp's server names its model by its file) by its file name."""
+    return model.rsplit("/", 1)[-1] if len(model) > width else model
+
+
 @dataclass(frozen=True)
 class Side:
     """One server of a run: its name in the tables, the target loaded, the URLs given for it."""
@@ -118,7 +123,7 @@ class BenchRun:
         targets = [(self.target(urls, self.o["model"], self.o["api"]), urls)]
         for url in self.o["compare_url"]:
             targets.append((self.target((url,), self.o["compare_model"]), (url,)))
-        names = [f"{t.endpoints[0].kind} {t.model}" for t, _ in targets]
+        names = [f"{t.endpoints[0].kind} {short_name(t.model)}" for t, _ in targets]
         if len(set(names)) < len(names):
             names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
         return [Side(name, target, given) for name, (target, given) in zip(names, targets)]

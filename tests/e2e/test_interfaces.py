@@ -123,3 +123,9 @@ def test_bench_on_a_vllm_model(llm_server, tmp_path: Path) -> None:
         assert (level["request_count"], level["error_count"], result.exit_code) == (4, 0, 0), level["errors"]
         assert level["output_sequence_length"]["avg"] == 4.0  # the stand-in's token count, summed per stream
         assert ("time_to_first_token" in level) == (mode == "stream"), level
+
+
+def test_models_at_the_grpc_port_says_so_in_one_line(llm_server) -> None:
+    result = cli("models", "--url", llm_server.grpc_url)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "is it tritonserver's gRPC port?" in result.stderr and len(result.stderr.strip().splitlines()) == 1

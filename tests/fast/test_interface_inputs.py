@@ -59,6 +59,10 @@ def test_vllm_gets_its_controls_as_sampling_parameters() -> None:
     assert interface_of(model).ignored(PARAMS) == []
     legacy = info("vllm_legacy")
     assert list(sent(legacy, ["x"], PARAMS, streaming=True)) == ["text_input", "sampling_parameters", "stream"]
+    # vLLM samples unless told otherwise: the consoles' greedy default goes as temperature 0
+    body = interface_of(model).generate_body(["x"], GenerationParams(max_tokens=4), "1")
+    unset = json.loads(body["sampling_parameters"])
+    assert unset == {"max_tokens": 4, "temperature": 0.0}
 
 
 def test_older_vllm_streams_the_prompt_and_all_text_so_far() -> None:

@@ -56,7 +56,8 @@ def test_the_body_carries_the_controls_the_api_has_and_top_k_as_an_extension() -
                     "messages": [{"role": "user", "content": "q"}]}
     raw = openai_call("host:1/v1", info, ["My name is"], GenerationParams(exclude_input_in_output=False),
                       streaming=False).request_body()
-    assert raw == {"model": "m", "stream": False, "prompt": "My name is", "echo": True}
+    # the consoles' default is greedy; the API's is to sample: an unset temperature goes as 0
+    assert raw == {"model": "m", "stream": False, "prompt": "My name is", "echo": True, "temperature": 0.0}
 
 
 def test_a_b_calls_split_into_one_request_per_prompt_with_its_own_messages() -> None:

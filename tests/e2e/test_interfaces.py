@@ -65,7 +65,8 @@ def test_headless_streams_two_prompts_as_two_requests(llm_server, model: str) ->
         assert "stream" in received
         assert ("exclude_input_in_output" in received) == (model == "vllm_model")  # sent only where declared
         if model.startswith("vllm"):
-            assert marker.endswith("sp=max_tokens,top_k")  # the controls travel in sampling_parameters
+            # the controls travel in sampling_parameters, with temperature 0: vLLM samples unless told otherwise
+            assert marker.endswith("sp=max_tokens,temperature,top_k")
         else:
             assert {"max_tokens", "top_k"} <= set(received) and "sampling_parameters" not in received
     if model == "vllm_model":  # return_num_output_tokens: the streamed counts add up

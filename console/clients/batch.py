@@ -9,8 +9,6 @@ generate endpoint (Triton's HTTP inference refuses decoupled models), over gRPC 
 
 from __future__ import annotations
 
-import http.client
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,13 +16,14 @@ from dataclasses import replace
 from typing import Any
 
 from .call import Call
-from .errors import CANCEL_NOTE, SERVER, ClientError
+from .errors import SERVER, ClientError
 from .events import Event, Failure, ModelInfo, Reply, Timeouts
 from .interfaces import Outputs
 from .params import GenerationParams
 from .stats import reply_stats
-from .wire import PROTOCOLS, error_kind, error_message, is_final
+from .wire import PROTOCOLS, error_kind, error_message, is_final, post_generate
 
+HTTP_CANCEL_NOTE = "Triton cannot cancel HTTP requests: the server finishes this one (gRPC can cancel)"
 FAR = 10.0**7  # "no timeout" for APIs that need a number
 
 
@@ -42,6 +41,8 @@ class BatchCall(Call):
         super().__init__(url, model, prompts, params, replace(timeouts, idle=None))  # one response: no idle wait
         self.protocol = "http" if generate else protocol
         self.generate = generate
+        if self.protocol == "http":
+            self.cancel_note = HTTP_CANCEL_NOTE
 
     def _request(self) -> Iterator[Event]:
         t0 = time.perf_counter()
@@ -73,12 +74,6 @@ class BatchCall(Call):
             if not finished:
                 canceller()
             closer()
-
-    @property
-    def cancel_note(self) -> str:  # type: ignore[override]
-        if self.protocol == "grpc":
-            return CANCEL_NOTE
-        return "Triton cannot cancel HTTP requests: the server finishes this one (gRPC can cancel)"
 
     def _replies(self, outputs: Outputs, elapsed: float) -> Iterator[Reply]:
         texts = outputs.get("text_output") or [""] * len(self.prompts)
@@ -179,21 +174,9 @@ class BatchCall(Call):
     def _post_generate(self, timeout: float) -> Outputs:
         interface = self.interface()
         body = interface.generate_body(self.prompts, self.params, self.request_id)
-        host, _, port = self.url.rpartition(":")
-        conn = http.client.HTTPConnection(host or self.url, int(port) if port.isdigit() else 80, timeout=timeout)
-        try:
-            conn.request("POST", f"/v2/models/{self.model}/generate", body=json.dumps(body),
-                         headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            payload = resp.read()
-        finally:
-            conn.close()
-        try:
-            data = json.loads(payload or b"{}")
-        except ValueError:
-            data = {"error": payload[:200].decode("utf-8", errors="replace")}
-        if resp.status != 200:
-            raise ClientError(f"HTTP {resp.status}: {data.get('error', resp.reason)}", SERVER)
+        status, reason, data = post_generate(self.url, self.model, body, timeout)
+        if status != 200:
+            raise ClientError(f"HTTP {status}: {data.get('error', reason)}", SERVER)
         return interface.parse_generate(data, len(self.prompts))
 
 

@@ -8,13 +8,11 @@ its backend died does not know the request (``unknown``); a dead backend is refu
 
 from __future__ import annotations
 
-import http.client
-import json
 import queue
 from typing import Any
 
 from .errors import SERVER, ClientError
-from .wire import is_final, tensor, text
+from .wire import is_final, post_generate, tensor, text
 
 PROBE_AFTER = 3.0  # s of silence before a stream asks
 PROBE_EVERY = 3.0  # s between two questions
@@ -61,20 +59,13 @@ def _ask_grpc(url: str, model: str, request_id: str, timeout: float) -> tuple[st
 
 
 def _ask_http(url: str, model: str, request_id: str, timeout: float) -> tuple[str | None, str | None]:
-    """(the answer, Triton's error message) from ``POST /v2/models/<model>/generate``."""
-    host, _, port = url.rpartition(":")
-    conn = http.client.HTTPConnection(host or url, int(port) if port.isdigit() else 80, timeout=timeout)
+    """(the answer, Triton's error message) from the generate endpoint."""
     try:
-        conn.request("POST", f"/v2/models/{model}/generate", body=json.dumps({"status_of": request_id}),
-                     headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        data = json.loads(resp.read() or b"{}")
-    except (OSError, ValueError):  # no answer in time, or not JSON: nothing is known
+        status, reason, data = post_generate(url, model, {"status_of": request_id}, timeout)
+    except OSError:  # no answer in time: nothing is known
         return None, None
-    finally:
-        conn.close()
-    if resp.status != 200:
-        return None, str(data.get("error", resp.reason))
+    if status != 200:
+        return None, str(data.get("error", reason))
     answer = data.get("text_output")
     return (answer[0] if isinstance(answer, list) and answer else answer or None), None
 

@@ -131,6 +131,25 @@ def served_models(url: str, protocol: str, timeout: float = 5.0) -> list[str]:
     return sorted({m["name"] for m in index if m.get("state") == "READY"})
 
 
+def post_generate(url: str, model: str, body: dict[str, Any], timeout: float) -> tuple[int, str, dict[str, Any]]:
+    """``POST /v2/models/<model>/generate`` at ``host:port``: (HTTP status, reason, the JSON answer; a body
+    that is not JSON comes as ``{"error": its start}``). OSError when nothing answers in time."""
+    host, _, port = url.rpartition(":")
+    conn = http.client.HTTPConnection(host or url, int(port) if port.isdigit() else 80, timeout=timeout)
+    try:
+        conn.request("POST", f"/v2/models/{model}/generate", body=json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        payload = resp.read()
+    finally:
+        conn.close()
+    try:
+        data = json.loads(payload or b"{}")
+    except ValueError:
+        data = {"error": payload[:200].decode("utf-8", errors="replace")}
+    return resp.status, resp.reason, data
+
+
 def _unknown_model(url: str, model: str, protocol: str) -> ClientError:
     served = served_models(url, protocol)
     shown = model if len(model) <= 60 else f"{model[:40]}... ({len(model)} characters)"

@@ -23,6 +23,11 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, 
 INT4_GROUP = 32
 
 
+def head_dim(config) -> int:
+    """A Llama-family config's attention head size (its own, else hidden size over heads)."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def torch_dtype(precision: str) -> torch.dtype:
     try:
         return DTYPES[precision]
@@ -82,9 +87,9 @@ def _rope_tables(config, ctx_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type == "default":
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        size = head_dim(config)
         theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        inv_freq = 1.0 / (theta ** (torch.arange(0, size, 2, dtype=torch.int64).float() / size))
         scale = 1.0
     else:
         inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu")
@@ -113,7 +118,7 @@ class CpuKVSession:
         self.dtype = torch_dtype(precision)
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.head_dim = head_dim(cfg)
         self.eps = cfg.rms_norm_eps
         self.scale = self.head_dim**-0.5
         self._load_weights(model, precision)

@@ -39,18 +39,6 @@ class Binding:
     is_input: bool
 
 
-def find_onnx(path: str | Path) -> Path:
-    """The .onnx file itself, or the one .onnx file in a folder (QEfficient's export folder)."""
-    path = Path(path).expanduser()
-    if path.is_file():
-        return path
-    found = sorted(path.glob("*.onnx")) if path.is_dir() else []
-    if len(found) != 1:
-        what = "does not exist" if not path.exists() else f"holds {len(found)} .onnx files (give the file)"
-        raise SessionError(f"ONNX graph {path} {what}")
-    return found[0]
-
-
 def _resolve(shape: list[Any], symbols: Symbols, name: str) -> list[int]:
     """A graph binding's dims under one specialization (its symbols name the dynamic axes)."""
     dims = []
@@ -175,7 +163,7 @@ def onnx_opener(fallback: list[dict[str, Any]] | None = None, threads: int = 0) 
     """
 
     def open_onnx(path: Path, device_ids: list[int] | None) -> tuple[OnnxInferenceSession, Path]:
-        graph = find_onnx(path)
+        graph = specializations.find_graph(path)
         beside = graph.parent / specializations.FILE
         try:
             specs = specializations.read(beside) if beside.is_file() else specializations.parse(

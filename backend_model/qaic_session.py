@@ -12,7 +12,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from .contract import Dims, SessionError, TokenHistory
+from .contract import Dims, TokenHistory
 from .qpc import RETAINED_PREFIXES, find_qpc, has_kv_cache, open_session, qaic_available, specializations_of
 
 __all__ = ["Opener", "QaicSession", "find_qpc", "open_qpc", "qaic_available", "read_dims"]
@@ -51,10 +51,7 @@ def read_dims(session: Any, program: Path) -> tuple[Dims, bool]:
     seq_len = max(d[1] for d in ids)
     full_batch = max(d[0] for d in binding_dims(session, "batch_index")) if "batch_index" in names else 0
     ctx_len = max(d[2] for d in binding_dims(session, "past_key.0")) if kv else seq_len
-    try:
-        entries = specializations_of(program)
-    except ValueError as exc:
-        raise SessionError(str(exc)) from None
+    entries = specializations_of(program)
     if entries:  # authoritative where present
         ctx_len = max(int(e.get("ctx_len", ctx_len)) for e in entries)
     if full_batch:  # prefill runs one prompt at a time into a slot

@@ -64,7 +64,7 @@ def specializations_of(program: Path, root: Path | None = None) -> list[dict[str
     """The symbols of each specialization (both file forms), or None when there is no file.
 
     Looked for beside ``programqpc.bin`` (``program``: its folder), in its parent (QEfficient's
-    layout, and the ONNX twin's: beside the graph) and in ``root``. ValueError names a file that is
+    layout, and the ONNX twin's: beside the graph) and in ``root``. SessionError names a file that is
     there but unusable.
     """
     places = [program / SPECIALIZATIONS, program.parent / SPECIALIZATIONS]
@@ -72,7 +72,10 @@ def specializations_of(program: Path, root: Path | None = None) -> list[dict[str
         places.append(root / SPECIALIZATIONS)
     for path in dict.fromkeys(places):
         if path.is_file():
-            return specializations.read(path)
+            try:
+                return specializations.read(path)
+            except ValueError as exc:
+                raise SessionError(str(exc)) from None
     return None
 
 
@@ -86,10 +89,7 @@ def model_type_of(aic_binary_dir: str | Path, progress: Callable[[str], None]) -
     root = Path(aic_binary_dir).expanduser()
     qpc = find_qpc(root)
     progress(DETECT_MESSAGE)
-    try:
-        entries = specializations_of(qpc, root)
-    except ValueError as exc:
-        raise SessionError(str(exc)) from None
+    entries = specializations_of(qpc, root)
     if entries is not None:
         return "kv_cache" if any("ctx_len" in e for e in entries) else "causal"
     if not qaic_available():

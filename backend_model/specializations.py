@@ -12,8 +12,22 @@ import json
 from pathlib import Path
 from typing import Any, Dict
 
+from .errors import SessionError
+
 FILE = "specializations.json"
 Symbols = Dict[str, str]  # typing.Dict: evaluated at run time, so 3.8-safe
+
+
+def find_graph(path: str | Path) -> Path:
+    """The .onnx file itself, or the one .onnx file in a folder (QEfficient's export folder)."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return path
+    found = sorted(path.glob("*.onnx")) if path.is_dir() else []
+    if len(found) != 1:
+        what = "does not exist" if not path.exists() else f"holds {len(found)} .onnx files (give the file)"
+        raise SessionError(f"ONNX graph {path} {what}")
+    return found[0]
 
 
 def parse(document: Any) -> list[Symbols]:

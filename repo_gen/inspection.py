@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend_model import compile_config
+from backend_model import compile_config, specializations
+from backend_model.errors import SessionError
 from backend_model.parameters import BOOLEANS, ENGINES, PRECISIONS, TRUE
 
 from .writer import RepoError
@@ -128,7 +129,11 @@ def _onnx_problems(folder: Path, info: ModelInfo) -> list[str]:
     if not graph:
         return ["engine onnx needs onnx_path in compile_config.json"]
     info.source = f"onnx {graph}"
-    return [] if (folder / Path(graph).expanduser()).is_file() else [f"onnx_path {graph} does not exist"]
+    try:
+        specializations.find_graph(folder / Path(graph).expanduser())
+    except SessionError as exc:
+        return [f"onnx_path: {exc}"]
+    return []
 
 
 def _read_compile(folder: Path, info: ModelInfo) -> None:

@@ -25,7 +25,7 @@ import torch
 
 from backend_model import specializations
 from backend_model.contract import SessionError
-from backend_model.cpu_session import LLAMA_LIKE
+from backend_model.cpu_session import LLAMA_LIKE, head_dim
 from backend_model.models import Progress, load_pretrained
 
 GRAPH = "model.onnx"
@@ -55,7 +55,7 @@ class KVStep(torch.nn.Module):
                                f"not {cfg.model_type!r}")
         self.model = model
         self.continuous = continuous
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.head_dim = head_dim(cfg)
         self.groups = cfg.num_attention_heads // cfg.num_key_value_heads
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, *rest: torch.Tensor):
@@ -95,7 +95,7 @@ class KVStep(torch.nn.Module):
 def _interface(model: torch.nn.Module, continuous: bool):
     """Example inputs, input/output names and dynamic axes, QEfficient's."""
     cfg = model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    size = head_dim(cfg)
     b, s, ctx, fbs = (EXAMPLE[k] for k in ("batch_size", "seq_len", "ctx_len", "full_batch_size"))
     rows = {0: "batch_size", 1: "seq_len"}
     args = [torch.zeros((b, s), dtype=torch.int64), torch.arange(s).repeat(b, 1)]
@@ -107,7 +107,7 @@ def _interface(model: torch.nn.Module, continuous: bool):
     cache_axes = {0: "full_batch_size" if continuous else "batch_size", 2: "ctx_len"}
     for i in range(cfg.num_hidden_layers):
         for kind in ("key", "value"):
-            args.append(torch.zeros((fbs if continuous else b, cfg.num_key_value_heads, ctx, head_dim)))
+            args.append(torch.zeros((fbs if continuous else b, cfg.num_key_value_heads, ctx, size)))
             name = f"past_{kind}.{i}"
             names.append(name)
             outputs.append(f"{name}_RetainedState")

@@ -21,6 +21,7 @@ from string import Template
 from typing import Any, Callable
 
 from backend_model import compile_config, specializations
+from backend_model.errors import SessionError
 from backend_model.parameters import ENGINES, PRECISIONS
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -96,8 +97,11 @@ def check_spec(spec: ModelSpec) -> None:
         graph = compiled["onnx_path"]
         if graph and not Path(graph).expanduser().is_absolute():
             raise RepoError(f"onnx_path {graph} must be absolute in the compile config given to the generator")
-        if graph and not Path(graph).exists():
-            raise RepoError(f"onnx_path {graph} does not exist")
+        if graph:
+            try:
+                specializations.find_graph(graph)
+            except SessionError as exc:
+                raise RepoError(f"onnx_path: {exc}") from None
 
 
 def render_config(spec: ModelSpec, template: Path | None = None) -> str:
@@ -240,7 +244,7 @@ def _compiled(folder: Path, spec: ModelSpec, progress: Progress) -> dict[str, An
 def _with_graph_dims(compiled: dict[str, Any]) -> dict[str, Any]:
     """A named graph's specializations.json is its compile: its dimensions go into compile_config.json
     (so ``repo list`` shows them); a compile config that says otherwise is refused."""
-    beside = Path(compiled["onnx_path"]).expanduser().parent / specializations.FILE
+    beside = specializations.find_graph(compiled["onnx_path"]).parent / specializations.FILE
     if not beside.is_file():
         return compiled  # the backend compiles the graph for the compile config's dimensions
     try:

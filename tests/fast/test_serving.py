@@ -244,4 +244,6 @@ def test_a_slow_client_gets_every_token_with_the_steps_it_missed_joined(tokenize
         serve.stop()
     responses = wire.of("slow")
     assert joined(responses) == seq.text == digits_after(len(seq.prompt_ids), 300)
-    assert max(len(texts[0]) for texts, _ in responses) >= 90  # the backlog came joined in one response
+    first, second = (texts[0] for texts, _ in responses[:2])
+    # everything the engine posted while the first send was held (>= 100 tokens in all) came in the next one
+    assert len(first) + len(second) >= 100, (len(first), len(second))

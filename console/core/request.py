@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from console.clients import (
     Call,
@@ -76,6 +77,12 @@ class Prepared:
     call: Call
     ignored: list[str]  # set controls this model has no input for (not sent)
     seconds: float  # spent preparing (model config, chat template) before sending
+
+    @property
+    def controls(self) -> dict[str, Any]:
+        """The controls as they go out (the console's greedy default included where a server samples unless told)."""
+        interface = interface_of(self.info)
+        return {k: v for k, v in interface.greedy(self.call.params).values.items() if k not in self.ignored}
 
 
 def params_for(settings: Settings, request_id: str) -> GenerationParams:
@@ -151,6 +158,7 @@ class Exchange:
             events: Iterable[Event] = [Failure(str(exc), exc.kind)]
         else:
             turn.sent, turn.ignored, turn.prepare_seconds = prepared.sent, prepared.ignored, prepared.seconds
+            turn.params.update(prepared.controls)
             turn.sent_at = time.perf_counter()
             with self._lock:
                 self.call = prepared.call

@@ -71,3 +71,15 @@ def test_an_exchange_cancelled_before_its_call_sends_nothing() -> None:
     turn = exchange.run(HERE, settings, info=STREAMING)
     assert turn.failure is not None and turn.failure.kind == "cancelled" and not turn.replies
     assert turn.sent == ["a"] and turn.sent_at is not None
+
+
+def test_the_turn_records_the_controls_as_they_go_out() -> None:
+    """A server that samples unless told is sent temperature 0 (the consoles' greedy default): the record says so."""
+    from console.clients import openai_info
+    from console.core.adapters import adapter_for
+
+    params = GenerationParams(max_tokens=8, repetition_penalty=1.2)
+    ready = prepare(adapter_for("h:1/v1"), Settings("m", params=params), ["a"], info=openai_info("m"))
+    assert ready.controls == {"max_tokens": 8, "temperature": 0.0} and ready.ignored == ["repetition_penalty"]
+    assert prepare(HERE, Settings("smollm2_decoupled", params=params), ["a"], info=STREAMING).controls == {
+        "max_tokens": 8}

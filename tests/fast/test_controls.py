@@ -79,7 +79,7 @@ def test_click_options_follow_the_table_and_hand_over_checked_values() -> None:
 
 
 def test_the_consoles_offer_the_schemas_offered_rows() -> None:
-    assert CONTROLS == tuple(c for c in schema.CONTROLS if c.offered)
+    assert tuple(c for c in schema.CONTROLS if c.offered) == CONTROLS
     assert "ignore_eos" not in params_module.BY_NAME  # genai-perf's; min tokens = max tokens does it here
     with pytest.raises(ClientError, match="unknown control 'ignore_eos'"):
         GenerationParams(ignore_eos=True)

@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -34,7 +35,8 @@ MAX_NAME_BYTES = 256  # id, status_of, status_key
 Read = Callable[[str], Optional[np.ndarray]]
 _ABSENT = object()
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_BRACKET = re.compile(r"[\[\]{}]")
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 @dataclass
@@ -120,11 +122,8 @@ def _prompts(read: Read, max_bytes: int | None) -> list[str]:
 
 def _depth(text: str) -> int:
     """How deep a JSON text nests (brackets inside strings do not count)."""
-    depth = deepest = 0
-    for bracket in _BRACKET.findall(_JSON_STRING.sub("", text)):
-        depth += 1 if bracket in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
 def _sampling_parameters(read: Read) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class Inputs:
     status_of: str | None = None  # a status question: the request id asked about
 
     def params(self) -> SamplingParams:
+        """The engine's sampling parameters of these controls."""
         return SamplingParams.of(self.controls)
 
 

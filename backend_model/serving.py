@@ -177,7 +177,8 @@ class Serving:
 
 
 def _controls(req: Request) -> str:
-    """`` controls=max_tokens=8,seed=0,stop=[2]``: what the request set, as its sampler got it (strings counted)."""
+    """`` controls=max_tokens=8,seed=0,stop=[2]``: the sampling values away from the defaults, as the request's
+    sampler got them (strings counted, never shown)."""
     changed = req.seqs[0].params.changed() if req.seqs else {}
     shown = [f"{k}=[{len(v)}]" if isinstance(v, tuple) else f"{k}={v}" for k, v in changed.items()]
     return f" controls={','.join(shown)}" if shown else ""

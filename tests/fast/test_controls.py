@@ -152,3 +152,14 @@ def test_only_declared_inputs_are_sent_and_the_rest_is_named() -> None:
     assert interface.generate_body(["a"], params.replace(status_key=None), "42") == {
         "prompt": "a", "max_tokens": 8, "seed": 1, "stop": ["\n"], "exclude_input_in_output": True}
     assert "status_key='...'" in repr(params) and "'k'" not in repr(params)  # the key is never shown
+
+
+def test_the_readme_tells_each_rows_type() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## The model's Triton interface")[1].split("\n## ")[0]
+    rows = {line.split("|")[1]: line.split("|")[2] for line in section.splitlines() if line.startswith("| `")}
+    for control in schema.CONTROLS:
+        (cell,) = [kind for names, kind in rows.items() if f"`{control.name}`" in names]
+        assert ("STRING" if control.datatype == "BYTES" else control.datatype) in cell, control.name

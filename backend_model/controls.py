@@ -74,7 +74,8 @@ class Control:
         return " ".join(p for p in (KIND_WORDS[self.kind], low, "and" if low and high else "", high) if p)
 
     def _bad(self, value: Any, who: str | None) -> BadRequest:
-        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        shown = f"{value:g}" if isinstance(value, float) else repr(value)  # 2.0 is shown 2, as typed
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         return BadRequest(f"{who or self.name} must be {self.rule()}, got {shown}")
 
     def check(self, value: Any, who: str | None = None) -> Any:

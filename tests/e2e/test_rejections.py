@@ -156,7 +156,7 @@ def test_integers_out_of_range_are_refused_never_wrapped(server, canary) -> None
 
 
 def test_invalid_requests_are_the_clients_fault_on_every_endpoint(server, canary) -> None:
-    needle = "temperature must be a number >= 0, got -1.0"
+    needle = "temperature must be a number >= 0, got -1"
     bad = [("prompt", "BYTES", ["hi"]), ("temperature", "FP32", [-1.0])]
     assert infer(server, "http", bad)[0] == "400"
     status, message = infer(server, "grpc", bad)

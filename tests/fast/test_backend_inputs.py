@@ -81,7 +81,7 @@ def test_status_questions_need_the_asked_requests_key() -> None:
     ({"prompt": "a", "max_tokens": np.array([1, 2], dtype=np.int64)}, "max_tokens takes one value, got 2"),
     ({"prompt": "a", "min_tokens": np.int64(-1)}, "min_tokens must be an integer >= 0 and <= 2147483647, got -1"),
     ({"prompt": "a", "temperature": np.float32(np.inf)}, "temperature must be a number >= 0, got inf"),
-    ({"prompt": "a", "top_p": np.float32(0)}, "top_p must be a number > 0 and <= 1, got 0.0"),
+    ({"prompt": "a", "top_p": np.float32(0)}, "top_p must be a number > 0 and <= 1, got 0"),
     ({"prompt": "a", "stop": ["x"] * 17}, "stop takes at most 16 values, got 17"),
     ({"prompt": "a", "stop": ["x" * 257]}, "stop must be up to 16 non-empty strings of at most 256 characters"),
     ({"prompt": "a", "id": "i" * 300}, "id is 300 bytes, over the 256 this model reads"),

@@ -117,13 +117,15 @@ class Interface:
         return out
 
     def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
-        """BOOL inputs: ``stream`` (streamed only from a decoupled model) and ``exclude_input_in_output``."""
+        """``stream`` (streamed only from a decoupled model), ``exclude_input_in_output`` and ``status_key``."""
         out = []
         if self.info.stream_switch:
             out.append(Wire("stream", "BOOL", (streaming and self.info.decoupled,)))
         exclude = params.exclude_input_in_output
         if exclude is not None and self.info.input("exclude_input_in_output") is not None:
             out.append(Wire("exclude_input_in_output", "BOOL", (exclude,)))
+        if params.status_key and self.info.input("status_key") is not None:  # the key its status questions bring
+            out.append(Wire("status_key", "BYTES", (params.status_key,)))
         return out
 
     def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[Wire]:
@@ -214,10 +216,11 @@ class VllmInterface(Interface):
         return super().matches(info) and _text(info.input("sampling_parameters"))
 
     def wire_input(self, control: Control) -> Tensor | None:
-        return self.info.input("sampling_parameters")  # every control is a SamplingParams field
+        return self.info.input("sampling_parameters") if control.vllm else None  # vLLM's SamplingParams fields
 
     def controls(self, params: GenerationParams) -> list[Wire]:
-        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()}
+        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()
+                    if BY_NAME[n].vllm}
         return [Wire("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
 
     def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:

@@ -27,7 +27,6 @@ class Output:
     """How headless mode prints."""
 
     json: bool = False  # one JSON object per prompt
-    echo: bool = False  # each prompt before its reply
     quiet: bool = False  # no progress or speed lines on stderr
 
 
@@ -53,14 +52,14 @@ class Printer:
         """``[i/n] prompt`` above each reply when there are several (``[i/n]`` when echoing)."""
         if not self.multi:
             return ""
-        return f"[{i + 1}/{len(self.prompts)}]" + ("" if self.output.echo else f" {self.prompts[i]}") + "\n"
+        return f"[{i + 1}/{len(self.prompts)}]" + ("" if self.turn.echo else f" {self.prompts[i]}") + "\n"
 
     def event(self, event: Event) -> None:
         """Fold ``event`` into the turn; stream prompt 0's text as it arrives on a terminal."""
         self.turn.apply(event)
         if isinstance(event, TextDelta) and self.live and event.index == 0:
             if not self.live_open:
-                self._write(self._header(0) + (self.prompts[0] if self.output.echo else ""))
+                self._write(self._header(0) + (self.prompts[0] if self.turn.echo else ""))
                 self.live_open = True
             self._write(event.text)
 
@@ -68,11 +67,6 @@ class Printer:
         """End a half-printed line before the error goes to stderr."""
         if self.live_open:
             self._write("\n")
-
-    def _text(self, reply: Reply) -> str:
-        if self.output.echo and not reply.includes_prompt:
-            return self.prompts[reply.index] + reply.text
-        return reply.text
 
     def finish(self) -> int:
         """Print what is left; the exit code."""
@@ -87,7 +81,7 @@ class Printer:
                 if i == 0 and self.live_open:
                     self._write("\n")
                 else:
-                    self._write(("\n" if self.multi and i > 0 else "") + self._header(i) + self._text(reply) + "\n")
+                    self._write(("\n" if self.multi and i > 0 else "") + self._header(i) + self.turn.shown(i) + "\n")
             if reply is not None and not self.output.quiet:
                 where = f"[{i + 1}/{len(self.prompts)}] " if self.multi else ""
                 self.err.write(f"{where}{reply.finish_reason or '?'} · {format_stats(reply.stats)}\n")
@@ -107,7 +101,7 @@ class Printer:
         row: dict[str, Any] = {"index": i, "prompt": self.prompts[i], "model": self.settings.model,
                                "mode": self.settings.mode}
         if reply is not None:
-            return {**row, "text": self._text(reply), "finish_reason": reply.finish_reason, **reply.stats.as_dict()}
+            return {**row, "text": self.turn.shown(i), "finish_reason": reply.finish_reason, **reply.stats.as_dict()}
         failure = self.turn.failure
         return {**row, "text": None, "finish_reason": None, "error": failure.message if failure else "no reply",
                 "error_kind": failure.kind if failure else None}

@@ -45,20 +45,19 @@ def _checked(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class GenerationParams:
-    """The controls a request sets (checked once, when made; unset ones are absent), the echo choice, the
-    request id and the status key.
+    """The controls a request sets (checked once, when made; unset ones are absent), the request id and the
+    status key.
 
     ``GenerationParams(max_tokens=16, temperature=0.7)``; ``params.max_tokens`` reads a control
     (None when unset); :meth:`replace` makes a changed copy (checking only what changed).
     """
 
-    __slots__ = ("values", "exclude_input_in_output", "request_id", "status_key")
+    __slots__ = ("values", "request_id", "status_key")
 
-    def __init__(self, values: Mapping[str, Any] | None = None, exclude_input_in_output: bool | None = None,
-                 request_id: str | None = None, status_key: str | None = None, **controls: Any) -> None:
+    def __init__(self, values: Mapping[str, Any] | None = None, request_id: str | None = None,
+                 status_key: str | None = None, **controls: Any) -> None:
         checked = _checked({**(values or {}), **controls})
         self.values: dict[str, Any] = {n: v for n, v in checked.items() if v is not None}
-        self.exclude_input_in_output = exclude_input_in_output
         self.request_id = request_id  # sent as Triton's request id (and the generate ``id``)
         self.status_key = status_key  # sent as ``status_key`` where the model has it: status questions bring it
 
@@ -80,14 +79,14 @@ class GenerationParams:
 
     def replace(self, **changes: Any) -> GenerationParams:
         """A copy with these fields or controls changed (a control set to None is unset)."""
-        fields = {k: changes.pop(k, getattr(self, k)) for k in ("exclude_input_in_output", "request_id", "status_key")}
+        fields = {k: changes.pop(k, getattr(self, k)) for k in ("request_id", "status_key")}
         copy = GenerationParams.from_checked({**self.values, **_checked(changes)})
         for name, value in fields.items():
             setattr(copy, name, value)
         return copy
 
     def _key(self) -> tuple[Any, ...]:
-        return self.values, self.exclude_input_in_output, self.request_id, self.status_key
+        return self.values, self.request_id, self.status_key
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GenerationParams) and self._key() == other._key()
@@ -95,7 +94,6 @@ class GenerationParams:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        extra = {"exclude_input_in_output": self.exclude_input_in_output, "request_id": self.request_id,
-                 "status_key": "..." if self.status_key else None}  # the key is the client's secret
+        extra = {"request_id": self.request_id, "status_key": "..." if self.status_key else None}  # a secret
         shown = {**self.values, **{k: v for k, v in extra.items() if v is not None}}
         return f"GenerationParams({', '.join(f'{k}={v!r}' for k, v in shown.items())})"

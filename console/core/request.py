@@ -53,7 +53,7 @@ class Settings:
     chat: bool = False  # apply the model's chat template
     system: str = ""
     tokenizer: str = ""  # local tokenizer folder for the chat template (embedded models have their own)
-    echo: bool = False  # batch: the reply starts with the prompt (exclude_input_in_output=False)
+    echo: bool = False  # show each prompt before its reply (the wire carries new text only)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -86,9 +86,8 @@ class Prepared:
 
 
 def params_for(settings: Settings, request_id: str) -> GenerationParams:
-    """The wire parameters: the controls, the echo choice (streams send new text only) and the id."""
-    exclude = True if settings.mode == "stream" else not settings.echo
-    return settings.params.replace(exclude_input_in_output=exclude, request_id=request_id)
+    """The wire parameters: the controls and the request id."""
+    return settings.params.replace(request_id=request_id)
 
 
 def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history: History = (),
@@ -137,7 +136,7 @@ class Exchange:
         if settings.system:
             recorded["system"] = settings.system
         turn = Turn(settings.mode, settings.model, list(prompts), request_id or new_request_id(),
-                    chat=settings.templated, params=recorded)
+                    chat=settings.templated, params=recorded, echo=settings.echo)
         return cls(turn)
 
     def cancel(self) -> None:

@@ -278,7 +278,7 @@ VALID_END = ("eos", "stop", "length", "ctx_len", "cancelled")  # the backend's f
 
 def unchecked(controls: dict[str, object]) -> GenerationParams:
     """Parameters the console would refuse, sent anyway: the server must refuse them by itself."""
-    params = GenerationParams(exclude_input_in_output=True)
+    params = GenerationParams()
     params.values.update(controls)
     return params
 

@@ -132,15 +132,15 @@ def test_a_row_reaches_options_forms_and_the_wire(extra_control) -> None:
         controls.params_from_form({"min_p": "3"})
     declares = dataclasses.replace(BUNDLED, inputs=(*BUNDLED.inputs, Tensor("min_p", "FP32", (1,), True)))
     inputs = interface_of(declares).inputs(httpclient, ["a"], GenerationParams(min_p=0.5))
-    assert [(i.name(), i.datatype()) for i in inputs] == [("prompt", "BYTES"), ("min_p", "FP32")]
+    assert [(i.name(), i.datatype()) for i in inputs] == [("prompt", "BYTES"), ("min_p", "FP32"),
+                                                          ("exclude_input_in_output", "BOOL")]
     vllm = ModelInfo("v", True, True, inputs=(Tensor("text_input", "BYTES"), Tensor("sampling_parameters", "BYTES")),
                      outputs=(Tensor("text_output", "BYTES"),))
     assert interface_of(vllm).ignored(GenerationParams(min_p=0.5, seed=1)) == ["min_p"]  # not one of vLLM's
 
 
 def test_only_declared_inputs_are_sent_and_the_rest_is_named() -> None:
-    params = GenerationParams(max_tokens=8, seed=1, top_k=5, stop=("\n",), exclude_input_in_output=True,
-                              status_key="k")
+    params = GenerationParams(max_tokens=8, seed=1, top_k=5, stop=("\n",), status_key="k")
     interface = interface_of(BUNDLED)
     names = [i.name() for i in interface.inputs(httpclient, ["a", "b"], params)]
     assert names == ["prompt", "max_tokens", "seed", "stop", "exclude_input_in_output", "status_key"]

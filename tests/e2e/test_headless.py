@@ -111,6 +111,25 @@ def test_bad_input_gives_one_error_line(embedded_server) -> None:
                           "tokenizer folder /nonexistent does not exist")
 
 
+def test_a_timed_out_http_batch_call_exits_with_the_timeouts_code_every_time(embedded_server) -> None:
+    """Triton finishes a timed-out HTTP request: its answer arrives while the process exits. That once crashed
+    the exit now and then (exit 139: the HTTP client's event loop woke in a finalized interpreter)."""
+    from console.clients import GenerationParams, infer
+
+    prompt = "Once upon a time, in a land far away,"
+    params = GenerationParams(max_tokens=24, min_tokens=24)
+    (reply,) = infer(embedded_server.http_url, "smollm2_kv", [prompt], params).replies()
+    timeout = f"{reply.stats.request_latency / 2:.3f}"  # the answer comes soon after the timeout, as the exit runs
+    cmd = [sys.executable, "-c", "from console.cli import main; main()", "--prompt", prompt, "--mode", "batch",
+           "--url", embedded_server.http_url, "--max-tokens", "24", "--min-tokens", "24", "--timeout", timeout]
+    codes = []
+    for _ in range(12):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert f"network timeout: smollm2_kv did not finish within {float(timeout):g} s" in done.stderr, done.stderr
+        codes.append(done.returncode)
+    assert codes == [1] * 12
+
+
 def test_chat_template_of_the_embedded_model(embedded_server) -> None:
     fp32 = ("--url", embedded_server.grpc_url, "--model", "smollm2_decoupled_fp32")  # token-exact with transformers
     result = cli("--prompt", "What is the capital of France?", "--chat", *fp32, "--max-tokens", "24", "--json")

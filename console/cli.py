@@ -292,7 +292,7 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
         with _signals_raise(signal.SIGTERM):
             controller.start(model_repository, models, timeout, http_port=http_port, grpc_port=grpc_port,
                              metrics_port=metrics_port, binary=binary, log_verbose=log_verbose, extra_args=extra,
-                             host=host, stop_stale=stop_stale)
+                             host=host, stop_stale=stop_stale, exclusive=True)
             started.wait()
             if controller.snapshot.phase == "failed":
                 fail(controller.snapshot.message)

@@ -22,7 +22,7 @@ from console.doctor import format_rows, run_doctor
 from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
-from console.server.embedded import EMBEDDED_DEFAULTS
+from console.server.embedded import EMBEDDED_DEFAULTS, START_TIMEOUT
 from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
@@ -267,7 +267,8 @@ def _watch(controller: ServerController) -> str:
 @click.option("--metrics-port", type=int, default=None, help="Metrics port (default: a free one).")
 @click.option("--tritonserver", "binary", default=None,
               help="tritonserver binary (default: $QAIC_TRITONSERVER, /opt/tritonserver, the nvidia-pytriton wheel).")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for readiness.")
+@click.option("--timeout", type=float, default=START_TIMEOUT, show_default=True,
+              help="Seconds to wait for readiness.")
 @click.option("--log-verbose", type=int, default=0, show_default=True, help="tritonserver --log-verbose level.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address tritonserver listens on (0.0.0.0 exposes it to the network).")

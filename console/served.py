@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import http.client
-import urllib.error
 from dataclasses import dataclass
 
 from console.clients import ClientError, info_from_config, interface_of, is_openai_url, normalize_url, openai_info
@@ -63,9 +62,9 @@ def served_models(url: str) -> tuple[str, list[ServedModel]]:
     try:
         version = handle.describe_version()
         states = handle.model_states()
-    except http.client.HTTPException as exc:  # e.g. the gRPC port
-        raise ClientError(error_message(exc, handle.http_url, "HTTP")) from None
-    except (OSError, ValueError, urllib.error.URLError) as exc:
+    except (http.client.HTTPException, OSError) as exc:  # nothing there, or the gRPC port
+        raise ClientError(error_message(exc, handle.http_url, "http")) from None
+    except ValueError as exc:
         raise ClientError(f"no tritonserver answers at {handle.http_url} (HTTP): {exc}") from None
     rows = [describe(handle, name, state or "not loaded", reason) for name, (state, reason) in sorted(states.items())]
     return f"tritonserver {version} at {handle.http_url}", rows

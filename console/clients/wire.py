@@ -16,6 +16,9 @@ from .errors import CANCELLED, CONNECTION, SERVER, TIMEOUT, ClientError
 from .events import ModelInfo, Tensor
 
 PROTOCOLS = ("http", "grpc")
+PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
+CAUSES = ("connection refused", "connection reset", "socket closed", "timed out", "no route to host",
+          "network is unreachable", "name or service not known", "temporary failure in name resolution")
 MAX_NAME = 255  # a model name is a folder name
 _NUMPY = {"BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
           **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
@@ -95,10 +98,23 @@ def error_kind(exc: BaseException) -> str:
     return SERVER
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (tritonclient's without its status; its type when it has none)."""
+    message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
+    return " ".join((message or type(exc).__name__).split())
+
+
+def cause(exc: BaseException) -> str:
+    """Why a connection failed, in a few words: a known cause ("connection refused" ...), else the message."""
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        exc = exc.reason  # urllib's wrapper: "<urlopen error [Errno 111] Connection refused>"
+    message = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc)
+    return next((known for known in CAUSES if known in message.lower()), message)
+
+
 def error_message(exc: BaseException, url: str, protocol: str, lost: bool = False) -> str:
     """One line for a failed call; ``lost``: the server had answered before (it went away)."""
-    message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
-    message = " ".join((message or type(exc).__name__).split())
+    message = one_line(exc)
     if isinstance(exc, http.client.HTTPException):
         return f"{url} does not answer HTTP ({type(exc).__name__}): is it tritonserver's gRPC port? (HTTP is " \
                "usually the gRPC port - 1, e.g. 8000)"
@@ -106,8 +122,8 @@ def error_message(exc: BaseException, url: str, protocol: str, lost: bool = Fals
         what = "lost the connection to" if lost else "cannot reach"
         hint = ""
         if protocol.lower() == "grpc" and "Socket closed" in message:
-            hint = " (is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
-        return f"{what} tritonserver at {url} ({protocol}): {message}{hint}"
+            hint = ": is it tritonserver's HTTP port? (gRPC is usually the HTTP port + 1, e.g. 8001)"
+        return f"{what} tritonserver at {url} over {PROTOCOL_NAMES[protocol.lower()]} ({cause(exc)}){hint}"
     return message
 
 

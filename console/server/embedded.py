@@ -11,11 +11,10 @@ from pathlib import Path
 from backend_model.models import cache_root
 
 from . import logparse
-from .process import TritonServer
+from .process import START_TIMEOUT, TritonServer
 
 EMBEDDED_DEFAULTS = {"stream": "smollm2_decoupled", "batch": "smollm2_kv", "generate": "smollm2_kv"}
 DEFAULT_MODELS = tuple(dict.fromkeys(EMBEDDED_DEFAULTS.values()))  # what the consoles load by default
-START_TIMEOUT = 600.0
 
 Progress = Callable[[str], None]
 

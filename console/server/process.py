@@ -31,6 +31,7 @@ from .stale import already_serving, find_servers, stop_servers
 GUARD = Path(__file__).with_name("guard.py")  # standard library only: run by path, isolated
 HOST = "127.0.0.1"
 EXIT_TIMEOUT = 3  # s tritonserver waits for in-flight requests when stopping (Triton's default: 30)
+START_TIMEOUT = 600.0  # s for the server and its models to be ready (a card's QPCs, a first CPU model preparation)
 
 
 
@@ -171,7 +172,7 @@ class TritonServer:
             p if p is not None else next(picked) for p in self._requested
         )
 
-    def start(self, timeout: float = 300.0, on_log: LogCallback | None = None) -> TritonServer:
+    def start(self, timeout: float = START_TIMEOUT, on_log: LogCallback | None = None) -> TritonServer:
         """Launch the server and block until it and its models are ready.
 
         ``on_log`` receives every log line (from a reader thread) for the server's lifetime.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shutil
@@ -188,6 +189,15 @@ def test_cli_help() -> None:
     assert result.exit_code == 0
     for option in ("--model-repository", "--http-port", "--grpc-port", "--tritonserver", "--timeout"):
         assert option in result.output
+
+
+def test_one_start_timeout_for_serve_the_tui_and_the_embedded_server() -> None:
+    from console.cli import serve
+    from console.server.embedded import START_TIMEOUT
+
+    serve_default = next(p.default for p in serve.params if p.name == "timeout")
+    start_default = inspect.signature(TritonServer.start).parameters["timeout"].default
+    assert serve_default == start_default == START_TIMEOUT  # the TUI's Start timeout field shows START_TIMEOUT
 
 
 def test_cli_serve_a_model_the_repository_lacks(echo_repo: Path) -> None:

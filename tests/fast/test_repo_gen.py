@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -475,3 +476,10 @@ def test_compile_config_from_a_pipe_is_read_once(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     written = json.loads((tmp_path / "out" / "piped" / "compile_config.json").read_text())
     assert written == {"ctx_len": 256, "full_batch_size": 2}
+
+
+def test_the_readme_names_every_embedded_sample() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if "repo samples --embedded" in line)
+    stem, names = re.search(r"# (\w+?)_\{([^}]*)\}", line).groups()
+    assert sorted(f"{stem}_{name}" for name in names.split(",")) == sorted(EMBEDDED_SAMPLES)

@@ -22,14 +22,13 @@ from console.doctor import format_rows, run_doctor
 from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
-from console.server.embedded import EMBEDDED_DEFAULTS, START_TIMEOUT
+from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS, START_TIMEOUT
 from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
 from repo_gen.cli import repo_group
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
-DEFAULT_PROMPT = "What is the capital of France?|Write a haiku about mountains."
 
 
 class _Terminated(Exception):
@@ -170,7 +169,9 @@ def main(ctx: click.Context, **values: Any) -> None:
         ctx.invoke(tui, http_url=values["http_url"] or openai_url, grpc_url=values["grpc_url"], api=values["api"])
         return
     if values["prompt"] is None:  # the main job on the embedded default: without a terminal, a chat answer
-        values.update(prompt=DEFAULT_PROMPT, chat=True)
+        if not (values["url"] or values["http_url"] or values["grpc_url"] or values["quiet"]):
+            click.echo(DEMO_NOTE, err=True)
+        values.update(prompt=DEMO_PROMPTS, chat=True)
     sys.exit(_headless(values))
 
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from helpers import wait_for_log
 
 from console.cli import main
+from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS
 from console.server.logparse import startup_line as _startup_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,6 +237,26 @@ def test_headless_serves_the_embedded_model(tmp_path: Path) -> None:
     proc = subprocess.run([*base, "--model", "mistral_7b", "--prompt", "x"], capture_output=True, text=True,
                           timeout=60, env=env, cwd=ROOT)
     assert proc.returncode == 1 and proc.stderr.startswith("error: model 'mistral_7b' is not an embedded sample")
+    demo = subprocess.run(base, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+    assert demo.returncode == 0, demo.stderr  # no terminal: the demo, first saying what answers it
+    assert demo.stderr.splitlines()[0] == DEMO_NOTE and "SmolLM2-135M-Instruct" in DEMO_NOTE
+    assert "Tokyo" in demo.stdout.split("[2/2]")[0]
+
+
+# the answers of the demo prompts (make run without a terminal): its first impression
+DEMO_ANSWERS = {"What is the capital of Japan?": ("Tokyo",), "Name three primary colors.": ("red", "blue", "yellow")}
+
+
+@pytest.mark.parametrize("model", ["smollm2_decoupled", "smollm2_decoupled_fp32"])  # the demo's int4, and fp32
+def test_the_demo_prompts_are_answered_right_and_briefly(embedded_server, model: str) -> None:
+    result = cli("--prompt", DEMO_PROMPTS, "--chat", "--url", embedded_server.grpc_url, "--model", model, "--json")
+    assert result.exit_code == 0, result.output
+    rows = json_lines(result)
+    assert [row["prompt"] for row in rows] == list(DEMO_ANSWERS)
+    for row in rows:
+        assert all(word in row["text"].lower() for word in map(str.lower, DEMO_ANSWERS[row["prompt"]])), row
+        assert row["finish_reason"] == "eos" and row["output_tokens"] < 40, row  # an answer, not a loop
 
 
 def test_each_prompt_reports_figures_ending_at_its_own_last_token(embedded_server) -> None:

@@ -15,7 +15,7 @@ from .display import cell, comparison_rows, level_rows
 from .plots import DISTRIBUTION_TITLES
 from .results import runs_of
 
-PROTOCOLS = {"grpc": "gRPC", "http": "HTTP"}
+PROTOCOLS = {"grpc": "gRPC", "http": "HTTP", "openai": "the OpenAI API (HTTP)"}
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:80em}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em}table{border-collapse:collapse;margin:.5em 0}
 td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th{background:#f0f0f0}
@@ -40,8 +40,7 @@ def settings(config: dict[str, Any]) -> list[tuple[str, str]]:
     levels = ", ".join(_number(v) for v in config.get("levels", []))
     rate = config.get("request_rate")
     rows = [("model", str(config.get("model", ""))),
-            ("server", ", ".join(config.get("urls", [])) + (" (OpenAI-compatible)" if config.get("api") == "openai"
-                                                             else "")),
+            ("server", ", ".join(config.get("urls", []))),
             ("mode", f"{config.get('mode', '')} over {PROTOCOLS.get(config.get('protocol', ''), '?')}"),
             ("load", f"{levels} requests/s ({config.get('request_distribution')} gaps)" if rate
              else f"concurrency {levels}")]

@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import SERVER, ClientError
 from .events import ModelInfo, Tensor
-from .openai_api import EXTENSIONS, OPENAI
+from .openai_api import OPENAI
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .wire import output_list, tensor
 
@@ -117,13 +117,15 @@ class Interface:
         return out
 
     def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
-        """BOOL inputs: ``stream`` (streamed only from a decoupled model) and ``exclude_input_in_output``."""
+        """``stream`` (streamed only from a decoupled model), ``exclude_input_in_output`` and ``status_key``."""
         out = []
         if self.info.stream_switch:
             out.append(Wire("stream", "BOOL", (streaming and self.info.decoupled,)))
         exclude = params.exclude_input_in_output
         if exclude is not None and self.info.input("exclude_input_in_output") is not None:
             out.append(Wire("exclude_input_in_output", "BOOL", (exclude,)))
+        if params.status_key and self.info.input("status_key") is not None:  # the key its status questions bring
+            out.append(Wire("status_key", "BYTES", (params.status_key,)))
         return out
 
     def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[Wire]:
@@ -214,10 +216,11 @@ class VllmInterface(Interface):
         return super().matches(info) and _text(info.input("sampling_parameters"))
 
     def wire_input(self, control: Control) -> Tensor | None:
-        return self.info.input("sampling_parameters")  # every control is a SamplingParams field
+        return self.info.input("sampling_parameters") if control.vllm else None  # vLLM's SamplingParams fields
 
     def controls(self, params: GenerationParams) -> list[Wire]:
-        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()}
+        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()
+                    if BY_NAME[n].vllm}
         return [Wire("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
 
     def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
@@ -279,21 +282,29 @@ class TextInterface(Interface):
 
 
 class OpenAIInterface(Interface):
-    """A model of an OpenAI-compatible server: the declared inputs are the API's fields (see ``openai_api.FIELDS``)."""
+    """A model of an OpenAI-compatible server: the controls go as the API's request fields (:attr:`FIELDS`)."""
 
     name = OPENAI
     batches_prompts = False
     samples_by_default = True  # the API's temperature defaults to 1 (llama.cpp's server: 0.8)
     extra_outputs: dict[str, str] = {}
+    # the request fields the controls map to: the API's own, and top_k, the servers' common extension
+    FIELDS = {t.name: t for t in (Tensor("max_tokens", "INT32", (1,), True), Tensor("temperature", "FP32", (1,), True),
+                                  Tensor("top_p", "FP32", (1,), True), Tensor("top_k", "INT32", (1,), True),
+                                  Tensor("seed", "INT64", (1,), True), Tensor("stop", "BYTES", (-1,), True))}
+    EXTENSIONS = ("top_k",)  # sent in the body beside the API's own fields
 
     @classmethod
     def matches(cls, info: ModelInfo) -> bool:
         return info.backend == OPENAI
 
+    def wire_input(self, control: Control) -> Tensor | None:
+        return self.FIELDS.get(control.name)
+
     def body(self, params: GenerationParams) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the API's fields, the extensions such as ``top_k``) of the set controls."""
         fields = {w.name: list(w.values) if w.many else w.values[0] for w in self.controls(params)}
-        extra = {k: fields.pop(k) for k in EXTENSIONS if k in fields}
+        extra = {k: fields.pop(k) for k in self.EXTENSIONS if k in fields}
         return fields, extra
 
 

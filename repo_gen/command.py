@@ -46,8 +46,9 @@ def _compile_keys_help() -> str:
     lines = ["compile_config.json keys (a key that is absent takes its default):"]
     for key, (_, default, _, rule) in compile_config.SCHEMA.items():
         lines.append(f"  {key:<23} {rule}; default {'none' if default is None else json.dumps(default)}")
-    lines += ["full_batch_size turns on continuous batching: more prompts than full_batch_size are queued;",
-              "without it prompts are truncated or repeated to batch_size. Unknown keys and wrong types are errors."]
+    lines += ["full_batch_size turns on continuous batching: a free slot takes the next queued prompt at once;",
+              "without it prompts run in batches of batch_size (a short batch is filled with repeats whose output",
+              "is dropped; prompts beyond it wait for the next batch). Unknown keys and wrong types are errors."]
     return "\n".join(lines)
 
 

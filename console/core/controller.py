@@ -201,7 +201,7 @@ class ServerController:
         http = normalize_url(http_url)
         grpc = normalize_url(grpc_url) if grpc_url.strip() else grpc_guess(http)
         handle = ServerHandle(http, grpc)
-        if not handle.is_ready(timeout=3.0):
+        if not handle.is_live(timeout=3.0):
             raise ClientError(f"no ready tritonserver at {http} (HTTP): check the host:port of its HTTP endpoint")
         version = handle.describe_version()
         guessed = "" if grpc_url.strip() else " (gRPC guessed as the HTTP port + 1: give it if streaming fails)"

@@ -14,7 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 
 SESSION_MARK = "QAIC_TEST_SESSION"
-SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server")
+SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server",
+                "vllm.entrypoints", "VLLM::")  # vLLM's OpenAI server; its engine and workers name themselves VLLM::
 LLAMA_MODEL = "smollm2-gguf"  # the alias the llama.cpp server lists the embedded GGUF under
 
 
@@ -37,7 +38,7 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> No
 
 
 def marked_servers(mark: str) -> list[tuple[int, str]]:
-    """(pid, command) of live tritonserver / backend stub / guard processes whose environment has ``mark``."""
+    """(pid, command) of live server processes (:data:`SERVER_NAMES`) whose environment has ``mark``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

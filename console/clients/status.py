@@ -1,5 +1,6 @@
-"""Is a request still running? A call that went quiet asks the bundled backend (its ``status_of`` input):
-a stream over gRPC, a batch call over its own protocol (HTTP asks through the generate endpoint).
+"""Is a request still running? :func:`ask_status` is the probe of a call to the bundled backend that went quiet:
+it asks the model (its ``status_of`` input) over the call's own protocol (a stream over gRPC, HTTP through the
+generate endpoint).
 
 The answer tells a slow model from a dead one: the backend says ``running``; a model reloaded after
 its backend died does not know the request (``unknown``); a dead backend is refused by Triton
@@ -9,14 +10,22 @@ its backend died does not know the request (``unknown``); a dead backend is refu
 from __future__ import annotations
 
 import queue
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import SERVER, ClientError
 from .wire import is_final, post_generate, tensor, text
 
-PROBE_AFTER = 3.0  # s of silence before a stream asks
-PROBE_EVERY = 3.0  # s between two questions
+if TYPE_CHECKING:
+    from .call import Call
+
 NOT_HEALTHY = "is not healthy"
+
+
+def ask_status(call: Call) -> None:
+    """The probe (:data:`~.call.Probe`) of a quiet call to the bundled backend: ClientError when the request is
+    lost (the backend died, or was reloaded and no longer knows it)."""
+    if request_status(call.url, call.model, call.request_id, protocol=call.protocol) == "unknown":
+        raise lost_request(call.model)
 
 
 def request_status(url: str, model: str, request_id: str, timeout: float = 3.0, protocol: str = "grpc") -> str | None:

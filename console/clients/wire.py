@@ -95,10 +95,19 @@ def error_kind(exc: BaseException) -> str:
     return SERVER
 
 
+def reason_of(exc: BaseException) -> str:
+    """What went wrong, in a few words: ``connection refused``, not ``<urlopen error [Errno 111] ...>``."""
+    if isinstance(exc, InferenceServerException):
+        return " ".join((exc.message() or type(exc).__name__).split())
+    cause = exc.reason if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError) \
+        else exc
+    text = getattr(cause, "strerror", None) or " ".join(str(cause).split()) or type(cause).__name__
+    return text[:1].lower() + text[1:] if isinstance(cause, OSError) else text
+
+
 def error_message(exc: BaseException, url: str, protocol: str, lost: bool = False) -> str:
     """One line for a failed call; ``lost``: the server had answered before (it went away)."""
-    message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
-    message = " ".join((message or type(exc).__name__).split())
+    message = reason_of(exc)
     if isinstance(exc, http.client.HTTPException):
         return f"{url} does not answer HTTP ({type(exc).__name__}): is it tritonserver's gRPC port? (HTTP is " \
                "usually the gRPC port - 1, e.g. 8000)"
@@ -107,7 +116,7 @@ def error_message(exc: BaseException, url: str, protocol: str, lost: bool = Fals
         hint = ""
         if protocol.lower() == "grpc" and "Socket closed" in message:
             hint = " (is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
-        return f"{what} tritonserver at {url} ({protocol}): {message}{hint}"
+        return f"{what} tritonserver at {url} ({protocol.upper() if protocol == 'http' else protocol}): {message}{hint}"
     return message
 
 

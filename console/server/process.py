@@ -20,13 +20,14 @@ from pathlib import Path
 
 from .errors import ServerError, StaleServerError
 from .health import ServerHandle
-from .locate import STUB_NAME, backend_directory, find_tritonserver, server_env, stub_for_python, wheel_root
+from .locate import backend_directory, find_tritonserver, server_env, stub_for_python, wheel_root
 from .ports import free_ports, port_in_use
-from .procs import cmdline, group_members, take_down
+from .procs import take_down
 from .pyenv import PythonEnv
 from .serverlog import LogCallback, ServerLog
 from .stale import find_servers, stop_servers
 from .startup import wait_started
+from .stubs import stub_instances
 
 GUARD = Path(__file__).with_name("guard.py")  # standard library only: run by path, isolated
 HOST = "127.0.0.1"
@@ -107,13 +108,6 @@ class TritonServer:
     def pid(self) -> int | None:
         """The process group id (the guard's pid)."""
         return self._proc.pid if self._proc else None
-
-    @property
-    def server_pid(self) -> int | None:
-        """The tritonserver process itself (a child of the guard whose pid is :attr:`pid`)."""
-        if self._proc is None:
-            return None
-        return next((p for p in group_members(self._proc.pid) if cmdline(p)[:1] == [str(self.binary)]), None)
 
     @property
     def running(self) -> bool:
@@ -241,15 +235,8 @@ class TritonServer:
         return self
 
     def stub_instances(self) -> dict[str, int]:
-        """``{model instance name: pid}`` of the Python backend stubs alive in the server's group."""
-        if self._proc is None:
-            return {}
-        found = {}
-        for pid in group_members(self._proc.pid):
-            args = cmdline(pid)
-            if args and args[0].endswith(STUB_NAME) and len(args) > 8:
-                found[args[8]] = pid  # the stub's arguments: model.py, shm region, sizes, parent pid, ..., instance
-        return found
+        """``{model instance name: pid}`` of the model instances' Python backend stubs alive in the server's group."""
+        return {} if self._proc is None else stub_instances(self._proc.pid)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the server process to exit; its exit code, or None on timeout."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from console.clients import APIS
+from console.core.adapters import APIS, api_help
 from console.core.controller import ServerController
 from console.server.embedded import DEFAULT_MODELS
 
@@ -40,7 +40,7 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
               help="HTTP host:port of a running tritonserver to use, or an OpenAI-compatible server's base URL "
                    "(http://host:port/v1); no server is started.")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-              help="What --url is: auto (a URL ending with /v1 is OpenAI-compatible), triton or openai.")
+              help=api_help("--url"))
 @click.option("--grpc-url", default=None, help="Its gRPC host:port for streaming (default: the HTTP port + 1).")
 @click.option("--model-repository", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Repository to serve (default: the embedded SmolLM2 samples, stream and batch models).")

@@ -24,7 +24,8 @@ from console.bench.results import SCHEMA, compare, load_json, summarize
 from console.bench.run import parse_levels, plot_formats
 from console.cli import main
 from console.clients import ClientError, ReplyStats, model_info
-from console.core.request import Endpoint, Settings
+from console.core.adapters.triton import TritonAdapter
+from console.core.request import Settings
 
 GENAI_PERF = ("time_to_first_token", "inter_token_latency", "request_latency", "output_sequence_length",
               "input_sequence_length", "output_token_throughput", "request_throughput")
@@ -45,7 +46,8 @@ def runs(embedded_server, tmp_path_factory) -> dict[str, Any]:
                        "--input-tokens-mean", "8", "--output-tokens-mean", "6", "-o", str(out / "stream"),
                        "-q")
     assert code == 0, text
-    code, text = bench("--url", embedded_server.http_url, "--url", f"http://{embedded_server.http_url}",
+    other = embedded_server.http_url.replace("127.0.0.1", "localhost")  # the same server by another name
+    code, text = bench("--url", embedded_server.http_url, "--url", f"http://{other}",
                        "--mode", "batch", "--concurrency", "2", "--requests", "4", "--warmup", "0",
                        "--input-tokens-mean", "8", "--output-tokens-mean", "4", "--plots", "none",
                        "--output-dir", str(out / "batch"), "-q")
@@ -92,7 +94,8 @@ def test_a_batch_run_spreads_requests_round_robin_and_has_no_stream_metrics(runs
     assert level["request_count"] == 4 and level["error_count"] == 0
     assert "time_to_first_token" not in level and "inter_token_latency" not in level
     urls = [r["url"] for r in level["requests"]]
-    assert urls == [embedded_server.http_url, f"http://{embedded_server.http_url}"] * 2  # two spellings, one server
+    other = embedded_server.http_url.replace("127.0.0.1", "localhost")
+    assert urls == [embedded_server.http_url, other] * 2  # round-robin over two names of one server
     assert not list(runs["batch"].glob("*.png"))
     assert "c=2" in runs["table"] and "TTFT avg ms" in runs["table"]
 
@@ -137,7 +140,7 @@ def test_client_capacity_counts_every_token_from_the_zero_cost_model(zero_cost) 
 def test_request_rate_and_duration_levels_end_every_request_once(zero_cost) -> None:
     url = zero_cost.grpc_url
     settings = Settings("zero_cost_stream", timeout=60, idle_timeout=30)
-    target = Target(settings, model_info(url, "zero_cost_stream"), (Endpoint(url, url),))
+    target = Target(settings, model_info(url, "zero_cost_stream"), (TritonAdapter(url, url),))
     runner = Runner(target, [BenchRequest("a b c", 20), BenchRequest("d e", 10)])
     seen: list[int] = []
     level = runner.run(request_rate=50.0, count=10, on_done=lambda r: seen.append(r.index), distribution="poisson")

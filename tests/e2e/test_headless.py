@@ -83,8 +83,6 @@ def test_separate_urls_and_grpc_batch(embedded_server) -> None:
                  embedded_server.grpc_url, "--http-url", "127.0.0.1:1", "--max-tokens", "4", "--json")
     assert result.exit_code == 0, result.output
     assert json_lines(result)[0]["output_tokens"] == 4
-    result = cli("--prompt", "My name is", "--mode", "batch", "--grpc-url", embedded_server.grpc_url)
-    assert_one_line_error(result, "needs the server's HTTP endpoint")
 
 
 def test_timeout_fails_clearly_and_cancels(embedded_server) -> None:
@@ -237,3 +235,20 @@ def test_a_stream_from_a_batch_model_says_why_it_has_no_ttft(embedded_server) ->
     assert batch.exit_code == 0 and streamed.exit_code == 0, batch.output + streamed.output
     assert "note: smollm2_kv is a batch model (not decoupled)" in batch.stderr
     assert "batch model" not in streamed.stderr
+
+
+def test_a_lone_url_is_either_endpoint_of_the_server(tmp_path: Path, python_model) -> None:
+    """One address is asked which protocol it speaks; the other endpoint is Triton's neighbour port, and said."""
+    from helpers import ECHO_LLM
+
+    from console.server import TritonServer, free_ports, port_in_use
+
+    python_model(tmp_path, "echo_llm", ECHO_LLM, llm=True)
+    port = next(p for p in free_ports(8) if not any(port_in_use(q) for q in (p + 1, p + 2)))
+    with TritonServer(tmp_path, http_port=port, grpc_port=port + 1, metrics_port=port + 2):
+        for url, mode in ((f"127.0.0.1:{port + 1}", "batch"), (f"127.0.0.1:{port}", "stream")):
+            result = cli("--prompt", "hi", "--url", url, "--mode", mode, "--model", "echo_llm", "--json")
+            assert result.exit_code == 0, result.output
+            assert json_lines(result)[0]["text"] == "echo: hi"
+        listed = cli("models", "--url", f"127.0.0.1:{port + 1}")  # the gRPC port: its HTTP neighbour lists
+        assert listed.exit_code == 0 and f"at 127.0.0.1:{port}" in listed.stdout.splitlines()[0], listed.output

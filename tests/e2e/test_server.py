@@ -23,7 +23,7 @@ from helpers import wait_until
 from console import doctor, server
 from console.cli import main
 from console.server import ServerError, TritonServer, locate, procs
-from console.server.process import group_members
+from console.server.procs import group_members
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -185,7 +185,7 @@ def test_a_model_failing_to_load_is_named_and_the_others_serve(tmp_path: Path, e
                    "boom-xyz" in line for line in lines)
         with httpclient.InferenceServerClient(srv.http_url) as http:  # strict readiness (Triton's default): not ready
             check_client(http, httpclient, np.arange(3, dtype=np.float32), server_ready=False)
-        srv.handle.unload_model("echo")  # unloaded is not failed
+        srv.handle.request("/v2/repository/models/echo/unload", body={})  # unloaded is not failed
         wait_until(lambda: srv.handle.model_states()["echo"][0] == "UNAVAILABLE", 30, "echo unloaded")
 
 

@@ -7,14 +7,15 @@ import dataclasses
 import pytest
 
 from console.clients import BatchCall, ClientError, GenerationParams, ModelInfo, StreamCall, Tensor
-from console.core.request import Endpoint, Exchange, Settings, prepare
+from console.core.adapters.triton import TritonAdapter
+from console.core.request import Exchange, Settings, prepare
 
 INPUTS = (Tensor("prompt", "BYTES"), Tensor("max_tokens", "INT32", (1,), True),
           Tensor("exclude_input_in_output", "BOOL", (1,), True))
 OUTPUTS = (Tensor("text_output", "BYTES"),)
 STREAMING = ModelInfo("smollm2_decoupled", True, True, "embedded", inputs=INPUTS, outputs=OUTPUTS)
 BATCH = dataclasses.replace(STREAMING, name="smollm2_causal", decoupled=False, use_kv_cache=False)
-HERE = Endpoint("127.0.0.1:8000", "127.0.0.1:8001")
+HERE = TritonAdapter("127.0.0.1:8000", "127.0.0.1:8001")
 HISTORY = [{"role": "user", "content": "Earlier question"}, {"role": "assistant", "content": "Earlier answer"}]
 
 
@@ -23,9 +24,9 @@ def test_endpoints_name_what_is_missing() -> None:
     assert HERE.url("batch") == ("127.0.0.1:8000", "http")
     assert HERE.url("batch", "grpc") == ("127.0.0.1:8001", "grpc")
     with pytest.raises(ClientError, match="batch mode needs the server's HTTP endpoint"):
-        Endpoint(grpc_url="h:1").url("batch")
+        TritonAdapter(grpc_url="h:1").url("batch")
     with pytest.raises(ClientError, match="stream mode needs the server's gRPC endpoint"):
-        Endpoint(http_url="h:1").url("stream")
+        TritonAdapter(http_url="h:1").url("stream")
 
 
 def test_settings_are_checked() -> None:

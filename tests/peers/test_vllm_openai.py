@@ -91,7 +91,7 @@ def test_the_tui_connects_by_v1_url_and_chats(vllm_server: VllmServer, tmp_path:
         async with app.run_test(size=SIZE) as pilot:
             pane = app.chat("stream")
             await until(pilot, lambda: pane.serving and pane.infos, 60, "the connection")
-            assert app.server_pane.snapshot.api == "openai"
+            assert app.server_pane.snapshot.server.kind == "openai"
             assert table_rows(app.server_pane.query_one("#models"))[str(vllm_server.model)][4] == "openai"
             for name, value in (("max_tokens", "10"), ("chat", "true")):
                 pane.controls.set_value(name, value)

@@ -144,7 +144,7 @@ def _headless(values: dict[str, Any]) -> int:
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)
         return 1
-    output = Output(json=values["json_"], echo=values["echo"], quiet=values["quiet"])
+    output = Output(json=values["json_"], quiet=values["quiet"])
     try:
         with _signals_raise(signal.SIGTERM):
             return run_headless(settings, values["prompt"], server, output)

@@ -78,8 +78,7 @@ class BatchCall(Call):
                 return values[i] if values is not None else default
 
             stats = reply_stats((), elapsed, pick("output_tokens"), pick("input_tokens"), streamed=False)
-            text, includes_prompt = self.interface().finish(prompt, texts[i], self.params.exclude_input_in_output)
-            yield Reply(i, prompt, text, pick("finish_reason", ""), stats, includes_prompt)
+            yield Reply(i, prompt, self.interface().finish(prompt, texts[i]), pick("finish_reason", ""), stats)
 
     def _start(self) -> tuple[Callable[[], None], Callable[[], None]]:
         """Send the request; its outcome lands in the queue. Returns (server-side canceller, closer)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -79,7 +80,7 @@ class Call:
         self.info = model if isinstance(model, ModelInfo) else None
         self.model = model.name if isinstance(model, ModelInfo) else model
         self.prompts = list(prompts)
-        self.params = params
+        self.params = params if params.status_key else params.replace(status_key=secrets.token_hex(16))
         self.request_id = params.request_id or new_request_id()
         self.timeouts = timeouts
         self.probe = probe
@@ -116,7 +117,7 @@ class Call:
         clone._fresh()
         clone.prompts = [self.prompts[index]]
         clone.request_id = f"{self.request_id}-{index}"
-        clone.params = self.params.replace(request_id=clone.request_id)
+        clone.params = self.params.replace(request_id=clone.request_id, status_key=secrets.token_hex(16))
         return clone
 
     def cancel(self) -> None:

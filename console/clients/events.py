@@ -191,8 +191,8 @@ class TextDelta:
 class Reply:
     """The finished answer to prompt ``index``.
 
-    ``text`` is the whole reply; it starts with the prompt only when ``includes_prompt`` (batch
-    requests without ``exclude_input_in_output``, the vllm convention).
+    ``text`` is the reply's new text (the console asks every server for new text only; a front end that shows
+    the prompt before it adds it when it renders).
     """
 
     index: int
@@ -200,7 +200,6 @@ class Reply:
     text: str
     finish_reason: str
     stats: ReplyStats
-    includes_prompt: bool = False
 
     @property
     def ok(self) -> bool:

@@ -117,13 +117,15 @@ class Interface:
         return out
 
     def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
-        """BOOL inputs: ``stream`` (streamed only from a decoupled model) and ``exclude_input_in_output``."""
+        """``stream`` (streamed only from a decoupled model), ``exclude_input_in_output`` (always: the console asks
+        for new text only, and adds an echo where a user wants one when it renders) and ``status_key``."""
         out = []
         if self.info.stream_switch:
             out.append(Wire("stream", "BOOL", (streaming and self.info.decoupled,)))
-        exclude = params.exclude_input_in_output
-        if exclude is not None and self.info.input("exclude_input_in_output") is not None:
-            out.append(Wire("exclude_input_in_output", "BOOL", (exclude,)))
+        if self.info.input("exclude_input_in_output") is not None:
+            out.append(Wire("exclude_input_in_output", "BOOL", (True,)))
+        if params.status_key and self.info.input("status_key") is not None:  # the key its status questions bring
+            out.append(Wire("status_key", "BYTES", (params.status_key,)))
         return out
 
     def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[Wire]:
@@ -183,18 +185,15 @@ class Interface:
         """Whether each streamed response's output token count is for that response only (then they add up)."""
         return False
 
-    def finish(self, prompt: str, text: str, exclude: bool | None) -> tuple[str, bool]:
-        """(text, includes_prompt) of a reply that arrived whole.
+    def finish(self, prompt: str, text: str) -> str:
+        """The new text of a reply that arrived whole.
 
-        A model that declares ``exclude_input_in_output`` was told; another decides for itself, so a
-        prompt it echoes is cut off when the caller asked for new text only.
+        A model that declares ``exclude_input_in_output`` was told; another decides for itself, so a prompt it
+        echoes is cut off here (the one place an echo is removed).
         """
-        if self.info.input("exclude_input_in_output") is not None:
-            return text, not exclude
-        echoed = bool(prompt) and text.startswith(prompt)
-        if echoed and exclude:
-            return text[len(prompt):], False
-        return text, echoed
+        if self.info.input("exclude_input_in_output") is None and prompt and text.startswith(prompt):
+            return text[len(prompt):]
+        return text
 
 
 class VllmInterface(Interface):
@@ -214,10 +213,11 @@ class VllmInterface(Interface):
         return super().matches(info) and _text(info.input("sampling_parameters"))
 
     def wire_input(self, control: Control) -> Tensor | None:
-        return self.info.input("sampling_parameters")  # every control is a SamplingParams field
+        return self.info.input("sampling_parameters") if control.vllm else None  # vLLM's SamplingParams fields
 
     def controls(self, params: GenerationParams) -> list[Wire]:
-        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()}
+        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()
+                    if BY_NAME[n].vllm}
         return [Wire("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
 
     def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:

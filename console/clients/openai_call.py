@@ -77,13 +77,13 @@ class ChunkFolder:
         return Reply(0, prompt, self.text, self.finish_reason, stats)
 
 
-def answer(completion: Any, prompt: str, chat: bool, latency: float, echo: bool) -> Reply:
-    """The reply of an unstreamed request (``echo``: a completion that starts with its prompt)."""
+def answer(completion: Any, prompt: str, chat: bool, latency: float) -> Reply:
+    """The reply of an unstreamed request."""
     choice = completion.choices[0] if completion.choices else None
     tokens, prompt_tokens = _usage(getattr(completion, "usage", None))
     stats = reply_stats((), latency, tokens, prompt_tokens, streamed=False, source="usage")
     return Reply(0, prompt, choice_text(choice, chat) if choice else "",
-                 (getattr(choice, "finish_reason", None) or "") if choice else "", stats, includes_prompt=echo)
+                 (getattr(choice, "finish_reason", None) or "") if choice else "", stats)
 
 
 def _socket(stream: Any) -> socket.socket | None:
@@ -119,11 +119,6 @@ class OpenAICall(Call):
     def chat(self) -> bool:
         return self.messages is not None
 
-    @property
-    def echo(self) -> bool:
-        """A completion answered once that starts with its prompt (the batch echo choice)."""
-        return not self.chat and not self.streaming and self.params.exclude_input_in_output is False
-
     def model_info(self) -> ModelInfo:
         if self.info is None:
             self.info = model_info(self.url, self.model)
@@ -151,8 +146,6 @@ class OpenAICall(Call):
             body["messages"] = self.messages[0]
         else:
             body["prompt"] = self.prompts[0]
-            if self.echo:
-                body["echo"] = True
         return body
 
     def _request(self) -> Iterator[Event]:
@@ -184,7 +177,7 @@ class OpenAICall(Call):
                     yield folder.reply(self.prompts[0], got.at - t0)
                     return
                 if not self.streaming:
-                    yield answer(got.data, self.prompts[0], self.chat, got.at - t0, self.echo)
+                    yield answer(got.data, self.prompts[0], self.chat, got.at - t0)
                     return
                 last = got.at
                 yield from folder.add(got.data, last - t0)

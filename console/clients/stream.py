@@ -33,12 +33,12 @@ class _Collected:
         self.last: Outputs = {}
         self.sums = interface.counts_are_deltas(streaming=True)
 
-    def add(self, outputs: Outputs, at: float, once: bool, exclude: bool | None) -> Iterator[TextDelta]:
+    def add(self, outputs: Outputs, at: float, once: bool) -> Iterator[TextDelta]:
         """The new text of one response (``once``: the model answers once, the whole text)."""
         for i, piece in enumerate(outputs["text_output"] or ()):
             prompt = self.prompts[i]
             if once:
-                new = self.interface.finish(prompt, piece, exclude)[0]
+                new = self.interface.finish(prompt, piece)
             else:
                 new = self.interface.new_text(prompt, self.texts[i], piece)
             if new:
@@ -91,8 +91,7 @@ class StreamCall(Call):
                     return
                 assert isinstance(got, Arrived)
                 last = got.at
-                yield from collected.add(interface.outputs(got.data, n), last - t0, once,
-                                         self.params.exclude_input_in_output)
+                yield from collected.add(interface.outputs(got.data, n), last - t0, once)
                 if is_final(got.data):
                     yield from self._replies(info, collected, last - t0)
                     return
@@ -121,19 +120,11 @@ class StreamCall(Call):
         for i, prompt in enumerate(self.prompts):
             stats = reply_stats(collected.arrivals[i], latency, collected.value("output_tokens", i),
                                 collected.value("input_tokens", i), streamed=info.decoupled)
-            yield Reply(i, prompt, collected.texts[i], collected.value("finish_reason", i) or "", stats,
-                        includes_prompt=False)
+            yield Reply(i, prompt, collected.texts[i], collected.value("finish_reason", i) or "", stats)
 
 
 def stream(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,
            timeouts: Timeouts | None = None, probe: Probe | None = None) -> StreamCall:
     """A streaming call over gRPC; iterate it for events, ``cancel()`` from any thread. ``probe`` checks a
-    stream that went quiet (see :data:`~.call.Probe`).
-
-    ``exclude_input_in_output`` is asked for unless set (a model that does not declare it is not
-    sent it), so a batch model answering over the stream also gives only new text.
-    """
-    params = params or GenerationParams()
-    if params.exclude_input_in_output is None:
-        params = params.replace(exclude_input_in_output=True)
-    return StreamCall(url, model, prompts, params, timeouts or Timeouts(), probe)
+    stream that went quiet (see :data:`~.call.Probe`)."""
+    return StreamCall(url, model, prompts, params or GenerationParams(), timeouts or Timeouts(), probe)

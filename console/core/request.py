@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from console.clients import (
     Call,
@@ -52,7 +53,7 @@ class Settings:
     chat: bool = False  # apply the model's chat template
     system: str = ""
     tokenizer: str = ""  # local tokenizer folder for the chat template (embedded models have their own)
-    echo: bool = False  # batch: the reply starts with the prompt (exclude_input_in_output=False)
+    echo: bool = False  # show each prompt before its reply (the wire carries new text only)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -77,11 +78,16 @@ class Prepared:
     ignored: list[str]  # set controls this model has no input for (not sent)
     seconds: float  # spent preparing (model config, chat template) before sending
 
+    @property
+    def controls(self) -> dict[str, Any]:
+        """The controls as they go out (the console's greedy default included where a server samples unless told)."""
+        interface = interface_of(self.info)
+        return {k: v for k, v in interface.greedy(self.call.params).values.items() if k not in self.ignored}
+
 
 def params_for(settings: Settings, request_id: str) -> GenerationParams:
-    """The wire parameters: the controls, the echo choice (streams send new text only) and the id."""
-    exclude = True if settings.mode == "stream" else not settings.echo
-    return settings.params.replace(exclude_input_in_output=exclude, request_id=request_id)
+    """The wire parameters: the controls and the request id."""
+    return settings.params.replace(request_id=request_id)
 
 
 def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history: History = (),
@@ -130,7 +136,7 @@ class Exchange:
         if settings.system:
             recorded["system"] = settings.system
         turn = Turn(settings.mode, settings.model, list(prompts), request_id or new_request_id(),
-                    chat=settings.templated, params=recorded)
+                    chat=settings.templated, params=recorded, echo=settings.echo)
         return cls(turn)
 
     def cancel(self) -> None:
@@ -151,6 +157,7 @@ class Exchange:
             events: Iterable[Event] = [Failure(str(exc), exc.kind)]
         else:
             turn.sent, turn.ignored, turn.prepare_seconds = prepared.sent, prepared.ignored, prepared.seconds
+            turn.params.update(prepared.controls)
             turn.sent_at = time.perf_counter()
             with self._lock:
                 self.call = prepared.call

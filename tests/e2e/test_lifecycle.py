@@ -221,7 +221,8 @@ def test_a_batch_call_whose_backend_dies_fails_within_seconds_naming_the_model(b
         first = threading.Thread(target=lambda: outcome.append(next(events)), daemon=True)
         first.start()
         ask = "http" if protocol == "generate" else protocol
-        until(lambda: request_status(url, model, call.request_id, protocol=ask) == "running", 60, "the request")
+        until(lambda: request_status(url, model, call.request_id, call.params.status_key, protocol=ask) == "running",
+              60, "the request")
         (pid,) = server.stub_instances().values()
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()

@@ -278,7 +278,7 @@ VALID_END = ("eos", "stop", "length", "ctx_len", "cancelled")  # the backend's f
 
 def unchecked(controls: dict[str, object]) -> GenerationParams:
     """Parameters the console would refuse, sent anyway: the server must refuse them by itself."""
-    params = GenerationParams(exclude_input_in_output=True)
+    params = GenerationParams()
     params.values.update(controls)
     return params
 
@@ -316,8 +316,8 @@ def raw_infer(server: TritonServer, prompts: list[bytes]) -> tuple[list[str] | N
         data = np.array(prompts, dtype=np.object_)
         prompt = httpclient.InferInput("prompt", [len(prompts)], "BYTES")
         prompt.set_data_from_numpy(data)
-        limit = httpclient.InferInput("max_tokens", [1], "INT32")
-        limit.set_data_from_numpy(np.array([2], dtype=np.int32))
+        limit = httpclient.InferInput("max_tokens", [1], "INT64")
+        limit.set_data_from_numpy(np.array([2], dtype=np.int64))
         try:
             result = client.infer(BATCH, [prompt, limit])
         except InferenceServerException as exc:

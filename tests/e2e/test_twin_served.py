@@ -23,7 +23,7 @@ pytestmark = pytest.mark.server
 PROMPTS = ["My name is", "Maroon bells are mountains in Colorado, and"]
 CONTINUOUS = {"prefill_seq_len": 4, "ctx_len": 128, "full_batch_size": 4}
 REGULAR = {"prefill_seq_len": 8, "ctx_len": 128, "batch_size": 2}
-PARAMS = GenerationParams(max_tokens=12, exclude_input_in_output=True)
+PARAMS = GenerationParams(max_tokens=12)
 PAIRS = {"onnx_cb": "onnx_cb_decoupled", "onnx_regular": "onnx_regular_decoupled"}
 
 

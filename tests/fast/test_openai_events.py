@@ -59,10 +59,10 @@ def test_the_body_carries_the_controls_the_api_has_and_top_k_as_an_extension() -
     assert body == {"model": "m", "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "seed": 3, "stop": ["\n"],
                     "stream": True, "extra_body": {"top_k": 40}, "stream_options": {"include_usage": True},
                     "messages": [{"role": "user", "content": "q"}]}
-    raw = openai_call("host:1/v1", info, ["My name is"], GenerationParams(exclude_input_in_output=False),
-                      streaming=False).request_body()
-    # the consoles' default is greedy; the API's is to sample: an unset temperature goes as 0
-    assert raw == {"model": "m", "stream": False, "prompt": "My name is", "echo": True, "temperature": 0.0}
+    raw = openai_call("host:1/v1", info, ["My name is"], GenerationParams(), streaming=False).request_body()
+    # the consoles' default is greedy; the API's is to sample: an unset temperature goes as 0. The console asks for
+    # new text only (no "echo": a front end that shows the prompt adds it itself)
+    assert raw == {"model": "m", "stream": False, "prompt": "My name is", "temperature": 0.0}
 
 
 def test_a_b_calls_split_into_one_request_per_prompt_with_its_own_messages() -> None:
@@ -107,7 +107,7 @@ def test_an_unstreamed_answer_has_a_latency_and_the_servers_count() -> None:
         "id": "c", "object": "chat.completion", "created": 0, "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
         "usage": {"completion_tokens": 3, "prompt_tokens": 12, "total_tokens": 15}})
-    reply = answer(whole, "q", chat=True, latency=0.5, echo=False)
-    assert reply.text == "Paris." and reply.finish_reason == "stop" and not reply.includes_prompt
+    reply = answer(whole, "q", chat=True, latency=0.5)
+    assert reply.text == "Paris." and reply.finish_reason == "stop"
     assert reply.stats.time_to_first_token is None and reply.stats.output_tokens == 3
     assert reply.stats.output_token_throughput == pytest.approx(6.0)

@@ -42,13 +42,12 @@ def test_stream_and_batch_calls_get_their_timeouts_and_inputs() -> None:
     call = ready.call
     assert isinstance(call, StreamCall) and call.url == "127.0.0.1:8001"
     assert call.timeouts.network == 600 and call.timeouts.idle == 300
-    assert call.params.exclude_input_in_output is True and ready.sent == ["a", "b"]
+    assert ready.sent == ["a", "b"] and call.params.status_key  # the call's own key for its status questions
     assert ready.ignored == ["top_k"]  # the model declares no top_k input
 
     ready = prepare(HERE, Settings("smollm2_causal", mode="batch", timeout=0, echo=True), ["a"], info=BATCH)
     assert isinstance(ready.call, BatchCall) and ready.call.protocol == "http"
     assert ready.call.timeouts.network is None and ready.call.timeouts.idle is None
-    assert ready.call.params.exclude_input_in_output is False
     assert prepare(HERE, Settings("smollm2_causal", mode="batch"), ["a"], info=BATCH).call.timeouts.network == 6000
     with pytest.raises(ClientError, match="decoupled .* use stream mode"):
         prepare(HERE, Settings("smollm2_decoupled", mode="batch"), ["a"], info=STREAMING)
@@ -71,3 +70,15 @@ def test_an_exchange_cancelled_before_its_call_sends_nothing() -> None:
     turn = exchange.run(HERE, settings, info=STREAMING)
     assert turn.failure is not None and turn.failure.kind == "cancelled" and not turn.replies
     assert turn.sent == ["a"] and turn.sent_at is not None
+
+
+def test_the_turn_records_the_controls_as_they_go_out() -> None:
+    """A server that samples unless told is sent temperature 0 (the consoles' greedy default): the record says so."""
+    from console.clients import openai_info
+    from console.core.adapters import adapter_for
+
+    params = GenerationParams(max_tokens=8, repetition_penalty=1.2)
+    ready = prepare(adapter_for("h:1/v1"), Settings("m", params=params), ["a"], info=openai_info("m"))
+    assert ready.controls == {"max_tokens": 8, "temperature": 0.0} and ready.ignored == ["repetition_penalty"]
+    assert prepare(HERE, Settings("smollm2_decoupled", params=params), ["a"], info=STREAMING).controls == {
+        "max_tokens": 8}

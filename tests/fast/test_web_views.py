@@ -61,10 +61,9 @@ def batch_turn(latency: float = 0.8) -> Turn:
 
 
 def test_markup_from_prompts_models_and_servers_stays_text() -> None:
-    turn = Turn("batch", "m", ["<b>a</b>", "b"], "qc-1")
+    turn = Turn("batch", "m", ["<b>a</b>", "b"], "qc-1", echo=True)
     turn.sent_at = 1.0
-    turn.apply(Reply(0, "<b>a</b>", "<b>a</b><script>x()</script>", "length",
-                     reply_stats([], 0.5, 10, streamed=False), includes_prompt=True))
+    turn.apply(Reply(0, "<b>a</b>", "<script>x()</script>", "length", reply_stats([], 0.5, 10, streamed=False)))
     turn.apply(Failure("<i>gone</i> **bold**", "server", 0.6))
     shown = [m["content"] for m in views.messages([turn])]
     assert shown[0] == "[1/2] &lt;b&gt;a&lt;/b&gt;\n[2/2] b"

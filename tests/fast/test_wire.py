@@ -72,7 +72,7 @@ def test_model_config_and_generate_body() -> None:
     assert info.input("prompt").datatype == "BYTES" and info.input("prompt").dims == (-1,)
     assert info.input("max_tokens").optional and info.input("top_k") is None
     interface = interface_of(info)
-    params = GenerationParams(max_tokens=4, top_k=2, stop=("\n",), exclude_input_in_output=True)
+    params = GenerationParams(max_tokens=4, top_k=2, stop=("\n",))
     body = interface.generate_body(["a"], params, "42")
     assert body == {"prompt": "a", "id": "42", "max_tokens": 4, "stop": ["\n"], "exclude_input_in_output": True}
     assert interface.generate_body(PROMPTS, GenerationParams(), "7")["prompt"] == PROMPTS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -60,6 +61,34 @@ def tritonserver_pid(server) -> int | None:
 
     return next((p for p in group_members(server.pid) if cmdline(p)[:1] == [str(server.binary)]), None) \
         if server.pid else None
+
+
+def cli(*args: str):
+    """``qaic-console ARGS`` in this process (click's runner): its Result."""
+    from click.testing import CliRunner
+
+    from console.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def json_rows(result) -> list[dict]:
+    """The --json rows of a CLI result that must have succeeded."""
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def greedy_answer(base_url: str, model: str, max_tokens: int, prompt: str | None = None,
+                  messages: list | None = None) -> str:
+    """An OpenAI-compatible server's own greedy answer (chat when ``messages``), asked through the ``openai``
+    client directly."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0)
+    if messages is not None:
+        return client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
+                                              temperature=0).choices[0].message.content
+    return client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0).choices[0].text
 
 
 def marked_servers(mark: str) -> list[tuple[int, str]]:

@@ -13,34 +13,19 @@ import socket
 import time
 from pathlib import Path
 
-import openai
-from click.testing import CliRunner, Result
-from helpers import wait_until
+from helpers import cli, greedy_answer, json_rows, wait_until
 from peer_vllm import MAX_MODEL_LEN, VllmServer
-from tui_pilot import SIZE, run, table_rows, until
-
-from console.cli import main
+from tui_pilot import openai_app, run, table_rows, until
 
 QUESTION = "What is the capital of France?"
 
 
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
-def rows(result: Result) -> list[dict]:
-    assert result.exit_code == 0, result.output
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+rows = json_rows
 
 
 def direct(server: VllmServer, max_tokens: int, prompt: str | None = None, messages: list | None = None) -> str:
     """vLLM's own greedy answer, asked through the ``openai`` client directly."""
-    client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
-    if messages is not None:
-        return client.chat.completions.create(model=str(server.model), messages=messages, max_tokens=max_tokens,
-                                              temperature=0).choices[0].message.content
-    return client.completions.create(model=str(server.model), prompt=prompt, max_tokens=max_tokens,
-                                     temperature=0).choices[0].text
+    return greedy_answer(server.base_url, str(server.model), max_tokens, prompt, messages)
 
 
 # --------------------------------------------------------------------------- the console against vLLM
@@ -84,14 +69,8 @@ def test_a_short_bench_counts_vllms_tokens(vllm_server: VllmServer, tmp_path: Pa
 
 
 def test_the_tui_connects_by_v1_url_and_chats(vllm_server: VllmServer, tmp_path: Path) -> None:
-    from console.tui.app import QaicConsoleApp
-
     async def go() -> None:
-        app = QaicConsoleApp(http_url=vllm_server.base_url, export_dir=tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            pane = app.chat("stream")
-            await until(pilot, lambda: pane.serving and pane.infos, 60, "the connection")
-            assert app.server_pane.snapshot.server.kind == "openai"
+        async with openai_app(vllm_server.base_url, tmp_path) as (app, pilot, pane):
             assert table_rows(app.server_pane.query_one("#models"))[str(vllm_server.model)][4] == "openai"
             for name, value in (("max_tokens", "10"), ("chat", "true")):
                 pane.controls.set_value(name, value)

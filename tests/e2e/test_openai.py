@@ -226,7 +226,7 @@ def test_bench_puts_triton_and_llama_cpp_side_by_side_with_ratios(embedded_serve
     compared = (out / "bench_comparison.csv").read_text().splitlines()
     assert compared[0] == f"level,metric,{names[0]},{names[1]},{names[1]} / {names[0]}"
     page = (out / "bench.html").read_text()
-    assert all(name in page for name in names) and "side by side" in page
+    assert all(name in page for name in names) and "Side by side (ratios to" in page
 
 
 def test_several_urls_of_different_kinds_ask_for_compare_url(embedded_server, llama_server) -> None:

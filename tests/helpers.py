@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -132,3 +133,19 @@ def python38() -> str | None:
         if done.returncode == 0 and done.stdout.strip() == "(3, 8)":
             return candidate
     return None
+
+
+@contextlib.contextmanager
+def engine_threads() -> Iterator[int]:
+    """torch computes on the threads a served CPU model takes (``cpu_threads`` automatic: the CPUs less one),
+    not on every CPU (on a shared machine, one thread per CPU spins waiting for the busiest); restored after."""
+    import torch
+
+    from backend_model.threads import auto_threads, available_cpus
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(auto_threads(available_cpus(), 1))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)

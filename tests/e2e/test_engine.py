@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from backend_model.contract import Dims
-from backend_model.cpu_session import CpuKVSession, CpuRecomputeSession
+from backend_model.cpu_session import CpuKVSession
 from backend_model.engine import Engine
+from backend_model.hf_sessions import CpuRecomputeSession
 from backend_model.models import eos_ids, load_pretrained
 from backend_model.sampling import BadRequest, SamplingParams
 
@@ -201,7 +202,7 @@ def test_repetition_penalty_changes_a_repetitive_continuation(smol):
 
 
 def test_int4_reproduces_weights_on_a_q4_1_grid():
-    from backend_model.cpu_session import INT4_GROUP, _Linear
+    from backend_model.cpu_kernels import INT4_GROUP, Linear
 
     torch.manual_seed(0)
     n, k = 64, 4 * INT4_GROUP
@@ -211,8 +212,8 @@ def test_int4_reproduces_weights_on_a_q4_1_grid():
     m = torch.randn(n, k // INT4_GROUP, 1) * 0.1
     w = (m + q * d).reshape(n, k)
     x = torch.randn(3, k).bfloat16()
-    dense = _Linear(w, None, "bf16")(x).float()
-    packed = _Linear(w, None, "int4")(x).float()
+    dense = Linear(w, None, "bf16")(x).float()
+    packed = Linear(w, None, "int4")(x).float()
     assert torch.allclose(packed, dense, rtol=0.02, atol=0.02)
 
 

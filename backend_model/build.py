@@ -142,22 +142,27 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
     return QaicSession(c["onnx_path"], settings.device_ids, onnx_opener(fallback, threads))
 
 
-def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> tuple[Engine, str]:
-    """The CPU engine: the session ``cpu_support`` picks for the model's config (refused before the weights
-    load when none serves it exactly) and what the model's log line says about it."""
-    import torch
+def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str):
+    """The CPU session ``cpu_support`` picks for the model's config (SessionError naming the field none serves)."""
+    from .cpu_session import CpuKVSession
+    from .hf_sessions import CpuRecomputeSession, TransformersKVSession
 
-    from . import cpu_session, hf_sessions
+    kind = cpu_support.session_for(model.config.to_dict(), use_kv_cache, precision, dims.ctx_len)
+    session_cls = {cpu_support.LLAMA_FAMILY: CpuKVSession, cpu_support.TRANSFORMERS_KV: TransformersKVSession,
+                   cpu_support.RECOMPUTE: CpuRecomputeSession}[kind]
+    return session_cls(model, dims, precision)
+
+
+def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> tuple[Engine, str]:
+    """The CPU engine and what the model's log line says about it; the config is checked before the weights load."""
+    import torch
 
     config = load_config(settings.hf_model_name, progress).to_dict()
     kind = cpu_support.session_for(config, settings.use_kv_cache, settings.precision, settings.compile["ctx_len"])
     torch.set_num_threads(threads)
     model, tokenizer = load_pretrained(settings.hf_model_name, progress)
-    dims = settings.dims(model.config.vocab_size)
-    session_cls = {cpu_support.LLAMA_FAMILY: cpu_session.CpuKVSession,
-                   cpu_support.TRANSFORMERS_KV: hf_sessions.TransformersKVSession,
-                   cpu_support.RECOMPUTE: hf_sessions.CpuRecomputeSession}[kind]
-    engine = Engine(session_cls(model, dims, settings.precision), tokenizer, eos_ids(model, tokenizer))
+    session = open_cpu_session(model, settings.dims(model.config.vocab_size), settings.use_kv_cache, settings.precision)
+    engine = Engine(session, tokenizer, eos_ids(model, tokenizer))
     varies = VARIES_WITH_BATCH.get(settings.precision)
     extra = f" session={kind} precision={settings.precision}" + (f" ({varies})" if varies else "")
     if not settings.use_kv_cache:  # recomputing every token on the CPU is slow: a short answer by default

@@ -10,8 +10,8 @@ only, and Python 3.8: the generator the release artifacts ship imports it.
   the architectures listed are the ones tested token for token against ``generate``.
 * causal (no KV cache): transformers' own model recomputed at every token, any architecture, fp32 or bf16.
 
-A rope whose table depends on the sequence length (``dynamic``; ``longrope`` past its original length) is
-refused for a KV cache: the cached keys would keep rotations the model recomputes.
+A rope whose table changes with the sequence length (``dynamic`` past max_position_embeddings, ``longrope``
+past original_max_position_embeddings) is refused for a KV cache whose ctx_len goes past that length.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ LLAMA_LIKE = ("llama", "mistral", "qwen2")
 TRANSFORMERS_KV_TYPES = ("falcon", "gemma2", "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neox", "granite", "phi3",
                          "qwen3", "starcoder2")
 DENSE = ("fp32", "bf16")
-POSITION_ROPES = ("default", "linear", "llama3", "yarn", "longrope")  # tables that depend on the position only
+POSITION_ROPES = ("default", "linear", "llama3", "yarn")  # tables that depend on the position only
+LENGTH_ROPES = {"dynamic": "max_position_embeddings", "longrope": "original_max_position_embeddings"}  # up to
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
@@ -63,21 +64,21 @@ def _dense(precision: str, what: str) -> None:
 
 
 def _rope(config: Mapping[str, Any], ctx_len: int) -> None:
-    """SessionError when the rope table depends on the sequence length (a KV cache cannot follow it)."""
+    """SessionError when the rope table changes with the sequence length within ctx_len: a KV cache keeps
+    the keys it rotated before, where the model would rotate them anew."""
     for name, params in _rope_params(config):
         kind = params.get("rope_type", params.get("type", "default"))
-        if kind == "longrope":
-            original = params.get("original_max_position_embeddings") or config.get("original_max_position_embeddings")
-            why = f"ctx_len {ctx_len} is past original_max_position_embeddings {original}"
-            if not original or ctx_len <= int(original):
-                continue
-        elif kind == "dynamic":
-            why = "its rotation changes with the sequence length"
-        elif kind in POSITION_ROPES:
+        if kind in POSITION_ROPES:
             continue
-        else:
-            why = "a rope type this session does not know"
-        raise SessionError(f"{name} rope_type {kind!r}: {why}, which a KV cache cannot follow; use model_type 'causal'")
+        if kind not in LENGTH_ROPES:
+            raise SessionError(f"{name} rope_type {kind!r} is not one the CPU KV sessions know "
+                               f"({', '.join(POSITION_ROPES + tuple(LENGTH_ROPES))}); use model_type 'causal'")
+        field = LENGTH_ROPES[kind]
+        limit = params.get(field) or config.get(field)
+        if not limit or ctx_len > int(limit):
+            raise SessionError(f"{name} rope_type {kind!r} rescales positions past {field} {limit}, and ctx_len "
+                               f"{ctx_len} goes past it (a KV cache keeps the keys it rotated before): use "
+                               "model_type 'causal', or a ctx_len within it")
 
 
 def _rope_params(config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:

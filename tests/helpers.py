@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import shutil
@@ -11,6 +10,8 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from functools import lru_cache
 from pathlib import Path
+
+import pytest
 
 from console.bench.llama_cpp import LLAMA_MODEL as LLAMA_MODEL  # the tests' name for the GGUF's alias
 from console.bench.llama_cpp import LlamaCppServer
@@ -66,8 +67,6 @@ class LlamaServer(LlamaCppServer):
 
     def start(self, timeout: float = 120.0) -> None:
         """Start it and wait until ``/v1/models`` answers; the test fails with the log's tail when it does not."""
-        import pytest
-
         try:
             import llama_cpp.server  # noqa: F401
         except ImportError:
@@ -94,10 +93,11 @@ def python38() -> str | None:
     return None
 
 
-@contextlib.contextmanager
+@pytest.fixture(scope="module", autouse=True)
 def engine_threads() -> Iterator[int]:
-    """torch computes on the threads a served CPU model takes (``cpu_threads`` automatic: the CPUs less one),
-    not on every CPU (on a shared machine, one thread per CPU spins waiting for the busiest); restored after."""
+    """An autouse fixture for the module that imports it: torch computes on the threads a served CPU model
+    takes (``cpu_threads`` automatic: the CPUs less one), not on every CPU (on a shared machine, one thread per
+    CPU spins waiting for the busiest); restored after."""
     import torch
 
     from backend_model.threads import auto_threads, available_cpus

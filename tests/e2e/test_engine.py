@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
 from backend_model.contract import Dims
 from backend_model.cpu_session import CpuKVSession
@@ -226,3 +227,18 @@ def test_int4_session_generates_like_bf16(smol):
         texts[precision] = engine.generate(["The capital of France is"], SamplingParams(max_tokens=6))[0].text
     assert "Paris" in texts["int4"]
     assert texts["int4"] == texts["bf16"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int4"])
+def test_a_prompt_gets_its_answer_alone_beside_any_number_of_others(smol, precision):
+    """Batch invariance on the engine: the same greedy tokens alone and beside 1, 3 or 7 prompts of other
+    lengths, in whichever slot the scheduler gives it."""
+    model, tokenizer = smol
+    dims = Dims(batch_size=1, prefill_seq_len=32, ctx_len=256, vocab=model.config.vocab_size, full_batch_size=8)
+    engine = Engine(CpuKVSession(model, dims, precision), tokenizer, eos_ids(model, tokenizer))
+    params = SamplingParams(max_tokens=16)
+    alone = {p: engine.generate([p], params)[0].tokens for p in PROMPTS}
+    for others in (1, 3, 7):
+        group = [PROMPTS[(others + i) % len(PROMPTS)] for i in range(others + 1)]
+        seqs = engine.generate(group, params)
+        assert [s.tokens for s in seqs] == [alone[p] for p in group], (precision, others)

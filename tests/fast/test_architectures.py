@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from helpers import engine_threads
+from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 from tiny_models import TINY, tiny_model
 from transformers import AutoTokenizer
 
@@ -38,12 +38,6 @@ MODES = {  # name -> (use_kv_cache, dims)
 LLAMA_FAMILY = {"llama", "llama_biases_head_dim", "llama_rope_llama3", "llama_rope_yarn", "llama_rope_linear",
                 "llama_rope_longrope", "llama_rope_dynamic", "mistral_window", "qwen2_window"}
 REFUSED_KV = {"llama_rope_dynamic_short": "rope_type 'dynamic' rescales positions past max_position_embeddings 32"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def threads():
-    with engine_threads() as count:
-        yield count
 
 
 @pytest.fixture(scope="module")

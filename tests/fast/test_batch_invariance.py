@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import engine_threads
+from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
 from backend_model.contract import Dims
 from backend_model.cpu_kernels import DTYPES, Linear
@@ -24,12 +24,6 @@ SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)]  # Smo
 ROW_COUNTS = (*range(1, 10), 16)
 STEPS = 4
 NEIGHBOURS = ["Maroon bells are mountains in Colorado, and", "1, 2,", "Once upon a time, in a faraway kingdom,", "Hi"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def threads():
-    with engine_threads() as count:
-        yield count
 
 
 @pytest.fixture(scope="module")

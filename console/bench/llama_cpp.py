@@ -81,6 +81,18 @@ class LlamaCppServer:
         self.process = None
 
 
+class ReferenceFailed(Exception):
+    """llama.cpp's server failed: the section says so and measures nothing (the served side's errors go on)."""
+
+
+def reference(measure: Callable[..., Any], *args: Any) -> Any:
+    """``measure(*args)`` on llama.cpp's side; its RuntimeError becomes ReferenceFailed."""
+    try:
+        return measure(*args)
+    except RuntimeError as exc:
+        raise ReferenceFailed(" ".join(str(exc).split())[:300]) from None
+
+
 def llama_section(report: Any, opts: Any, progress: Callable[[str], None]) -> None:
     """The demo samples' precision served (gRPC streams) and llama.cpp's server (streamed completions) on the
     same GGUF, alternately at 1 and 8 streams (``demo_*``: the samples smollm2_decoupled and smollm2_kv)."""
@@ -101,22 +113,20 @@ def llama_section(report: Any, opts: Any, progress: Callable[[str], None]) -> No
         llama = LlamaCppServer(Path(tmp) / "llama.log", threads, extra)
         progress(f"llama.cpp: starting its server on the embedded GGUF ({threads} threads) ...")
         try:
-            llama.start()
+            reference(llama.start)
             with served_precision(precision) as server:
                 url, name = server.grpc_url, served_model(precision)
-                triton_streams(url, 1, 4, name), openai_streams(llama.base_url, 1, 4, LLAMA_MODEL)  # warm-up
+                triton_streams(url, 1, 4, name)  # warm-up
+                reference(openai_streams, llama.base_url, 1, 4, LLAMA_MODEL)
                 for i in range(opts.repeats):
                     progress(f"llama.cpp round {i + 1}/{opts.repeats}: served {precision} and llama.cpp x1 and x8 ...")
                     for n in STREAMS:
                         runs.setdefault(f"served_{n}", []).append(triton_streams(url, n, opts.tokens, name))
-                        runs.setdefault(f"llama_{n}", []).append(openai_streams(llama.base_url, n, opts.tokens,
-                                                                                 LLAMA_MODEL))
-        except RuntimeError as exc:
+                        runs.setdefault(f"llama_{n}", []).append(
+                            reference(openai_streams, llama.base_url, n, opts.tokens, LLAMA_MODEL))
+        except ReferenceFailed as exc:
             exit_code = None if llama.process is None else llama.process.poll()
-            if llama.process is not None and exit_code is None:
-                raise  # llama.cpp's server is alive: the failure is not its own
-            reason = " ".join(str(exc).split())[:300]
-            report.context["llama_cpp"] = (f"its server failed (exit code {exit_code}): {reason}; "
+            report.context["llama_cpp"] = (f"its server failed (exit code {exit_code}): {exc}; "
                                            "QAIC_LLAMA_CPP_ARGS adds server flags")
             return
         finally:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from console.clients import GenerationParams, Reply, Timeouts, openai_call, stream
+from console.clients import Failure, GenerationParams, Reply, Timeouts, openai_call, stream
 
 from .capacity import run_together
 from .engine import BENCH_PROMPTS, Timed
@@ -29,7 +29,9 @@ def timed_streams(open_call: Callable[[str], Iterable[Any]], concurrency: int, t
         for event in call:
             if isinstance(event, Reply):
                 counts[i] = event.stats.output_tokens or 0
-        if not counts[i]:
+            elif isinstance(event, Failure):
+                errors.append(f"stream {i}: {event.kind}: {event.message}")
+        if not counts[i] and not errors:
             errors.append(f"stream {i} got no reply")
 
     seconds, _ = run_together(one, concurrency, barrier, timeout)
@@ -45,8 +47,9 @@ def triton_streams(url: str, concurrency: int, tokens: int, model: str, timeout:
 
 
 def openai_streams(base_url: str, concurrency: int, tokens: int, model: str, timeout: float = 600.0) -> Timed:
-    """``concurrency`` concurrent streamed completions of ``tokens`` tokens from an OpenAI-compatible server."""
-    params, timeouts = GenerationParams(max_tokens=tokens), Timeouts(network=timeout)
+    """``concurrency`` concurrent streamed completions of ``tokens`` tokens from an OpenAI-compatible server
+    (one that answers one request at a time keeps the others waiting: no idle timeout short of ``timeout``)."""
+    params, timeouts = GenerationParams(max_tokens=tokens), Timeouts(network=timeout, idle=timeout)
     return timed_streams(lambda prompt: openai_call(base_url, model, [prompt], params, timeouts), concurrency, timeout)
 
 

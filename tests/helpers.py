@@ -19,6 +19,23 @@ from console.bench.llama_cpp import LlamaCppServer
 SESSION_MARK = "QAIC_TEST_SESSION"
 SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server")
 
+# a Python model with the prompt -> text_output interface and no controls, answering "echo: <prompt>" at once
+ECHO_LLM = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def answer(request):
+    prompts = pb_utils.get_input_tensor_by_name(request, "prompt").as_numpy().reshape(-1)
+    return pb_utils.InferenceResponse([pb_utils.Tensor("text_output", np.array([b"echo: " + p for p in prompts],
+                                                                                dtype=np.object_))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [answer(r) for r in requests]
+"""
+
 
 def wait_for_log(server, needle: str, timeout: float = 30.0, before: Collection[str] = ()) -> str | None:
     """The newest log line of ``server`` containing ``needle`` and not in ``before``; polls up to ``timeout`` s."""
@@ -36,6 +53,14 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> No
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def tritonserver_pid(server) -> int | None:
+    """The tritonserver process of a :class:`~console.server.TritonServer` (a child of its guard)."""
+    from console.server.procs import cmdline, group_members
+
+    return next((p for p in group_members(server.pid) if cmdline(p)[:1] == [str(server.binary)]), None) \
+        if server.pid else None
 
 
 def marked_servers(mark: str) -> list[tuple[int, str]]:

@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import SERVER, ClientError
 from .events import ModelInfo, Tensor
-from .openai_api import EXTENSIONS, OPENAI
+from .openai_api import OPENAI
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .wire import output_list, tensor
 
@@ -41,7 +41,7 @@ KINDS = {"BYTES": str, "BOOL": bool, "FP16": float, "FP32": float, "FP64": float
 
 
 @dataclass(frozen=True)
-class Wire:
+class InputValue:
     """One input to send: its name, Triton datatype and values (``many``: always a list in JSON)."""
 
     name: str
@@ -102,7 +102,7 @@ class Interface:
             return params.replace(temperature=0.0)
         return params
 
-    def controls(self, params: GenerationParams) -> list[Wire]:
+    def controls(self, params: GenerationParams) -> list[InputValue]:
         """The set controls the model declares, and its required ones (at the console's default) when unset."""
         params = self.greedy(params)
         out = []
@@ -112,25 +112,27 @@ class Interface:
             if declared is None or (value is None and (declared.optional or control.default is None)):
                 continue
             value = control.default if value is None else value
-            out.append(Wire(declared.name, declared.datatype, tuple(value) if control.multiple else (value,),
+            out.append(InputValue(declared.name, declared.datatype, tuple(value) if control.multiple else (value,),
                             control.multiple))
         return out
 
-    def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
-        """BOOL inputs: ``stream`` (streamed only from a decoupled model) and ``exclude_input_in_output``."""
+    def switches(self, params: GenerationParams, streaming: bool) -> list[InputValue]:
+        """``stream`` (streamed only from a decoupled model), ``exclude_input_in_output`` (always: the console asks
+        for new text only, and adds an echo where a user wants one when it renders) and ``status_key``."""
         out = []
         if self.info.stream_switch:
-            out.append(Wire("stream", "BOOL", (streaming and self.info.decoupled,)))
-        exclude = params.exclude_input_in_output
-        if exclude is not None and self.info.input("exclude_input_in_output") is not None:
-            out.append(Wire("exclude_input_in_output", "BOOL", (exclude,)))
+            out.append(InputValue("stream", "BOOL", (streaming and self.info.decoupled,)))
+        if self.info.input("exclude_input_in_output") is not None:
+            out.append(InputValue("exclude_input_in_output", "BOOL", (True,)))
+        if params.status_key and self.info.input("status_key") is not None:  # the key its status questions bring
+            out.append(InputValue("status_key", "BYTES", (params.status_key,)))
         return out
 
-    def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[Wire]:
+    def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[InputValue]:
         """Every input of one request for ``prompts`` (one of them unless :attr:`batches_prompts`)."""
         if len(prompts) > 1 and not self.batches_prompts:
             raise ClientError(f"model {self.info.name} ({self.name}) takes one prompt per request")
-        prompt = Wire(self.prompt_name, "BYTES", tuple(prompts), self.batches_prompts and len(prompts) > 1)
+        prompt = InputValue(self.prompt_name, "BYTES", tuple(prompts), self.batches_prompts and len(prompts) > 1)
         return [prompt, *self.controls(params), *self.switches(params, streaming)]
 
     def inputs(self, module: Any, prompts: Sequence[str], params: GenerationParams,
@@ -183,18 +185,15 @@ class Interface:
         """Whether each streamed response's output token count is for that response only (then they add up)."""
         return False
 
-    def finish(self, prompt: str, text: str, exclude: bool | None) -> tuple[str, bool]:
-        """(text, includes_prompt) of a reply that arrived whole.
+    def finish(self, prompt: str, text: str) -> str:
+        """The new text of a reply that arrived whole.
 
-        A model that declares ``exclude_input_in_output`` was told; another decides for itself, so a
-        prompt it echoes is cut off when the caller asked for new text only.
+        A model that declares ``exclude_input_in_output`` was told; another decides for itself, so a prompt it
+        echoes is cut off here (the one place an echo is removed).
         """
-        if self.info.input("exclude_input_in_output") is not None:
-            return text, not exclude
-        echoed = bool(prompt) and text.startswith(prompt)
-        if echoed and exclude:
-            return text[len(prompt):], False
-        return text, echoed
+        if self.info.input("exclude_input_in_output") is None and prompt and text.startswith(prompt):
+            return text[len(prompt):]
+        return text
 
 
 class VllmInterface(Interface):
@@ -214,14 +213,15 @@ class VllmInterface(Interface):
         return super().matches(info) and _text(info.input("sampling_parameters"))
 
     def wire_input(self, control: Control) -> Tensor | None:
-        return self.info.input("sampling_parameters")  # every control is a SamplingParams field
+        return self.info.input("sampling_parameters") if control.vllm else None  # vLLM's SamplingParams fields
 
-    def controls(self, params: GenerationParams) -> list[Wire]:
-        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()}
-        return [Wire("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
+    def controls(self, params: GenerationParams) -> list[InputValue]:
+        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()
+                    if BY_NAME[n].vllm}
+        return [InputValue("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
 
-    def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
-        flags = [Wire(f, "BOOL", (True,)) for f in self.FLAGS if self.info.input(f) is not None]
+    def switches(self, params: GenerationParams, streaming: bool) -> list[InputValue]:
+        flags = [InputValue(f, "BOOL", (True,)) for f in self.FLAGS if self.info.input(f) is not None]
         return [*super().switches(params, streaming), *flags]
 
     @property
@@ -279,21 +279,29 @@ class TextInterface(Interface):
 
 
 class OpenAIInterface(Interface):
-    """A model of an OpenAI-compatible server: the declared inputs are the API's fields (see ``openai_api.FIELDS``)."""
+    """A model of an OpenAI-compatible server: the controls go as the API's request fields (:attr:`FIELDS`)."""
 
     name = OPENAI
     batches_prompts = False
     samples_by_default = True  # the API's temperature defaults to 1 (llama.cpp's server: 0.8)
     extra_outputs: dict[str, str] = {}
+    # the request fields the controls map to: the API's own, and top_k, the servers' common extension
+    FIELDS = {t.name: t for t in (Tensor("max_tokens", "INT32", (1,), True), Tensor("temperature", "FP32", (1,), True),
+                                  Tensor("top_p", "FP32", (1,), True), Tensor("top_k", "INT32", (1,), True),
+                                  Tensor("seed", "INT64", (1,), True), Tensor("stop", "BYTES", (-1,), True))}
+    EXTENSIONS = ("top_k",)  # sent in the body beside the API's own fields
 
     @classmethod
     def matches(cls, info: ModelInfo) -> bool:
         return info.backend == OPENAI
 
+    def wire_input(self, control: Control) -> Tensor | None:
+        return self.FIELDS.get(control.name)
+
     def body(self, params: GenerationParams) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the API's fields, the extensions such as ``top_k``) of the set controls."""
         fields = {w.name: list(w.values) if w.many else w.values[0] for w in self.controls(params)}
-        extra = {k: fields.pop(k) for k in EXTENSIONS if k in fields}
+        extra = {k: fields.pop(k) for k in self.EXTENSIONS if k in fields}
         return fields, extra
 
 

@@ -20,16 +20,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .call import Call
+from .call import Arrived, Broke, Call, Ended
 from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
 from .interfaces import OpenAIInterface
-from .openai_api import CANCEL_NOTE, OPENAI, OpenAIServer, api_error, base_url, client
+from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client, model_info
 from .params import GenerationParams
 from .stats import reply_stats
 
 Messages = list[dict[str, str]]
-DONE = object()  # the reader's last item: the stream ended (or the one answer came)
 UNSTREAMED_NOTE = "the server finishes an unstreamed request (stream mode can stop one)"
 
 
@@ -78,13 +77,13 @@ class ChunkFolder:
         return Reply(0, prompt, self.text, self.finish_reason, stats)
 
 
-def answer(completion: Any, prompt: str, chat: bool, latency: float, echo: bool) -> Reply:
-    """The reply of an unstreamed request (``echo``: a completion that starts with its prompt)."""
+def answer(completion: Any, prompt: str, chat: bool, latency: float) -> Reply:
+    """The reply of an unstreamed request."""
     choice = completion.choices[0] if completion.choices else None
     tokens, prompt_tokens = _usage(getattr(completion, "usage", None))
     stats = reply_stats((), latency, tokens, prompt_tokens, streamed=False, source="usage")
     return Reply(0, prompt, choice_text(choice, chat) if choice else "",
-                 (getattr(choice, "finish_reason", None) or "") if choice else "", stats, includes_prompt=echo)
+                 (getattr(choice, "finish_reason", None) or "") if choice else "", stats)
 
 
 def _socket(stream: Any) -> socket.socket | None:
@@ -120,14 +119,9 @@ class OpenAICall(Call):
     def chat(self) -> bool:
         return self.messages is not None
 
-    @property
-    def echo(self) -> bool:
-        """A completion answered once that starts with its prompt (the batch echo choice)."""
-        return not self.chat and not self.streaming and self.params.exclude_input_in_output is False
-
     def model_info(self) -> ModelInfo:
         if self.info is None:
-            self.info = OpenAIServer(self.url).model_info(self.model)
+            self.info = model_info(self.url, self.model)
         return self.info
 
     def part(self, index: int) -> OpenAICall:
@@ -152,8 +146,6 @@ class OpenAICall(Call):
             body["messages"] = self.messages[0]
         else:
             body["prompt"] = self.prompts[0]
-            if self.echo:
-                body["echo"] = True
         return body
 
     def _request(self) -> Iterator[Event]:
@@ -165,55 +157,54 @@ class OpenAICall(Call):
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
             return
         create = api.chat.completions.create if self.chat else api.completions.create
-        body["timeout"] = (self.timeouts.network or 10.0**7) + 1.0  # the reader's backstop
+        body["timeout"] = self.timeouts.backstop()
         folder = ChunkFolder(self.chat)
         t0 = last = time.perf_counter()
         threading.Thread(target=self._read, args=(create, body), name="qc-openai", daemon=True).start()
         ended = False  # the reader is done: nothing to shut
         try:
             while True:
-                item, stopped = self._await(t0, last)
-                if stopped is not None:
-                    yield stopped
+                got = self._next(t0, last)
+                if isinstance(got, Failure):
+                    yield got
                     return
-                at, data, error = item
-                ended = error is not None or data is DONE or not self.streaming
-                if error is not None:
-                    failure = api_error(error, self.url, lost=bool(folder.arrivals))
-                    yield Failure(str(failure), failure.kind, at - t0)
+                ended = not isinstance(got, Arrived) or not self.streaming
+                if isinstance(got, Broke):
+                    failure = api_error(got.error, self.url, lost=bool(folder.arrivals))
+                    yield Failure(str(failure), failure.kind, got.at - t0)
                     return
-                if data is DONE:
-                    yield folder.reply(self.prompts[0], at - t0)
+                if isinstance(got, Ended):
+                    yield folder.reply(self.prompts[0], got.at - t0)
                     return
                 if not self.streaming:
-                    yield answer(data, self.prompts[0], self.chat, at - t0, self.echo)
+                    yield answer(got.data, self.prompts[0], self.chat, got.at - t0)
                     return
-                last = at
-                yield from folder.add(data, at - t0)
+                last = got.at
+                yield from folder.add(got.data, last - t0)
         finally:
             if not ended:  # cancelled, timed out or abandoned: the server must see the client go
                 self._shut()
 
     def _read(self, create: Callable[..., Any], body: dict[str, Any]) -> None:
-        """The reader thread: send, queue each chunk (or the one answer), then DONE or the error."""
+        """The reader thread: send, hand over each chunk (or the one answer), then the end or the error."""
         try:
             response = create(**body)
             if not self.streaming:
-                self._queue.put((time.perf_counter(), response, None))
+                self._arrive(Arrived(response))
                 return
             with self._lock:
                 self._stream = response
             if self._cancel.is_set():
                 return
             for chunk in response:
-                self._queue.put((time.perf_counter(), chunk, None))
+                self._arrive(Arrived(chunk))
                 if self._cancel.is_set():
                     return
             with self._lock:
                 self._stream = None  # read to its end: the connection goes back to the client's pool
-            self._queue.put((time.perf_counter(), DONE, None))
+            self._arrive(Ended())
         except Exception as exc:
-            self._queue.put((time.perf_counter(), None, exc))
+            self._arrive(Broke(exc))
         finally:
             with self._lock:
                 stream, self._stream = self._stream, None

@@ -26,6 +26,7 @@ class Turn:
     request_id: str
     chat: bool = False
     params: dict[str, Any] = field(default_factory=dict)
+    echo: bool = False  # show each prompt (as typed) before its reply
     sent: list[str] = field(default_factory=list)  # after the chat template (the prompts in raw mode)
     ignored: list[str] = field(default_factory=list)  # controls the model did not receive
     started: float = field(default_factory=time.time)
@@ -54,17 +55,15 @@ class Turn:
             self.failure = event
 
     def text(self, index: int) -> str:
-        """The reply to prompt ``index`` without an echoed prompt (the text so far while streaming)."""
+        """The reply to prompt ``index`` (the text so far while streaming)."""
         reply = self.replies.get(index)
-        if reply is None:
-            return self.partial.get(index, "")
-        prompt = self.sent[index]
-        return reply.text[len(prompt):] if reply.includes_prompt and reply.text.startswith(prompt) else reply.text
+        return self.partial.get(index, "") if reply is None else reply.text
 
     def shown(self, index: int) -> str:
-        """The reply as the server sent it: with the echoed prompt when it sent one (batch, echo on)."""
-        reply = self.replies.get(index)
-        return reply.text if reply is not None and reply.includes_prompt else self.text(index)
+        """The reply as a front end shows it: after its prompt when the turn echoes (the one place an echo is
+        added)."""
+        text = self.text(index)
+        return self.prompts[index] + text if self.echo and (text or index in self.replies) else text
 
     def figures(self, index: int, now: float | None = None) -> ReplyStats | None:
         """Prompt ``index``'s figures: final once answered, else live up to ``now`` (or the failure)."""

@@ -68,13 +68,13 @@ class ServerHandle:
             return False
         return True
 
-    def server_version(self) -> str:
+    def server_version(self, timeout: float = 2.0) -> str:
         """The version the server reports (``GET /v2``), e.g. ``2.51.0``."""
-        return json.loads(self.request("/v2")).get("version", "")
+        return json.loads(self.request("/v2", timeout=timeout)).get("version", "")
 
-    def describe_version(self) -> str:
+    def describe_version(self, timeout: float = 2.0) -> str:
         """The version, followed by what it cannot do when it is older than the bundled backend needs."""
-        version = self.server_version()
+        version = self.server_version(timeout)
         note = version_note(version)
         return f"{version} (note: {note})" if note else version
 
@@ -91,10 +91,6 @@ class ServerHandle:
         """The model's config as JSON (``GET /v2/models/<model>/config``)."""
         return json.loads(self.request(f"/v2/models/{model}/config", timeout=timeout))
 
-    def load_model(self, model: str, timeout: float = 600.0) -> None:
-        """(Re)load ``model`` (explicit model control); HTTPError with Triton's reason when it fails."""
-        self.request(f"/v2/repository/models/{model}/load", body={}, timeout=timeout)
-
     def reload_model(self, model: str, timeout: float = 600.0) -> None:
         """Load ``model`` afresh even though Triton thinks it is loaded (its backend died).
 
@@ -106,5 +102,3 @@ class ServerHandle:
         self.request(f"/v2/repository/models/{model}/load", body={"parameters": {"config": json.dumps(config)}},
                      timeout=timeout)
 
-    def unload_model(self, model: str, timeout: float = 60.0) -> None:
-        self.request(f"/v2/repository/models/{model}/unload", body={}, timeout=timeout)

@@ -22,15 +22,17 @@ from pathlib import Path
 from . import logparse
 from .errors import ServerError, StaleServerError
 from .health import ServerHandle
-from .locate import STUB_NAME, backend_directory, find_tritonserver, server_env, stub_for_python
-from .ports import free_ports, port_in_use
-from .procs import cmdline, group_exists, group_members, poll_until, shm_regions, signal_group
+from .locate import backend_directory, find_tritonserver, server_env, stub_for_python
+from .ports import free_ports, port_taken
+from .procs import group_exists, group_members, poll_until, shm_regions, signal_group
 from .serverlog import LOG_KEEP, LogCallback, ServerLog
-from .stale import find_servers, stop_servers
+from .stale import already_serving, find_servers, stop_servers
+from .stubs import stub_instances
 
 GUARD = Path(__file__).with_name("guard.py")  # standard library only: run by path, isolated
 HOST = "127.0.0.1"
 EXIT_TIMEOUT = 3  # s tritonserver waits for in-flight requests when stopping (Triton's default: 30)
+START_TIMEOUT = 600.0  # s for the server and its models to be ready (a card's QPCs, a first CPU model preparation)
 
 
 
@@ -66,6 +68,7 @@ class TritonServer:
         env: Mapping[str, str] | None = None,
         host: str = HOST,
         stop_stale: bool = False,
+        exclusive: bool = False,
     ) -> None:
         self.model_repository = Path(model_repository).absolute()
         self.models = tuple(models)
@@ -78,6 +81,7 @@ class TritonServer:
         self.extra_args = tuple(extra_args)
         self.env = dict(env or {})
         self.stop_stale = stop_stale  # stop servers a dead console left on this repository or these ports
+        self.exclusive = exclusive  # refuse to start beside a live server loading these models from this repository
         self._proc: subprocess.Popen[str] | None = None
         self.log = ServerLog()
         self._lifeline: int | None = None  # write end of the guard's pipe
@@ -101,13 +105,6 @@ class TritonServer:
     def pid(self) -> int | None:
         """The process group id (the guard's pid)."""
         return self._proc.pid if self._proc else None
-
-    @property
-    def server_pid(self) -> int | None:
-        """The tritonserver process itself (a child of the guard whose pid is :attr:`pid`)."""
-        if self._proc is None:
-            return None
-        return next((p for p in group_members(self._proc.pid) if cmdline(p)[:1] == [str(self.binary)]), None)
 
     @property
     def running(self) -> bool:
@@ -142,12 +139,15 @@ class TritonServer:
         return [*args, *self.extra_args]
 
     def _clear_stale(self) -> None:
-        """Servers left by a console that is gone, on this repository or these ports: stop them or say so."""
+        """Servers left by a console that is gone, on this repository or these ports: stop them or say so; and,
+        ``exclusive``, a live one already serving these models from this repository."""
         requested = [p for p in self._requested if p is not None]
-        stale = [s for s in find_servers(self.model_repository, requested) if s.orphaned]
-        if not stale:
-            return
-        if not self.stop_stale:
+        found = find_servers(self.model_repository, requested)
+        twin = already_serving(found, self.model_repository, self.models) if self.exclusive else None
+        if twin:
+            raise ServerError(twin)
+        stale = [s for s in found if s.orphaned]
+        if stale and not self.stop_stale:
             raise StaleServerError(stale)
         stop_servers(stale)
         for server in stale:  # heard by on_log: serve's output, the TUI's and web's server logs
@@ -158,16 +158,15 @@ class TritonServer:
         if len(set(requested)) != len(requested):
             raise ServerError(f"the HTTP, gRPC and metrics ports must differ (got {requested})")
         for port in requested:
-            if port_in_use(port):
-                holders = find_servers(ports=[port])
-                held = f" by {holders[0].describe()}" if holders else ""
-                raise ServerError(f"port {port} is in use{held}: choose another or leave it out to pick a free one")
+            taken = port_taken(port)
+            if taken:
+                raise ServerError(f"{taken}: choose another or leave it out to pick a free one")
         picked = iter(p for p in free_ports(6) if p not in requested)
         self.http_port, self.grpc_port, self.metrics_port = (
             p if p is not None else next(picked) for p in self._requested
         )
 
-    def start(self, timeout: float = 300.0, on_log: LogCallback | None = None) -> TritonServer:
+    def start(self, timeout: float = START_TIMEOUT, on_log: LogCallback | None = None) -> TritonServer:
         """Launch the server and block until it and its models are ready.
 
         ``on_log`` receives every log line (from a reader thread) for the server's lifetime.
@@ -260,15 +259,8 @@ class TritonServer:
                 raise self._fail(f"model '{name}' failed to load: {reason.splitlines()[0] if reason else state}")
 
     def stub_instances(self) -> dict[str, int]:
-        """``{model instance name: pid}`` of the Python backend stubs alive in the server's group."""
-        if self._proc is None:
-            return {}
-        found = {}
-        for pid in group_members(self._proc.pid):
-            args = cmdline(pid)
-            if args and args[0].endswith(STUB_NAME) and len(args) > 8:
-                found[args[8]] = pid  # the stub's arguments: model.py, shm region, sizes, parent pid, ..., instance
-        return found
+        """``{model instance name: pid}`` of the model instances' Python backend stubs alive in the server's group."""
+        return {} if self._proc is None else stub_instances(self._proc.pid)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the server process to exit; its exit code, or None on timeout."""

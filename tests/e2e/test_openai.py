@@ -19,7 +19,8 @@ from tui_pilot import SIZE, run, table_rows, until
 
 from console.cli import main
 from console.clients import CANCELLED, Failure, GenerationParams, TextDelta
-from console.core.request import Endpoint, Settings, prepare
+from console.core.adapters import adapter_for
+from console.core.request import Settings, prepare
 
 pytestmark = pytest.mark.server
 
@@ -106,7 +107,7 @@ def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:
 
 
 def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) -> None:
-    endpoint = Endpoint.at(llama_server.base_url)
+    endpoint = adapter_for(llama_server.base_url)
     settings = Settings(LLAMA_MODEL, params=GenerationParams(max_tokens=1900, temperature=0))  # ~15 s at best
     call = prepare(endpoint, settings, ["Count from 1 to 1000: 1, 2, 3,"]).call
     gone = llama_server.text().count("Disconnected from client")
@@ -136,7 +137,7 @@ def established(port: int) -> bool:
 def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
     """A request waiting behind another (llama.cpp answers one at a time) receives nothing to wake its reader:
     Stop shuts its connection down at once, while the other one still streams."""
-    endpoint = Endpoint.at(llama_server.base_url)
+    endpoint = adapter_for(llama_server.base_url)
     settings = Settings(LLAMA_MODEL, params=GenerationParams(max_tokens=1500, temperature=0))
     running = prepare(endpoint, settings, ["Count from 1 to 1000: 1, 2, 3,"]).call
     first = iter(running)
@@ -166,7 +167,7 @@ def test_the_controller_follows_the_server_without_listing_its_models_again(tmp_
     controller = ServerController()
     try:
         snap = controller.connect(server.base_url)
-        assert snap.phase == "connected" and snap.api == "openai" and set(snap.infos) == {LLAMA_MODEL}
+        assert snap.phase == "connected" and snap.server.kind == "openai" and set(snap.infos) == {LLAMA_MODEL}
         listings = server.text().count("GET /v1/models")
         for _ in range(3):
             assert controller.poll().phase == "connected"
@@ -191,7 +192,8 @@ def test_the_tui_connects_by_v1_url_and_chats_with_history(llama_server, tmp_pat
         async with app.run_test(size=SIZE) as pilot:
             pane = app.chat("stream")
             await until(pilot, lambda: pane.serving and pane.infos, 30, "the connection")
-            assert app.server_pane.snapshot.api == "openai" and app.sub_title == f"OpenAI {llama_server.base_url}"
+            assert app.server_pane.snapshot.server.kind == "openai"
+            assert app.sub_title == f"OpenAI {llama_server.base_url}"
             row = table_rows(app.server_pane.query_one("#models"))[LLAMA_MODEL]
             assert row[3:5] == ("stream/batch", "openai")
             assert not app.server_pane.query_one("#server-log").display  # no log of a server reached by URL
@@ -242,7 +244,7 @@ def test_bench_puts_triton_and_llama_cpp_side_by_side_with_ratios(embedded_serve
     compared = (out / "bench_comparison.csv").read_text().splitlines()
     assert compared[0] == f"level,metric,{names[0]},{names[1]},{names[1]} / {names[0]}"
     page = (out / "bench.html").read_text()
-    assert all(name in page for name in names) and "side by side" in page
+    assert all(name in page for name in names) and "Side by side (ratios to" in page
 
 
 def test_several_urls_of_different_kinds_ask_for_compare_url(embedded_server, llama_server) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -189,6 +191,15 @@ def test_cli_help() -> None:
         assert option in result.output
 
 
+def test_one_start_timeout_for_serve_the_tui_and_the_embedded_server() -> None:
+    from console.cli import serve
+    from console.server.embedded import START_TIMEOUT
+
+    serve_default = next(p.default for p in serve.params if p.name == "timeout")
+    start_default = inspect.signature(TritonServer.start).parameters["timeout"].default
+    assert serve_default == start_default == START_TIMEOUT  # the TUI's Start timeout field shows START_TIMEOUT
+
+
 def test_cli_serve_a_model_the_repository_lacks(echo_repo: Path) -> None:
     result = CliRunner().invoke(main, ["serve", "--model-repository", str(echo_repo), "--model", "nosuch"])
     assert result.exit_code == 1 and "Traceback" not in result.output
@@ -212,6 +223,44 @@ def test_cli_serve_port_in_use(echo_repo: Path) -> None:
     assert result.exit_code == 1
     assert result.stderr.startswith(f"error: port {port} is in use")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_web_port_in_use_is_refused_before_any_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("QAIC_CONSOLE_CACHE", str(tmp_path))  # should a server start anyway: not the user's cache
+    monkeypatch.setenv("QAIC_TRITONSERVER", str(tmp_path / "no-tritonserver"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = CliRunner().invoke(main, ["web", "--port", str(port)])
+    assert result.exit_code == 1 and (result.exception is None or isinstance(result.exception, SystemExit))
+    assert result.stderr == f"error: port {port} is in use: choose another --port or leave it out (7860 or the next " \
+                            "free one)\n"
+    assert "tritonserver" not in result.output and not (tmp_path / "llm_model_dir").exists()
+
+
+@pytest.mark.server
+def test_cli_serve_refuses_a_second_server_on_the_models_a_server_serves(tmp_path: Path, echo_repo: Path) -> None:
+    repo = tmp_path / "repo"
+    for name in ("echo", "other"):
+        shutil.copytree(echo_repo / "echo", repo / name)
+    first = TritonServer(repo, models=("echo",)).start(timeout=120)
+    try:
+        (pid,) = [p for p in group_members(first.pid) if procs.cmdline(p)[:1] == [str(first.binary)]]  # not the guard
+        for args in ((), ("--model", "echo", "--model", "other")):
+            cmd = [sys.executable, "-c", "from console.cli import main; main()", "serve", "--model-repository",
+                   str(repo), *args]  # a process: a second server would serve until killed
+            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 1 and "started here" not in done.stdout  # no second server
+            (line,) = done.stderr.splitlines()
+            assert line.startswith(f"error: tritonserver pid {pid} on {repo} (ports {first.http_port}/")
+            assert line.endswith(f"already serves {'echo' if args else 'this repository'}: use it (--url "
+                                 f"{first.http_url}) or stop it first")
+        from console.server.stale import already_serving, find_servers
+
+        assert already_serving(find_servers(repo), repo, ["other"]) is None  # a model it does not load: allowed
+    finally:
+        first.stop()
 
 
 def test_cli_doctor_never_prints_the_token(monkeypatch: pytest.MonkeyPatch) -> None:

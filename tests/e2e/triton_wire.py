@@ -23,7 +23,7 @@ def tensor(module, name: str, values, dtype=None):
 
 def inputs(module, prompts, **controls):
     out = [tensor(module, "prompt", prompts)]
-    kinds = {"max_tokens": np.int32, "temperature": np.float32, "top_k": np.int32, "seed": np.int64,
+    kinds = {"max_tokens": np.int64, "temperature": np.float32, "top_k": np.int64, "seed": np.int64,
              "repetition_penalty": np.float32,
              "exclude_input_in_output": bool}
     for name, value in controls.items():

@@ -14,8 +14,7 @@ from console.server import version_note
 from repo_gen.writer import TEMPLATES, ModelSpec, render_config
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llm_interfaces"
-PARAMS = GenerationParams(max_tokens=8, temperature=0.5, top_k=3, seed=7, stop=("\n", "END"),
-                          exclude_input_in_output=True)
+PARAMS = GenerationParams(max_tokens=8, temperature=0.5, top_k=3, seed=7, stop=("\n", "END"))
 
 
 def info(name: str, text: str | None = None) -> ModelInfo:
@@ -97,12 +96,11 @@ def test_a_plain_text_model_gets_the_prompt_only() -> None:
     assert interface.parse_generate({"OUTPUT_TEXT": "hi"}, 1)["text_output"] == ["hi"]
 
 
-def test_an_echo_the_model_was_not_told_about_is_cut_when_new_text_is_asked_for() -> None:
+def test_an_echo_the_model_was_not_told_about_is_cut_for_new_text_only() -> None:
     untold, told = interface_of(info("vllm_legacy")), interface_of(info("vllm_model"))
-    assert untold.finish("My name is", "My name is Bob", exclude=True) == (" Bob", False)
-    assert untold.finish("My name is", "My name is Bob", exclude=False) == ("My name is Bob", True)
-    assert untold.finish("My name is", " Bob", exclude=False) == (" Bob", False)  # the caller adds it
-    assert told.finish("My name is", "My name is Bob", exclude=True) == ("My name is Bob", False)
+    assert untold.finish("My name is", "My name is Bob") == " Bob"
+    assert untold.finish("My name is", " Bob") == " Bob"
+    assert told.finish("My name is", "My name is Bob") == "My name is Bob"  # told: what it says is new text
 
 
 def test_version_note_for_servers_older_than_24_06() -> None:

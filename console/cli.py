@@ -20,6 +20,8 @@ from console.core.controller import ServerController
 from console.core.controls import click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
+from console.front import openai_command
+from console.front.command import api_key_for, front_options, front_server
 from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
@@ -228,6 +230,7 @@ main.add_command(web, "web")
 main.add_command(tui, "tui")
 main.add_command(onnx_group, "onnx")
 main.add_command(check, "check")
+main.add_command(openai_command, "openai")
 
 
 # --------------------------------------------------------------------------- serve
@@ -271,10 +274,14 @@ def _watch(controller: ServerController) -> str:
               help="Address tritonserver listens on (0.0.0.0 exposes it to the network).")
 @click.option("--stop-stale", is_flag=True,
               help="Stop tritonservers that a console which is gone left on this repository or these ports.")
+@click.option("--openai-port", type=int, default=None,
+              help="Also serve an OpenAI-compatible API on this port (on --host), in front of the models.")
+@front_options
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
-          stop_stale: bool, extra: tuple[str, ...]) -> None:
+          stop_stale: bool, openai_port: int | None, api_key: str | None, no_api_key: bool,
+          tokenizers: tuple[str, ...], extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
     A model whose Python backend dies is reported and reloaded. Arguments after the options (or
@@ -283,6 +290,11 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
     """
     if not model_repository.is_dir():
         fail(f"model repository not found: {model_repository}")
+    try:
+        key = api_key_for(host, api_key, no_api_key) if openai_port is not None else None
+    except ClientError as exc:
+        fail(str(exc))
+    front = None
     started = threading.Event()
     controller = ServerController(on_change=lambda snap: snap.phase != "starting" and started.set(),
                                   on_log=click.echo)
@@ -295,10 +307,18 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
             if controller.snapshot.phase == "failed":
                 fail(controller.snapshot.message)
             _print_ready(controller)
+            if openai_port is not None:
+                front = front_server(controller.server.grpc_url, host, openai_port, key, tokenizers)
+                front.start()
+                click.echo(f"  OpenAI  {front.base_url}")
             fail(_watch(controller))
+    except ClientError as exc:
+        click.echo(f"error: {exc}", err=True)
     except (KeyboardInterrupt, _Terminated):
         click.echo("stopping tritonserver ...")
     finally:
+        if front is not None:
+            front.stop()
         _stop(controller)
     click.echo("stopped")
 

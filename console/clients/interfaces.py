@@ -289,19 +289,21 @@ class OpenAIInterface(Interface):
     FIELDS = {t.name: t for t in (Tensor("max_tokens", "INT32", (1,), True), Tensor("temperature", "FP32", (1,), True),
                                   Tensor("top_p", "FP32", (1,), True), Tensor("top_k", "INT32", (1,), True),
                                   Tensor("seed", "INT64", (1,), True), Tensor("stop", "BYTES", (-1,), True))}
-    EXTENSIONS = ("top_k",)  # sent in the body beside the API's own fields
+    API_FIELDS = ("max_tokens", "temperature", "top_p", "seed", "stop")  # the others go as extensions
 
     @classmethod
     def matches(cls, info: ModelInfo) -> bool:
         return info.backend == OPENAI
 
     def wire_input(self, control: Control) -> Tensor | None:
-        return self.FIELDS.get(control.name)
+        """The field of ``control``: the ones the server listed for the model (qaic-console's front), else
+        :attr:`FIELDS`."""
+        return self.info.input(control.name) if self.info.inputs else self.FIELDS.get(control.name)
 
     def body(self, params: GenerationParams) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the API's fields, the extensions such as ``top_k``) of the set controls."""
         fields = {w.name: list(w.values) if w.many else w.values[0] for w in self.controls(params)}
-        extra = {k: fields.pop(k) for k in self.EXTENSIONS if k in fields}
+        extra = {k: fields.pop(k) for k in list(fields) if k not in self.API_FIELDS}
         return fields, extra
 
 

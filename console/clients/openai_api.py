@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 import threading
 import urllib.parse
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import CONNECTION, SERVER, TIMEOUT, ClientError
-from .events import ModelInfo
+from .events import ModelInfo, Tensor
+from .params import CONTROLS
 
 OPENAI = "openai"  # ModelInfo.backend of a model an OpenAI-compatible server serves
+FRONT = "qaic-console"  # ``owned_by`` of the models qaic-console's own OpenAI-compatible front lists
 CANCEL_NOTE = "connection closed (the server stops a request whose client went away)"
 
 
@@ -45,10 +48,13 @@ def base_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def openai_info(name: str) -> ModelInfo:
+def openai_info(name: str, controls: Sequence[str] | None = None) -> ModelInfo:
     """A served model of an OpenAI-compatible server: it streams or answers once; its type is not known (the
-    KV-cache default timeout applies)."""
-    return ModelInfo(name, decoupled=True, use_kv_cache=None, backend=OPENAI, answers=("stream", "batch"))
+    KV-cache default timeout applies). ``controls``: the controls the server says the model takes (qaic-console's
+    own front lists them), as its inputs; None: the API's fields."""
+    inputs = tuple(Tensor(c.name, c.datatype, c.dims, True) for c in CONTROLS if c.name in (controls or ()))
+    return ModelInfo(name, decoupled=True, use_kv_cache=None, backend=OPENAI, answers=("stream", "batch"),
+                     inputs=inputs)
 
 
 _CLIENTS: dict[str, Any] = {}
@@ -105,21 +111,30 @@ def _one_line(exc: BaseException | str) -> str:
     return " ".join(text.split())[:300]
 
 
-def listed_models(base: str, timeout: float = 5.0) -> list[str]:
-    """The ids ``GET /v1/models`` at ``base`` lists; ClientError when the server does not answer."""
+def listed(base: str, timeout: float = 5.0) -> dict[str, ModelInfo]:
+    """The models ``GET /v1/models`` at ``base`` lists, by id; ClientError when the server does not answer.
+
+    A model qaic-console's own front lists (``owned_by``) says which controls it takes: they are all sent.
+    """
     try:
         page = client(base).models.list(timeout=timeout)
-        return [m.id for m in page.data]
     except Exception as exc:
         raise api_error(exc, base) from None
+    ours = {m.id: getattr(m, "controls", None) for m in page.data if getattr(m, "owned_by", "") == FRONT}
+    return {m.id: openai_info(m.id, ours.get(m.id)) for m in page.data}
+
+
+def listed_models(base: str, timeout: float = 5.0) -> list[str]:
+    """The ids ``GET /v1/models`` at ``base`` lists; ClientError when the server does not answer."""
+    return list(listed(base, timeout))
 
 
 def model_info(base: str, name: str = "") -> ModelInfo:
     """The model ``name`` the server at ``base`` serves (empty: the first it lists); ClientError naming the served
     ones when it is absent."""
-    served = listed_models(base)
+    served = listed(base)
     if not served:
         raise ClientError(f"the OpenAI-compatible server at {base} serves no model", SERVER)
     if name and name not in served:
         raise ClientError(f"model {name!r} is not served at {base}: it serves {', '.join(served)}", SERVER)
-    return openai_info(name or served[0])
+    return served[name or next(iter(served))]

@@ -23,7 +23,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from console.clients import interface_of, new_request_id
+from console.clients import CONTROLS, ModelInfo, interface_of, new_request_id
+from console.clients.openai_api import FRONT as OWNER  # ``owned_by``: how a console recognises this front
 
 from . import mapping
 from .errors import APIError, bad_request
@@ -32,7 +33,6 @@ from .tokenizers import Tokenizers
 from .upstream import Generation, Upstream
 
 VERSION = metadata.version("qaic-console")
-OWNER = "qaic-console"  # ``owned_by`` of every model listed: how a console recognises this front
 MAX_BODY = 8 * 1024 * 1024
 T = TypeVar("T")
 
@@ -233,6 +233,8 @@ def create_app(front: Front) -> FastAPI:
     return app
 
 
-def model_card(info: Any) -> dict[str, Any]:
-    """A model as ``/v1/models`` lists it."""
-    return {"id": info.name, "object": "model", "created": 0, "owned_by": OWNER}
+def model_card(info: ModelInfo) -> dict[str, Any]:
+    """A model as ``/v1/models`` lists it, with the controls it takes (the fields of the same names)."""
+    interface = interface_of(info)
+    return {"id": info.name, "object": "model", "created": 0, "owned_by": OWNER,
+            "controls": [c.name for c in CONTROLS if interface.wire_input(c) is not None]}

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 
 from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts, openai_call
-from console.clients.openai_api import base_url, is_openai_url, listed_models, model_info, openai_info
+from console.clients.openai_api import base_url, is_openai_url, listed, listed_models, model_info
 
 from ..template import chat_messages
 from .base import Adapter, Framed, History, Progress, States, quiet
@@ -99,7 +99,7 @@ class OpenAIAdapter(Adapter):
         return model_info(self.base, model)
 
     def listed_info(self, model: str) -> ModelInfo:
-        return openai_info(model)
+        return listed(self.base)[model]
 
     def default_model(self, mode: str) -> str:
         return self.model_info("").name

@@ -132,14 +132,14 @@ class Answer:
         text = (self.generation.prompt if self.job.echo else "") + self.generation.text
         return self.shape.whole(text, self.finish, await self.counts())
 
-    async def stream(self, request: Request) -> Response:
+    async def stream(self, request: Request, headers: dict[str, str]) -> Response:
         pieces = self.generation.pieces()
         try:
             first = await unless_gone(request, anext(pieces, None))
         except BaseException:
             await pieces.aclose()
             raise
-        return EventStream(self.events(first or "", pieces))
+        return EventStream(self.events(first or "", pieces), headers=headers)
 
     async def events(self, first: str, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
         shape = self.shape
@@ -214,10 +214,11 @@ def create_app(front: Front) -> FastAPI:
         params = mapping.check_model(job, interface_of(info)).replace(request_id=new_request_id())
         prompt = await front.tokenizers.chat_prompt(info, job.messages) if chat else job.prompt
         result = Answer(front, job, front.upstream.generate(info, prompt, params, info.default_timeout))
+        headers = {"x-request-id": params.request_id}  # the Triton request's id (its log names it)
         try:
             if job.stream:
-                return await result.stream(request)
-            return await unless_gone(request, result.whole())
+                return await result.stream(request, headers)
+            return JSONResponse(await unless_gone(request, result.whole()), headers=headers)
         except Gone:
             return Response(status_code=499)
 

@@ -1,0 +1,269 @@
+"""The OpenAI-compatible front before a real tritonserver serving the embedded samples, driven by real clients: the
+``openai`` SDK, raw HTTP (httpx) for the wire's details, and the console itself.
+
+Replies are greedy unless a test samples, so what the front answers is compared with what the console's own gRPC
+stream gets from the same model: the front sent the right prompt and controls, and read the answer whole.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from click.testing import CliRunner
+from helpers import wait_for_log, wait_until
+
+from console.cli import main
+from console.clients import GenerationParams, Reply, info_from_config, stream
+from console.core.template import chat_prompts
+from console.front import front_server
+from console.server import free_port
+
+pytestmark = pytest.mark.server
+
+STREAM, BATCH = "smollm2_decoupled", "smollm2_kv"
+QUESTION = "What is the capital of France?"
+LONG = "Count from 1 to 1000: 1, 2, 3,"
+
+
+@pytest.fixture(scope="module")
+def front(embedded_server) -> Iterator:
+    server = front_server(embedded_server.grpc_url, "127.0.0.1", free_port(), None, ())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def sdk(front) -> openai.OpenAI:
+    return openai.OpenAI(base_url=front.base_url, api_key="none", max_retries=0)
+
+
+def grpc_reply(server, model: str, prompt: str, **controls) -> Reply:
+    """The model's answer to ``prompt`` through the console's gRPC stream (what the front must give)."""
+    return stream(server.grpc_url, model, [prompt], GenerationParams(**controls)).replies()[0]
+
+
+def grpc_text(server, model: str, prompt: str, **controls) -> str:
+    return grpc_reply(server, model, prompt, **controls).text
+
+
+def events(response: httpx.Response) -> list:
+    """The server-sent events of a response, ``[DONE]`` as the string."""
+    out = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+# --------------------------------------------------------------------------- the answers
+
+
+def test_models_lists_the_ready_llms_as_the_fronts_with_their_controls(sdk, embedded_server) -> None:
+    listed = {m.id: m for m in sdk.models.list().data}
+    ready = {name for name, (state, _) in embedded_server.handle.model_states().items() if state == "READY"}
+    assert set(listed) == ready and {STREAM, BATCH} <= ready
+    assert all(m.owned_by == "qaic-console" for m in listed.values())
+    assert {"max_tokens", "temperature", "top_k", "stop", "repetition_penalty"} <= set(listed[STREAM].controls)
+    assert sdk.models.retrieve(BATCH).id == BATCH
+
+
+@pytest.mark.parametrize("model", [STREAM, BATCH])
+def test_completions_streamed_or_not_are_the_models_greedy_answer_with_usage(sdk, embedded_server, model) -> None:
+    want = grpc_text(embedded_server, STREAM, "My name is", max_tokens=12)
+    whole = sdk.completions.create(model=model, prompt="My name is", max_tokens=12)
+    assert whole.choices[0].text == want and whole.choices[0].finish_reason == "length"
+    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens, whole.usage.total_tokens) == (3, 12, 15)
+    chunks = list(sdk.completions.create(model=model, prompt="My name is", max_tokens=12, stream=True,
+                                         stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == want
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12
+    assert all(c.usage is None for c in chunks[:-1])
+    echoed = sdk.completions.create(model=model, prompt="My name is", max_tokens=12, echo=True)
+    assert echoed.choices[0].text == "My name is" + want
+
+
+def test_chat_applies_the_models_template_on_the_server(sdk, embedded_server) -> None:
+    messages = [{"role": "system", "content": "You answer in one short sentence."},
+                {"role": "user", "content": QUESTION}]
+    info = info_from_config(STREAM, embedded_server.handle.model_config(STREAM))
+    templated = chat_prompts([QUESTION], info, system=messages[0]["content"])[0]
+    reply = grpc_reply(embedded_server, STREAM, templated, max_tokens=16)
+    want = reply.text
+    answer = sdk.chat.completions.create(model=STREAM, messages=messages, max_completion_tokens=16)
+    assert answer.choices[0].message.content == want and answer.choices[0].message.role == "assistant"
+    assert answer.object == "chat.completion" and answer.usage.completion_tokens == reply.stats.output_tokens
+    assert answer.usage.prompt_tokens == reply.stats.input_tokens
+    chunks = list(sdk.chat.completions.create(model=STREAM, messages=messages, max_tokens=16, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant" and all(c.object == "chat.completion.chunk" for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want
+
+
+def test_stop_is_not_in_the_text_and_a_seed_repeats_a_sampled_answer(sdk, embedded_server) -> None:
+    greedy = grpc_text(embedded_server, STREAM, "My name is", max_tokens=16)
+    stop = greedy.split()[3]
+    cut = sdk.completions.create(model=STREAM, prompt="My name is", max_tokens=16, stop=[stop, "zzz"])
+    assert cut.choices[0].text == greedy[:greedy.index(stop)] and cut.choices[0].finish_reason == "stop"
+    sampled = [sdk.completions.create(model=STREAM, prompt="My name is", max_tokens=16, temperature=1.5,
+                                      seed=seed).choices[0].text for seed in (7, 7, 8, 9)]
+    assert sampled[0] == sampled[1] and {sampled[2], sampled[3]} != {sampled[0]}
+
+
+def test_a_stream_ends_with_done_and_a_refused_one_gets_its_status(front) -> None:
+    with httpx.Client(base_url=front.base_url, timeout=60) as http:
+        with http.stream("POST", "/completions", json={"model": STREAM, "prompt": "Hi", "max_tokens": 4,
+                                                        "stream": True}) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            got = events(response)
+        assert got[-1] == "[DONE]" and got[-2]["choices"][0]["finish_reason"] == "length"
+        too_long = http.post("/completions", json={"model": STREAM, "prompt": "word " * 4000, "stream": True})
+    assert too_long.status_code == 400 and "ctx_len" in too_long.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("body", "status", "param", "words"), [
+    ({"n": 2}, 400, "n", "only 1"),
+    ({"max_tokens": -1}, 400, "max_tokens", "max_tokens must be an integer >= 0"),
+    ({"temperature": "hot"}, 400, "temperature", "temperature must be a number"),
+    ({"model": "nope"}, 404, "model", "is not served here (served: "),
+    ({"prompt": [1, 2, 3]}, 400, "prompt", "no token ids"),
+    ({"frobnicate": 1}, 400, "frobnicate", "unrecognized request argument"),
+    ({"stream_options": {"include_usage": True}}, 400, "stream_options", "only allowed when stream"),
+    ({"ignore_eos": True}, 400, "ignore_eos", "needs max_tokens"),
+])
+def test_bad_requests_get_one_line_in_openais_shape(front, body, status, param, words) -> None:
+    response = httpx.post(f"{front.base_url}/completions", json={"model": BATCH, "prompt": "Hi", **body}, timeout=30)
+    error = response.json()["error"]
+    assert response.status_code == status and set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param and words in error["message"] and "\n" not in error["message"]
+
+
+def test_the_framework_errors_have_the_same_shape_and_the_server_keeps_serving(front, sdk) -> None:
+    for method, path, content, status in (("GET", "/nothing", None, 404), ("GET", "/completions", None, 405),
+                                          ("POST", "/completions", b"{not json", 400),
+                                          ("POST", "/completions", b"[" * 100000, 400)):
+        response = httpx.request(method, f"{front.base_url}{path}", content=content, timeout=30)
+        assert response.status_code == status and response.json()["error"]["message"], (path, response.text)
+    assert sdk.completions.create(model=BATCH, prompt="Hi", max_tokens=2).usage.completion_tokens == 2
+
+
+# --------------------------------------------------------------------------- a server people rely on
+
+
+def test_a_client_that_goes_away_cancels_its_triton_request(front, embedded_server) -> None:
+    body = {"model": STREAM, "prompt": LONG, "max_tokens": 400}
+    with httpx.Client(base_url=front.base_url, timeout=60) as http:
+        with http.stream("POST", "/completions", json={**body, "stream": True}) as response:
+            streamed_id = response.headers["x-request-id"]
+            received = 0
+            for line in response.iter_lines():
+                received += line.startswith("data: ")
+                if received == 5:
+                    break
+    line = wait_for_log(embedded_server, f"request {streamed_id} ", 30)
+    assert line is not None and "finish=cancelled" in line, line
+    assert int(line.split("output_tokens=")[1].split()[0]) < 100, line  # stopped when the client left
+    before = embedded_server.log_tail(500)
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=front.base_url, timeout=1.5) as http:
+        http.post("/completions", json=body)  # not streamed: the client gives up waiting
+    line = wait_for_log(embedded_server, "finish=", 30, before=before)
+    assert line is not None and "finish=cancelled" in line, line
+
+
+def test_concurrent_requests_stream_concurrently(sdk) -> None:
+    times: dict[int, list[float]] = {}
+
+    def one(i: int) -> None:
+        for chunk in sdk.completions.create(model=STREAM, prompt=f"{i} {LONG}", max_tokens=24, stream=True):
+            if chunk.choices and chunk.choices[0].text:
+                times.setdefault(i, []).append(time.monotonic())
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(times) == 4 and max(t[0] for t in times.values()) < min(t[-1] for t in times.values())
+
+
+def test_an_api_key_is_asked_for_and_health_stays_open(embedded_server) -> None:
+    keyed = front_server(embedded_server.grpc_url, "127.0.0.1", free_port(), "s3cret", ())
+    keyed.start()
+    try:
+        with pytest.raises(openai.AuthenticationError) as refused:
+            openai.OpenAI(base_url=keyed.base_url, api_key="wrong", max_retries=0).models.list()
+        assert refused.value.body["code"] == "invalid_api_key"
+        assert httpx.get(f"{keyed.base_url}/models").status_code == 401
+        good = openai.OpenAI(base_url=keyed.base_url, api_key="s3cret", max_retries=0)
+        assert good.completions.create(model=BATCH, prompt="Hi", max_tokens=2).usage.completion_tokens == 2
+        assert httpx.get(keyed.base_url.removesuffix("/v1") + "/health").status_code == 200
+    finally:
+        keyed.stop()
+
+
+def test_off_loopback_the_key_is_on_by_default(embedded_repo) -> None:
+    for args in (["serve", "--model-repository", str(embedded_repo), "--host", "0.0.0.0", "--openai-port", "9"],
+                 ["openai", "--url", "127.0.0.1:1", "--host", "0.0.0.0"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and "off loopback: give --api-key" in result.stderr, result.output
+
+
+# --------------------------------------------------------------------------- the console through the front
+
+
+def test_the_console_speaks_to_the_front_with_every_control_of_the_model(front, embedded_server) -> None:
+    result = CliRunner().invoke(main, ["--prompt", "My name is", "--url", front.base_url, "--model", STREAM,
+                                       "--max-tokens", "12", "--repetition-penalty", "1.3", "--json"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)
+    assert row["text"] == grpc_text(embedded_server, STREAM, "My name is", max_tokens=12, repetition_penalty=1.3)
+    assert row["output_tokens"] == 12 and row["output_tokens_source"] == "usage"
+    assert "not sent" not in result.stderr and "repetition" not in result.stderr
+
+
+def test_bench_loads_the_front_beside_straight_grpc(front, embedded_server, tmp_path) -> None:
+    out = tmp_path / "side"
+    result = CliRunner().invoke(main, [
+        "bench", "--url", front.base_url, "--model", STREAM, "--compare-url", embedded_server.grpc_url,
+        "--concurrency", "2", "--requests", "4", "--warmup", "1", "--input-tokens-mean", "16",
+        "--output-tokens-mean", "8", "-o", str(out), "--plots", "none", "-q"])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "bench.json").read_text())
+    assert [t["api"] for t in document["targets"]] == ["openai", "triton"]
+    for target in document["targets"]:
+        (level,) = target["levels"]
+        assert level["request_count"] == 4 and level["error_count"] == 0
+        assert level["output_sequence_length"]["avg"] == 8
+
+
+def test_qaic_console_openai_serves_a_running_tritonserver(embedded_server) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    port = free_port()
+    process = subprocess.Popen([str(Path(sys.executable).with_name("qaic-console")), "openai", "--url", embedded_server.http_url,
+                                "--grpc-url", embedded_server.grpc_url, "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+
+        def answers() -> bool:
+            try:
+                return bool(client.models.list().data)
+            except openai.APIConnectionError:
+                return False
+
+        wait_until(answers, 60, "the front to answer")
+        assert client.completions.create(model=BATCH, prompt="Hi", max_tokens=3).usage.completion_tokens == 3
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=30)
+    assert "OpenAI-compatible API at http://127.0.0.1" in output and process.returncode is not None

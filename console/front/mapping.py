@@ -26,9 +26,9 @@ NO_OP = {"n": 1, "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0, "l
          "tools": [], "functions": []}  # fields accepted at this value only
 IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "tool_choice", "function_call",
            "prompt_cache_key", "safety_identifier")
-SWITCHES = ("model", "stream", "stream_options", "logprobs", "ignore_eos")
+SWITCHES = ("model", "stream", "stream_options", "logprobs", "ignore_eos", "max_completion_tokens")
 COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, "prompt", "echo"}
-CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, "messages", "max_completion_tokens", "top_logprobs"}
+CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, "messages", "top_logprobs"}
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MAX_LOGPROBS = 20
 COMPLETIONS_MAX_TOKENS = 16  # the API's default for /v1/completions (chat: the model's own)

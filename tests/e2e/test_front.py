@@ -159,14 +159,14 @@ def test_the_framework_errors_have_the_same_shape_and_the_server_keeps_serving(f
 
 def test_a_client_that_goes_away_cancels_its_triton_request(front, embedded_server) -> None:
     body = {"model": STREAM, "prompt": LONG, "max_tokens": 400}
-    with httpx.Client(base_url=front.base_url, timeout=60) as http:
-        with http.stream("POST", "/completions", json={**body, "stream": True}) as response:
-            streamed_id = response.headers["x-request-id"]
-            received = 0
-            for line in response.iter_lines():
-                received += line.startswith("data: ")
-                if received == 5:
-                    break
+    with httpx.Client(base_url=front.base_url, timeout=60) as http, \
+            http.stream("POST", "/completions", json={**body, "stream": True}) as response:
+        streamed_id = response.headers["x-request-id"]
+        received = 0
+        for line in response.iter_lines():
+            received += line.startswith("data: ")
+            if received == 5:
+                break
     line = wait_for_log(embedded_server, f"request {streamed_id} ", 30)
     assert line is not None and "finish=cancelled" in line, line
     assert int(line.split("output_tokens=")[1].split()[0]) < 100, line  # stopped when the client left
@@ -249,8 +249,9 @@ def test_qaic_console_openai_serves_a_running_tritonserver(embedded_server) -> N
     from pathlib import Path
 
     port = free_port()
-    process = subprocess.Popen([str(Path(sys.executable).with_name("qaic-console")), "openai", "--url", embedded_server.http_url,
-                                "--grpc-url", embedded_server.grpc_url, "--port", str(port)],
+    command = [str(Path(sys.executable).with_name("qaic-console")), "openai", "--url", embedded_server.http_url,
+               "--grpc-url", embedded_server.grpc_url, "--port", str(port)]
+    process = subprocess.Popen(command,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)

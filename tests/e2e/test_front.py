@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import openai
@@ -29,14 +28,6 @@ pytestmark = pytest.mark.server
 STREAM, BATCH = "smollm2_decoupled", "smollm2_kv"
 QUESTION = "What is the capital of France?"
 LONG = "Count from 1 to 1000: 1, 2, 3,"
-
-
-@pytest.fixture(scope="module")
-def front(embedded_server) -> Iterator:
-    server = front_server(embedded_server.grpc_url, "127.0.0.1", free_port(), None, ())
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

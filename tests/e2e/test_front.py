@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -259,3 +260,66 @@ def test_qaic_console_openai_serves_a_running_tritonserver(embedded_server) -> N
         process.terminate()
         output, _ = process.communicate(timeout=30)
     assert "OpenAI-compatible API at http://127.0.0.1" in output and process.returncode is not None
+
+
+# --------------------------------------------------------------------------- other Triton LLM interfaces
+
+
+@pytest.fixture(scope="module")
+def others(llm_server) -> Iterator[openai.OpenAI]:
+    """The front before the stand-ins of vLLM's backend, TensorRT-LLM's ensemble and a one-string model."""
+    server = front_server(llm_server.grpc_url, "127.0.0.1", free_port(), None, ())
+    server.start()
+    yield openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+    server.stop()
+
+
+@pytest.mark.parametrize("model", ["vllm_model", "vllm_legacy", "ensemble", "ensemble_batch", "text_model"])
+def test_every_interface_is_served_as_the_console_speaks_to_it(others, llm_server, model) -> None:
+    controls = {} if model == "text_model" else {"max_tokens": 6}
+    want = grpc_text(llm_server, model, "tell me more", **controls)
+    whole = others.completions.create(model=model, prompt="tell me more", **controls)
+    assert whole.choices[0].text == want and set(whole.usage.model_dump()) >= {"prompt_tokens", "completion_tokens"}
+    chunks = list(others.completions.create(model=model, prompt="tell me more", stream=True, **controls))
+    assert "".join(c.choices[0].text for c in chunks) == want
+
+
+def test_the_controls_a_model_lacks_are_named_in_the_error(others) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        others.completions.create(model="text_model", prompt="hi", temperature=0.5, extra_body={"top_k": 3})
+    error = refused.value.body
+    assert error["message"] == "model text_model (text interface) has no input for temperature, top_k"
+    assert error["param"] == "temperature"
+    with pytest.raises(openai.BadRequestError) as refused:
+        others.completions.create(model="ensemble", prompt="hi", max_tokens=4, extra_body={"min_tokens": 2})
+    assert "has no input for min_tokens" in refused.value.body["message"]
+
+
+def test_serve_with_openai_port_serves_the_repository_and_stops_with_it(embedded_repo) -> None:
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    port = free_port()
+    command = [str(Path(sys.executable).with_name("qaic-console")), "serve", "--model-repository", str(embedded_repo),
+               "--model", BATCH, "--openai-port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if "OpenAI  http://" in line or "error:" in line:
+                break
+        assert f"OpenAI  http://127.0.0.1:{port}/v1" in lines[-1], "".join(lines[-20:])
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+        assert [m.id for m in client.models.list().data] == [BATCH]
+        chat = client.chat.completions.create(model=BATCH, messages=[{"role": "user", "content": QUESTION}],
+                                              max_tokens=4)
+        assert chat.usage.completion_tokens == 4 and chat.choices[0].message.content
+    finally:
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 0 and "stopped" in rest, rest[-2000:]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/health")

@@ -1,19 +1,15 @@
-"""The console's own front ends on its OpenAI-compatible front (before a real tritonserver): the TUI (Pilot) and
-the web console (Chromium) connect by the front's ``/v1`` URL, chat through the model's template applied on the
-front's side, and Stop cancels the Triton request."""
+"""The web console (Chromium) on the console's own OpenAI-compatible front before a real tritonserver: it connects
+by the front's ``/v1`` URL, chats through the model's template applied on the front's side, and Stop cancels the
+Triton request. (The TUI's test on the front is test_openai.py's, run on both OpenAI-compatible servers.)"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import openai
 import pytest
 from helpers import wait_for_log
-from tui_pilot import SIZE, run, table_rows, until
-from web_page import WAIT_MS, LogWatch, Web, open_page
-
-from console.core.controller import ServerController
+from web_page import WAIT_MS, Web, unconnected_console
 
 pytestmark = pytest.mark.server
 STREAM = "smollm2_decoupled"
@@ -26,40 +22,10 @@ def direct(front, messages: list[dict[str, str]], max_tokens: int) -> str:
                                           temperature=0).choices[0].message.content
 
 
-def test_the_tui_chats_through_the_front_with_history(front, tmp_path) -> None:
-    from console.tui.app import QaicConsoleApp
-
-    async def go() -> None:
-        app = QaicConsoleApp(http_url=front.base_url, export_dir=tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            pane = app.chat("stream")
-            await until(pilot, lambda: pane.serving and pane.infos, 30, "the connection")
-            assert app.server_pane.snapshot.server.kind == "openai"
-            assert STREAM in table_rows(app.server_pane.query_one("#models"))
-            for name, value in (("max_tokens", "10"), ("chat", "true")):
-                pane.controls.set_value(name, value)
-            for text in (QUESTION, "And of Italy?"):
-                assert pane.submit(text)
-                await until(pilot, lambda: pane.exchange is None, 120, f"the reply to {text!r}")
-            first, second = pane.turns
-            assert first.failure is None and first.text(0) == direct(front, [{"role": "user", "content": QUESTION}],
-                                                                     10)
-            sent = json.loads(second.sent[0])  # the history went to the front as messages
-            assert [m["role"] for m in sent] == ["user", "assistant", "user"] and second.replies[0].ok
-
-    run(go)
-
-
 @pytest.fixture(scope="module")
 def web(front) -> Iterator[Web]:
-    from console.web.handlers import WebConsole
-
-    controller = ServerController()
-    try:
-        with open_page(WebConsole(controller), LogWatch()) as page:
-            yield page
-    finally:
-        controller.stop()
+    with unconnected_console() as page:
+        yield page
 
 
 @pytest.mark.browser

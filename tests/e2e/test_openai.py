@@ -37,15 +37,25 @@ def rows(result: Result) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 
-def direct(server, max_tokens: int, prompt: str | None = None, messages: list | None = None) -> str:
+def direct(server, max_tokens: int, prompt: str | None = None, messages: list | None = None,
+           model: str = LLAMA_MODEL) -> str:
     """The server's own greedy answer, asked through the ``openai`` client directly."""
     client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
     if messages is not None:
-        answer = client.chat.completions.create(model=LLAMA_MODEL, messages=messages, max_tokens=max_tokens,
+        answer = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
                                                 temperature=0)
         return answer.choices[0].message.content
-    return client.completions.create(model=LLAMA_MODEL, prompt=prompt, max_tokens=max_tokens,
+    return client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens,
                                      temperature=0).choices[0].text
+
+
+@pytest.fixture(params=["llama.cpp", "front"])
+def openai_server(request):
+    """(server, the model a console picks there): llama.cpp's, or this console's own front before Triton (the
+    embedded stream sample is the default where it is served)."""
+    if request.param == "front":
+        return request.getfixturevalue("front"), "smollm2_decoupled"
+    return request.getfixturevalue("llama_server"), LLAMA_MODEL
 
 
 # --------------------------------------------------------------------------- headless
@@ -183,18 +193,20 @@ def test_the_controller_follows_the_server_without_listing_its_models_again(tmp_
 # --------------------------------------------------------------------------- the TUI
 
 
-def test_the_tui_connects_by_v1_url_and_chats_with_history(llama_server, tmp_path: Path) -> None:
+def test_the_tui_connects_by_v1_url_and_chats_with_history(openai_server, tmp_path: Path) -> None:
     from console.tui.app import QaicConsoleApp
     from console.tui.widgets.chat_pane import SERVER_TEMPLATE
 
+    server, model = openai_server
+
     async def go() -> None:
-        app = QaicConsoleApp(http_url=llama_server.base_url, export_dir=tmp_path)
+        app = QaicConsoleApp(http_url=server.base_url, export_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             pane = app.chat("stream")
             await until(pilot, lambda: pane.serving and pane.infos, 30, "the connection")
             assert app.server_pane.snapshot.server.kind == "openai"
-            assert app.sub_title == f"OpenAI {llama_server.base_url}"
-            row = table_rows(app.server_pane.query_one("#models"))[LLAMA_MODEL]
+            assert app.sub_title == f"OpenAI {server.base_url}"
+            row = table_rows(app.server_pane.query_one("#models"))[model]
             assert row[3:5] == ("stream/batch", "openai")
             assert not app.server_pane.query_one("#server-log").display  # no log of a server reached by URL
             for name, value in (("max_tokens", "10"), ("temperature", "0"), ("chat", "true")):
@@ -204,10 +216,10 @@ def test_the_tui_connects_by_v1_url_and_chats_with_history(llama_server, tmp_pat
             assert "OpenAI stream (SSE)" in status and SERVER_TEMPLATE in status
             for text in (QUESTION, "And of Italy?"):
                 assert pane.submit(text)
-                await until(pilot, lambda: pane.exchange is None, 60, f"the reply to {text!r}")
+                await until(pilot, lambda: pane.exchange is None, 120, f"the reply to {text!r}")
             first, second = pane.turns
             assert first.failure is None and first.text(0) == direct(
-                llama_server, 10, messages=[{"role": "user", "content": QUESTION}])
+                server, 10, messages=[{"role": "user", "content": QUESTION}], model=model)
             sent = json.loads(second.sent[0])  # the history went to the server as messages
             assert [m["role"] for m in sent] == ["user", "assistant", "user"]
             assert sent[1]["content"] == first.text(0) and second.replies[0].ok

@@ -81,7 +81,7 @@ def _response(**outputs) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
-class TritonWire:
+class TritonResponder:
     """Responses through Triton's response senders: new text per step, or everything at the end."""
 
     def send(self, req: Request, texts: list[str], final: bool) -> None:
@@ -110,7 +110,7 @@ class TritonPythonModel:
             settings.cpu_models = served_cpu_models(args["model_repository"], card=qaic_available())
         self.engine, description = self.build(settings)
         _log("info", f"{self.name}: {description} decoupled={self.decoupled}")
-        self.serving = Serving(self.engine, TritonWire(), _log, self.name)
+        self.serving = Serving(self.engine, TritonResponder(), _log, self.name)
 
     def build(self, settings: BackendSettings) -> tuple[Engine, str]:
         """The engine and its one-line description (a subclass may serve another engine)."""

@@ -46,8 +46,9 @@ def _compile_keys_help() -> str:
     lines = ["compile_config.json keys (a key that is absent takes its default):"]
     for key, (_, default, _, rule) in compile_config.SCHEMA.items():
         lines.append(f"  {key:<23} {rule}; default {'none' if default is None else json.dumps(default)}")
-    lines += ["full_batch_size turns on continuous batching: more prompts than full_batch_size are queued;",
-              "without it prompts are truncated or repeated to batch_size. Unknown keys and wrong types are errors."]
+    lines += ["full_batch_size turns on continuous batching: a free slot takes the next queued prompt at once;",
+              "without it prompts run in batches of batch_size (a short batch is filled with repeats whose output",
+              "is dropped; prompts beyond it wait for the next batch). Unknown keys and wrong types are errors."]
     return "\n".join(lines)
 
 
@@ -89,7 +90,8 @@ def parser(prog: str, default_output: Path | str, default_backend: Path | None) 
     p = _Parser(prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog(),
                 description="Write <output_dir>/<model_name>/: config.pbtxt, compile_config.json and 1/ (the backend).")
     _flag(p, "model_name", required=True,
-          help="Model folder name (letters, digits, '_', '-', '.'); a sample's name takes its defaults.")
+          help="Model folder name (letters, digits, '_', '-', '.'); a sample's name takes its defaults, any other "
+               "is a custom model: it needs --aic_binary_dir or --hf_model_name.")
     _flag(p, "aic_binary_dir", type=Path,
           help="Compiled QPC folder (holding programqpc.bin); the backend loads it and skips download and compilation.")
     _flag(p, "python_backend_dir", type=Path, help=f"Backend folder (with model.py) copied into <model>/1/. Default: "
@@ -98,8 +100,8 @@ def parser(prog: str, default_output: Path | str, default_backend: Path | None) 
     _flag(p, "compile_config_path", type=Path,
           help="compile_config.json to validate and copy into the model folder (replaces a sample's).")
     _flag(p, "hf_model_name", nargs="?", const="", default=None,
-          help="Hugging Face model: tokenizer, and compiled when there is no QPC. Given bare (as in the seed's "
-               "example) it keeps the default: the sample's, else none (CPU: the embedded SmolLM2).")
+          help="Hugging Face model: tokenizer, and compiled when there is no QPC; 'embedded' is the embedded "
+               "SmolLM2 (CPU). Given bare (as in the seed's example) it keeps the default: the sample's, else none.")
     _flag(p, "model_type", choices=MODEL_TYPES,
           help="Sets use_kv_cache. Default: the sample's; else read from the QPC; else kv_cache.")
     p.add_argument("--decoupled", action="store_true", default=None,

@@ -7,6 +7,7 @@ exported as ``generate_llm_model_repo.py``) and the consoles' generator forms al
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +19,8 @@ from .samples import SAMPLES
 from .writer import ModelSpec, RepoError, check_backend_dir, check_name, write_model
 
 Note = Callable[[str], None]
+CUSTOM_NEEDS = ("a custom model needs --aic_binary_dir <path/to/qpc> or --hf_model_name <org/model> "
+                "(--hf_model_name embedded: the embedded SmolLM2)")
 
 
 def _quiet(_: str) -> None:
@@ -45,6 +48,24 @@ def qpc_dir(aic_binary_dir: Path | None) -> str:
     return str(aic_binary_dir.expanduser().resolve())
 
 
+def sample_like(name: str) -> str | None:
+    """The sample ``name`` looks like a typo of (case and '-' for '_' aside), or None."""
+    names = {sample.lower(): sample for sample in SAMPLES}
+    close = difflib.get_close_matches(name.lower().replace("-", "_"), list(names), n=1, cutoff=0.8)
+    return names[close[0]] if close else None
+
+
+def check_custom(model_name: str, source: str, note: Note = _quiet) -> None:
+    """A name that is not a sample's needs something to load (``source``: a QPC, a Hugging Face model, an ONNX
+    graph), else RepoError; a name close to a sample's is said either way."""
+    like = sample_like(model_name)
+    if not source:
+        guess = f"did you mean {like}?" if like else "the samples are in --help"
+        raise RepoError(f"{model_name} is not a sample ({guess}): {CUSTOM_NEEDS}")
+    if like:
+        note(f"note: {model_name} is not a sample (did you mean {like}?): writing a custom model")
+
+
 def resolve_spec(
     model_name: str,
     *,
@@ -64,6 +85,8 @@ def resolve_spec(
     base = SAMPLES.get(model_name, ModelSpec(model_name))
     qpc = qpc_dir(aic_binary_dir)
     compiled = read_compile_config(compile_config_path) if compile_config_path else dict(base.compile)
+    if model_name not in SAMPLES:
+        check_custom(model_name, qpc or hf_model_name or compiled.get("onnx_path") or "", note)
     if model_type is None and qpc and model_name not in SAMPLES:
         model_type = model_type_of(qpc, note)
         note(f"model type: {model_type}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 
 SESSION_MARK = "QAIC_TEST_SESSION"
-SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server")
+SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server",
+                "vllm.entrypoints", "VLLM::")  # vLLM's OpenAI server; its engine and workers name themselves VLLM::
 LLAMA_MODEL = "smollm2-gguf"  # the alias the llama.cpp server lists the embedded GGUF under
 
 # a Python model with the prompt -> text_output interface and no controls, answering "echo: <prompt>" at once
@@ -61,8 +63,36 @@ def tritonserver_pid(server) -> int | None:
         if server.pid else None
 
 
+def cli(*args: str):
+    """``qaic-console ARGS`` in this process (click's runner): its Result."""
+    from click.testing import CliRunner
+
+    from console.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def json_rows(result) -> list[dict]:
+    """The --json rows of a CLI result that must have succeeded."""
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def greedy_answer(base_url: str, model: str, max_tokens: int, prompt: str | None = None,
+                  messages: list | None = None) -> str:
+    """An OpenAI-compatible server's own greedy answer (chat when ``messages``), asked through the ``openai``
+    client directly."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0)
+    if messages is not None:
+        return client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
+                                              temperature=0).choices[0].message.content
+    return client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0).choices[0].text
+
+
 def marked_servers(mark: str) -> list[tuple[int, str]]:
-    """(pid, command) of live tritonserver / backend stub / guard processes whose environment has ``mark``."""
+    """(pid, command) of live server processes (:data:`SERVER_NAMES`) whose environment has ``mark``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

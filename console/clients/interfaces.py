@@ -41,7 +41,7 @@ KINDS = {"BYTES": str, "BOOL": bool, "FP16": float, "FP32": float, "FP64": float
 
 
 @dataclass(frozen=True)
-class Wire:
+class InputValue:
     """One input to send: its name, Triton datatype and values (``many``: always a list in JSON)."""
 
     name: str
@@ -102,7 +102,7 @@ class Interface:
             return params.replace(temperature=0.0)
         return params
 
-    def controls(self, params: GenerationParams) -> list[Wire]:
+    def controls(self, params: GenerationParams) -> list[InputValue]:
         """The set controls the model declares, and its required ones (at the console's default) when unset."""
         params = self.greedy(params)
         out = []
@@ -112,27 +112,27 @@ class Interface:
             if declared is None or (value is None and (declared.optional or control.default is None)):
                 continue
             value = control.default if value is None else value
-            out.append(Wire(declared.name, declared.datatype, tuple(value) if control.multiple else (value,),
+            out.append(InputValue(declared.name, declared.datatype, tuple(value) if control.multiple else (value,),
                             control.multiple))
         return out
 
-    def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
+    def switches(self, params: GenerationParams, streaming: bool) -> list[InputValue]:
         """``stream`` (streamed only from a decoupled model), ``exclude_input_in_output`` (always: the console asks
         for new text only, and adds an echo where a user wants one when it renders) and ``status_key``."""
         out = []
         if self.info.stream_switch:
-            out.append(Wire("stream", "BOOL", (streaming and self.info.decoupled,)))
+            out.append(InputValue("stream", "BOOL", (streaming and self.info.decoupled,)))
         if self.info.input("exclude_input_in_output") is not None:
-            out.append(Wire("exclude_input_in_output", "BOOL", (True,)))
+            out.append(InputValue("exclude_input_in_output", "BOOL", (True,)))
         if params.status_key and self.info.input("status_key") is not None:  # the key its status questions bring
-            out.append(Wire("status_key", "BYTES", (params.status_key,)))
+            out.append(InputValue("status_key", "BYTES", (params.status_key,)))
         return out
 
-    def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[Wire]:
+    def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[InputValue]:
         """Every input of one request for ``prompts`` (one of them unless :attr:`batches_prompts`)."""
         if len(prompts) > 1 and not self.batches_prompts:
             raise ClientError(f"model {self.info.name} ({self.name}) takes one prompt per request")
-        prompt = Wire(self.prompt_name, "BYTES", tuple(prompts), self.batches_prompts and len(prompts) > 1)
+        prompt = InputValue(self.prompt_name, "BYTES", tuple(prompts), self.batches_prompts and len(prompts) > 1)
         return [prompt, *self.controls(params), *self.switches(params, streaming)]
 
     def inputs(self, module: Any, prompts: Sequence[str], params: GenerationParams,
@@ -215,13 +215,13 @@ class VllmInterface(Interface):
     def wire_input(self, control: Control) -> Tensor | None:
         return self.info.input("sampling_parameters") if control.vllm else None  # vLLM's SamplingParams fields
 
-    def controls(self, params: GenerationParams) -> list[Wire]:
+    def controls(self, params: GenerationParams) -> list[InputValue]:
         sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()
                     if BY_NAME[n].vllm}
-        return [Wire("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
+        return [InputValue("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
 
-    def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
-        flags = [Wire(f, "BOOL", (True,)) for f in self.FLAGS if self.info.input(f) is not None]
+    def switches(self, params: GenerationParams, streaming: bool) -> list[InputValue]:
+        flags = [InputValue(f, "BOOL", (True,)) for f in self.FLAGS if self.info.input(f) is not None]
         return [*super().switches(params, streaming), *flags]
 
     @property

@@ -18,6 +18,7 @@ from typing import Any
 from .errors import CONNECTION, SERVER, TIMEOUT, ClientError
 from .events import ModelInfo, Tensor
 from .params import CONTROLS
+from .wire import cause_of
 
 OPENAI = "openai"  # ModelInfo.backend of a model an OpenAI-compatible server serves
 FRONT = "qaic-console"  # ``owned_by`` of the models qaic-console's own OpenAI-compatible front lists
@@ -86,8 +87,8 @@ def api_error(exc: BaseException, base: str, lost: bool = False) -> ClientError:
         return ClientError(f"the OpenAI-compatible server at {base} timed out", TIMEOUT)
     if isinstance(exc, openai.APIConnectionError):
         what = "lost the connection to" if lost else "cannot reach"
-        cause = exc.__cause__ or exc
-        return ClientError(f"{what} the OpenAI-compatible server at {base}: {_one_line(cause)}", CONNECTION)
+        return ClientError(f"{what} the OpenAI-compatible server at {base}: {cause_of(exc.__cause__ or exc)}",
+                           CONNECTION)
     if isinstance(exc, openai.APIStatusError):
         return ClientError(f"HTTP {exc.status_code} from {base}: {_one_line(_status_message(exc))}", SERVER)
     return ClientError(f"{base}: {_one_line(exc)}", SERVER)

@@ -205,7 +205,7 @@ def test_two_prompts_in_one_request_and_an_error_request_each_end_with_one_final
 @pytest.mark.parametrize(("values", "controls", "message"), [
     ([""], {}, "the prompt is empty"),
     (["ok", ""], {}, "prompt 2 of 2 is empty"),  # numbered as the console numbers them
-    (["ok", "word " * 600], {}, "prompt 2 of 2: prompt is 601 tokens but ctx_len is 512: .*; nothing was generated"),
+    (["ok", "word " * 600], {}, "prompt 2 of 2 is 601 tokens but ctx_len is 512: .*; nothing was generated"),
     ([b"\xff\xfe bad bytes"], {}, "prompt[0] is not valid UTF-8"),
     (["hi"], {"temperature": -1.0}, "temperature must be a number >= 0, got -1"),
     (["hi"], {"max_tokens": -5}, "max_tokens must be an integer >= 0 and <= 2147483647, got -5"),

@@ -113,7 +113,7 @@ def test_prompt_too_long_or_empty_is_a_clear_error(smol):
     engine = make_engine(smol, slots=1, ctx=16)
     with pytest.raises(BadRequest, match="ctx_len is 16"):
         engine.submit(engine.encode("word " * 40), SamplingParams())
-    with pytest.raises(BadRequest, match="empty prompt"):
+    with pytest.raises(BadRequest, match="the prompt is empty"):
         engine.submit([], SamplingParams())
     assert engine.generate([PROMPTS[0]], SamplingParams(max_tokens=2))[0].finish_reason == "length"
 

@@ -11,11 +11,10 @@ import json
 import threading
 from pathlib import Path
 
-import openai
 import pytest
-from click.testing import CliRunner, Result
-from helpers import LLAMA_MODEL, LlamaServer, wait_until
-from tui_pilot import SIZE, run, table_rows, until
+from click.testing import CliRunner
+from helpers import LLAMA_MODEL, LlamaServer, cli, greedy_answer, json_rows, wait_until
+from tui_pilot import openai_app, run, table_rows, until
 
 from console.cli import main
 from console.clients import CANCELLED, Failure, GenerationParams, TextDelta
@@ -28,25 +27,13 @@ QUESTION = "What is the capital of France?"
 SYSTEM = "You answer in one short sentence."
 
 
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
-def rows(result: Result) -> list[dict]:
-    assert result.exit_code == 0, result.output
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+rows = json_rows
 
 
 def direct(server, max_tokens: int, prompt: str | None = None, messages: list | None = None,
            model: str = LLAMA_MODEL) -> str:
     """The server's own greedy answer, asked through the ``openai`` client directly."""
-    client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
-    if messages is not None:
-        answer = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
-                                                temperature=0)
-        return answer.choices[0].message.content
-    return client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens,
-                                     temperature=0).choices[0].text
+    return greedy_answer(server.base_url, model, max_tokens, prompt, messages)
 
 
 @pytest.fixture(params=["llama.cpp", "front"])
@@ -194,17 +181,12 @@ def test_the_controller_follows_the_server_without_listing_its_models_again(tmp_
 
 
 def test_the_tui_connects_by_v1_url_and_chats_with_history(openai_server, tmp_path: Path) -> None:
-    from console.tui.app import QaicConsoleApp
     from console.tui.widgets.chat_pane import SERVER_TEMPLATE
 
     server, model = openai_server
 
     async def go() -> None:
-        app = QaicConsoleApp(http_url=server.base_url, export_dir=tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            pane = app.chat("stream")
-            await until(pilot, lambda: pane.serving and pane.infos, 30, "the connection")
-            assert app.server_pane.snapshot.server.kind == "openai"
+        async with openai_app(server.base_url, tmp_path, 30) as (app, pilot, pane):
             assert app.sub_title == f"OpenAI {server.base_url}"
             row = table_rows(app.server_pane.query_one("#models"))[model]
             assert row[3:5] == ("stream/batch", "openai")
@@ -256,7 +238,7 @@ def test_bench_puts_triton_and_llama_cpp_side_by_side_with_ratios(embedded_serve
     compared = (out / "bench_comparison.csv").read_text().splitlines()
     assert compared[0] == f"level,metric,{names[0]},{names[1]},{names[1]} / {names[0]}"
     page = (out / "bench.html").read_text()
-    assert all(name in page for name in names) and "side by side" in page
+    assert all(name in page for name in names) and "Side by side (ratios to" in page
 
 
 def test_several_urls_of_different_kinds_ask_for_compare_url(embedded_server, llama_server) -> None:

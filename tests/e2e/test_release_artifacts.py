@@ -161,8 +161,8 @@ def test_a_foreign_backend_folder_is_copied_and_its_interface_named(exported: Pa
         'input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
         'output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]\n$parameters\n')
     done = subprocess.run([*bare_generator(), "generate_llm_model_repo.py", "--model_name", "theirs",
-                           "--python_backend_dir", str(foreign)], cwd=exported / "llm-models", capture_output=True,
-                          text=True, timeout=120)
+                           "--hf_model_name", "org/theirs", "--python_backend_dir", str(foreign)],
+                          cwd=exported / "llm-models", capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "is not qaic-console's backend" in done.stderr and "its own config.pbtxt.tmpl" in done.stderr
     assert "declares inputs text_input -> outputs text_output" in done.stderr

@@ -27,8 +27,10 @@ NO_OP = {"n": 1, "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0, "l
 IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "tool_choice", "function_call",
            "prompt_cache_key", "safety_identifier")
 SWITCHES = ("model", "stream", "stream_options", "logprobs", "ignore_eos", "max_completion_tokens")
-COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, "prompt", "echo"}
-CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, "messages", "top_logprobs"}
+STRUCTURED = ("response_format", "guided_json", "guided_regex")  # structured output (guided_*: vLLM's names)
+COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "prompt", "echo"}
+CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "messages", "top_logprobs"}
+FORMATS = ("text", "json_object", "json_schema")
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MAX_LOGPROBS = 20
 COMPLETIONS_MAX_TOKENS = 16  # the API's default for /v1/completions (chat: the model's own)
@@ -48,6 +50,7 @@ class Job:
     include_usage: bool = False
     echo: bool = False
     logprobs: int | None = None  # alternatives per token; None: no logprobs asked
+    structured: str = ""  # the structured output asked for (its field), "" for none
 
 
 def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -125,6 +128,23 @@ def _logprobs(body: dict[str, Any], job: Job) -> None:
         raise bad_request(f"{name} must be an integer from 0 to {MAX_LOGPROBS}, got {job.logprobs}", name)
 
 
+def _structured(body: dict[str, Any]) -> str:
+    """The structured-output field a body sets (checked for its shape), or ""."""
+    form = _typed(body, "response_format", dict, "an object with a type")
+    if form is not None:
+        kind = form.get("type")
+        if kind not in FORMATS:
+            raise bad_request(f"response_format type must be one of {', '.join(FORMATS)}", "response_format")
+        if kind == "json_schema" and not isinstance((form.get("json_schema") or {}).get("schema"), dict):
+            raise bad_request("response_format json_schema needs json_schema.schema (an object)", "response_format")
+    guided = [name for name, kind in (("guided_json", (dict, str)), ("guided_regex", str))
+              if _typed(body, name, kind, "a JSON schema" if name == "guided_json" else "a regular expression")]
+    asked = ([] if form is None or form.get("type") == "text" else ["response_format"]) + guided
+    if len(asked) > 1:
+        raise bad_request(f"give one of {', '.join(asked)}", asked[1])
+    return asked[0] if asked else ""
+
+
 def parse(body: Any, chat: bool) -> Job:
     """The job of a ``/v1/chat/completions`` (``chat``) or ``/v1/completions`` body; APIError 400 when it is not
     one, naming the field."""
@@ -152,6 +172,7 @@ def parse(body: Any, chat: bool) -> Job:
         job.prompt = _prompt(body)
         job.echo = bool(_typed(body, "echo", bool, "true or false"))
     _logprobs(body, job)
+    job.structured = _structured(body)
     for name, control in {**CONTROL_FIELDS, "max_completion_tokens": "max_tokens"}.items():
         if body.get(name) is not None:
             _control(job, name, body[name], control)
@@ -169,10 +190,14 @@ def check_model(job: Job, interface: Interface) -> GenerationParams:
     controls = dict(job.controls)
     if not job.chat and "max_tokens" not in controls and interface.wire_input(offered.BY_NAME["max_tokens"]):
         controls["max_tokens"] = COMPLETIONS_MAX_TOKENS
+    name = f"model {interface.info.name} ({interface.name} interface)"
+    if job.logprobs is not None:  # no backend has an output the front reads them from yet
+        raise bad_request(f"{name} returns no logprobs here", "logprobs")
+    if job.structured:  # no backend has an input that enforces it yet
+        raise bad_request(f"{name} has no structured-output input for {job.structured}", job.structured)
     params = GenerationParams.from_checked(controls)
     lacking = interface.ignored(params)
     if lacking:
         fields = [job.fields.get(n, n) for n in lacking]
-        raise bad_request(f"model {interface.info.name} ({interface.name} interface) has no input for "
-                          f"{', '.join(fields)}", fields[0])
+        raise bad_request(f"{name} has no input for {', '.join(fields)}", fields[0])
     return params

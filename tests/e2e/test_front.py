@@ -129,6 +129,9 @@ def test_a_stream_ends_with_done_and_a_refused_one_gets_its_status(front) -> Non
     ({"frobnicate": 1}, 400, "frobnicate", "unrecognized request argument"),
     ({"stream_options": {"include_usage": True}}, 400, "stream_options", "only allowed when stream"),
     ({"ignore_eos": True}, 400, "ignore_eos", "needs max_tokens"),
+    ({"logprobs": 2}, 400, "logprobs", "returns no logprobs here"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}, 400,
+     "response_format", "has no structured-output input for response_format"),
 ])
 def test_bad_requests_get_one_line_in_openais_shape(front, body, status, param, words) -> None:
     response = httpx.post(f"{front.base_url}/completions", json={"model": BATCH, "prompt": "Hi", **body}, timeout=30)

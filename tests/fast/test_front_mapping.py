@@ -99,3 +99,13 @@ def test_errors_say_whose_fault_and_the_key_rule() -> None:
     tokenizers = Tokenizers(["/all", "m=/only/m"])
     assert tokenizers.folder(ModelInfo("m", True, True)) == "/only/m"
     assert tokenizers.folder(ModelInfo("x", True, True)) == "/all"
+
+
+def test_structured_output_is_checked_for_its_shape_and_one_at_a_time() -> None:
+    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    assert parse({"model": "m", "prompt": "hi", "response_format": schema}, False).structured == "response_format"
+    assert parse({"model": "m", "prompt": "hi", "response_format": {"type": "text"}}, False).structured == ""
+    assert parse({"model": "m", "prompt": "hi", "guided_regex": "[0-9]+"}, False).structured == "guided_regex"
+    assert "needs json_schema.schema" in str(refusal({"response_format": {"type": "json_schema"}}))
+    assert "type must be one of" in str(refusal({"response_format": {"type": "yaml"}}))
+    assert refusal({"response_format": schema, "guided_regex": "a"}).param == "guided_regex"

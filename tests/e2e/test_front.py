@@ -298,14 +298,17 @@ def test_the_controls_a_model_lacks_are_named_in_the_error(others) -> None:
     assert "has no input for min_tokens" in refused.value.body["message"]
 
 
-def test_serve_with_openai_port_serves_the_repository_and_stops_with_it(embedded_repo) -> None:
+def test_serve_with_openai_port_serves_the_repository_and_stops_with_it(tmp_path) -> None:
     import signal
     import subprocess
     import sys
     from pathlib import Path
 
+    from repo_gen.samples import write_samples
+
+    write_samples((BATCH,), tmp_path)  # a repository of its own: serve refuses one another server serves
     port = free_port()
-    command = [str(Path(sys.executable).with_name("qaic-console")), "serve", "--model-repository", str(embedded_repo),
+    command = [str(Path(sys.executable).with_name("qaic-console")), "serve", "--model-repository", str(tmp_path),
                "--model", BATCH, "--openai-port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []

@@ -213,19 +213,23 @@ def test_the_tui_connects_by_v1_url_and_chats_with_history(openai_server, tmp_pa
 # --------------------------------------------------------------------------- the bench, side by side
 
 
-def test_bench_puts_triton_and_llama_cpp_side_by_side_with_ratios(embedded_server, llama_server,
+@pytest.mark.parametrize("through", ["grpc", "front"])
+def test_bench_puts_triton_and_llama_cpp_side_by_side_with_ratios(embedded_server, llama_server, request, through,
                                                                   tmp_path: Path) -> None:
+    """The embedded model straight over gRPC, or through this console's OpenAI-compatible front, beside llama.cpp."""
+    url, kind = (embedded_server.grpc_url, "Triton") if through == "grpc" else \
+        (request.getfixturevalue("front").base_url, "OpenAI")
     out = tmp_path / "side"
     result = CliRunner().invoke(main, [
-        "bench", "--url", embedded_server.grpc_url, "--compare-url", llama_server.base_url, "--concurrency", "1,2",
-        "--requests", "4", "--warmup", "1", "--input-tokens-mean", "16", "--output-tokens-mean", "8",
-        "--temperature", "0", "-o", str(out), "--plots", "html", "-q"])
+        "bench", "--url", url, "--model", "smollm2_decoupled", "--compare-url", llama_server.base_url,
+        "--concurrency", "1,2", "--requests", "4", "--warmup", "1", "--input-tokens-mean", "16",
+        "--output-tokens-mean", "8", "--temperature", "0", "-o", str(out), "--plots", "html", "-q"])
     assert result.exit_code == 0, result.output
-    names = ["Triton smollm2_decoupled", f"OpenAI {LLAMA_MODEL}"]
+    names = [f"{kind} smollm2_decoupled", f"OpenAI {LLAMA_MODEL}"]
     assert f"side by side (ratios to {names[0]})" in result.stdout and f"{names[1]} / {names[0]}" in result.stdout
     document = json.loads((out / "bench.json").read_text())
     assert [t["name"] for t in document["targets"]] == names
-    assert [t["api"] for t in document["targets"]] == ["triton", "openai"]
+    assert [t["api"] for t in document["targets"]] == [kind.lower(), "openai"]
     assert document["levels"] == document["targets"][0]["levels"]  # a single run's readers see the first server
     for target in document["targets"]:
         assert [lv["concurrency"] for lv in target["levels"]] == [1, 2]

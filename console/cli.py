@@ -21,7 +21,7 @@ from console.core.controls import click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.front import openai_command
-from console.front.command import api_key_for, front_options, front_server
+from console.front.command import Beside, front_options
 from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
@@ -300,10 +300,9 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
     if not model_repository.is_dir():
         fail(f"model repository not found: {model_repository}")
     try:
-        key = api_key_for(host, api_key, no_api_key) if openai_port is not None else None
+        beside = Beside(openai_port, host, api_key, no_api_key, tokenizers)
     except ClientError as exc:
         fail(str(exc))
-    front = None
     started = threading.Event()
     controller = ServerController(on_change=lambda snap: snap.phase != "starting" and started.set(),
                                   on_log=click.echo)
@@ -317,18 +316,14 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
             if controller.snapshot.phase == "failed":
                 fail(controller.snapshot.message)
             _print_ready(controller)
-            if openai_port is not None:
-                front = front_server(controller.server.grpc_url, host, openai_port, key, tokenizers)
-                front.start()
-                click.echo(f"  OpenAI  {front.base_url}")
+            beside.start(controller.server.grpc_url, click.echo)
             fail(_watch(controller))
-    except ClientError as exc:
-        click.echo(f"error: {exc}", err=True)
+    except ClientError as exc:  # the OpenAI-compatible API cannot listen
+        fail(str(exc))
     except (KeyboardInterrupt, _Terminated):
         click.echo("stopping tritonserver ...")
     finally:
-        if front is not None:
-            front.stop()
+        beside.stop()
         _stop(controller)
     click.echo("stopped")
 

@@ -100,6 +100,31 @@ def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
     return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers)), host, port)
 
 
+class Beside:
+    """``serve --openai-port``: the front beside the tritonserver ``serve`` runs (nothing when no port is given).
+    Its options are checked when made (ClientError), before the server starts."""
+
+    def __init__(self, port: int | None, host: str, api_key: str | None, no_api_key: bool,
+                 tokenizers: Sequence[str]) -> None:
+        from console.server.ports import port_in_use
+
+        self.port, self.host, self.tokenizers = port, host, tokenizers
+        self.key = api_key_for(host, api_key, no_api_key) if port is not None else None
+        if port is not None and port_in_use(port):
+            raise ClientError(f"--openai-port {port} is in use: give a free port")
+        self.server: FrontServer | None = None
+
+    def start(self, triton_grpc: str, say: Callable[[str], None]) -> None:
+        if self.port is not None:
+            self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers)
+            self.server.start()
+            say(f"  OpenAI  {self.server.base_url}")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
 @click.command("openai", context_settings=CONTEXT_SETTINGS)
 @click.option("--url", default=None,
               help="host:port of the running tritonserver (its HTTP or gRPC endpoint; the other is its neighbour).")

@@ -203,11 +203,15 @@ def test_an_api_key_is_asked_for_and_health_stays_open(embedded_server) -> None:
         keyed.stop()
 
 
-def test_off_loopback_the_key_is_on_by_default(embedded_repo) -> None:
-    for args in (["serve", "--model-repository", str(embedded_repo), "--host", "0.0.0.0", "--openai-port", "9"],
-                 ["openai", "--url", "127.0.0.1:1", "--host", "0.0.0.0"]):
+def test_off_loopback_the_key_is_on_by_default_and_a_taken_port_is_said_first(embedded_repo, front) -> None:
+    taken = front.port
+    for args, words in (
+            (["serve", "--model-repository", str(embedded_repo), "--host", "0.0.0.0", "--openai-port", "9"],
+             "off loopback: give --api-key"),
+            (["openai", "--url", "127.0.0.1:1", "--host", "0.0.0.0"], "off loopback: give --api-key"),
+            (["serve", "--model-repository", str(embedded_repo), "--openai-port", str(taken)], f"{taken} is in use")):
         result = CliRunner().invoke(main, args)
-        assert result.exit_code == 1 and "off loopback: give --api-key" in result.stderr, result.output
+        assert result.exit_code == 1 and words in result.stderr and "starting" not in result.output, result.output
 
 
 # --------------------------------------------------------------------------- the console through the front

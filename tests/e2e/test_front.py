@@ -333,3 +333,16 @@ def test_serve_with_openai_port_serves_the_repository_and_stops_with_it(tmp_path
     assert process.returncode == 0 and "stopped" in rest, rest[-2000:]
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/health")
+
+
+def test_a_front_whose_tritonserver_is_gone_says_so_with_503() -> None:
+    gone = front_server(f"127.0.0.1:{free_port()}", "127.0.0.1", free_port(), None, ())
+    gone.start()
+    try:
+        assert httpx.get(gone.base_url.removesuffix("/v1") + "/health", timeout=30).status_code == 503
+        for response in (httpx.get(f"{gone.base_url}/models", timeout=30),
+                         httpx.post(f"{gone.base_url}/completions", json={"model": BATCH, "prompt": "Hi"}, timeout=30)):
+            assert response.status_code == 503, response.text
+            assert "cannot reach tritonserver" in response.json()["error"]["message"]
+    finally:
+        gone.stop()

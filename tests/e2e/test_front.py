@@ -346,3 +346,26 @@ def test_a_front_whose_tritonserver_is_gone_says_so_with_503() -> None:
             assert "cannot reach tritonserver" in response.json()["error"]["message"]
     finally:
         gone.stop()
+
+
+# --------------------------------------------------------------------------- the report's front section
+
+
+def test_the_reports_front_section_measures_each_ratio(monkeypatch) -> None:
+    from console.bench import front_report
+    from console.bench.report import Report, format_report
+
+    monkeypatch.delenv("QAIC_AIPERF", raising=False)
+    monkeypatch.setattr(front_report, "aiperf_binary", lambda: None)
+    report = Report()
+    front_report.grpc_and_front(report, repeats=1, tokens=8, progress=lambda message: None)
+    front_report.zero_cost_front(report, repeats=1, tokens=200, progress=lambda message: None)
+    for n in (1, 16):
+        for key in ("ttft", "itl", "tokens_per_s"):
+            assert report.ratios[f"front_over_grpc_{key}_{n}"] > 0
+        assert set(report.context[f"front_{n}"]) == {"grpc", "front"}
+    assert report.ratios["front_zero_cost_16_tokens_per_s"] > 0  # None unless every token arrived, in order
+    assert report.ratios["aiperf_over_bench_ttft"] is None and "not installed" in report.context["aiperf"]
+    assert "front ttft ÷ gRPC, 16 streams" in format_report(report)
+    assert Report(ratios={"aiperf_over_bench_itl": 1.08}).passed("aiperf_over_bench_itl")
+    assert not Report(ratios={"aiperf_over_bench_itl": 0.85}).passed("aiperf_over_bench_itl")

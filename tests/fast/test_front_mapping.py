@@ -109,3 +109,14 @@ def test_structured_output_is_checked_for_its_shape_and_one_at_a_time() -> None:
     assert "needs json_schema.schema" in str(refusal({"response_format": {"type": "json_schema"}}))
     assert "type must be one of" in str(refusal({"response_format": {"type": "yaml"}}))
     assert refusal({"response_format": schema, "guided_regex": "a"}).param == "guided_regex"
+
+
+def test_the_console_sends_its_own_front_every_control_the_model_takes() -> None:
+    from console.clients import GenerationParams, openai_info
+
+    params = GenerationParams(max_tokens=4, temperature=0.0, repetition_penalty=1.2, min_tokens=2)
+    ours = interface_of(openai_info("m", ["max_tokens", "temperature", "repetition_penalty"]))
+    assert ours.body(params) == ({"max_tokens": 4, "temperature": 0.0}, {"repetition_penalty": 1.2})
+    assert ours.ignored(params) == ["min_tokens"]
+    other = interface_of(openai_info("m"))  # any other OpenAI-compatible server: the API's fields and top_k
+    assert other.ignored(params) == ["repetition_penalty", "min_tokens"]

@@ -117,7 +117,8 @@ def aiperf_level(binary: str, base_url: str, model: str) -> dict[str, float | No
 
 def grpc_and_front(report: Any, repeats: int, tokens: int, progress: Progress) -> None:
     """Through the front vs straight gRPC, then AIPerf vs the bench on the front, on one served int4 model."""
-    from .report import ratio, served_model, served_precision
+    from .report import ratio
+    from .streams import served_model, served_precision
 
     model = served_model("int4")
     progress("front: starting a server with the embedded int4 model and the front before it ...")

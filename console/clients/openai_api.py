@@ -2,7 +2,7 @@
 errors in one line.
 
 A server is reached at its base URL ``http://host:port/v1``; ``GET /v1/models`` lists what it serves. Each
-model gets a :class:`ModelInfo` (backend ``openai``); :class:`~.interfaces.OpenAIInterface` knows the request
+model gets a :class:`ModelInfo` (backend ``openai``); :class:`~.openai_interface.OpenAIInterface` knows the request
 fields the controls map to. The server applies the chat template itself (``/v1/chat/completions``); raw
 prompts go to ``/v1/completions``.
 """
@@ -12,16 +12,13 @@ from __future__ import annotations
 import os
 import threading
 import urllib.parse
-from collections.abc import Sequence
 from typing import Any
 
 from .errors import CONNECTION, SERVER, TIMEOUT, ClientError
-from .events import ModelInfo, Tensor
-from .params import CONTROLS
+from .events import ModelInfo
 from .wire import cause_of
 
 OPENAI = "openai"  # ModelInfo.backend of a model an OpenAI-compatible server serves
-FRONT = "qaic-console"  # ``owned_by`` of the models qaic-console's own OpenAI-compatible front lists
 CANCEL_NOTE = "connection closed (the server stops a request whose client went away)"
 
 
@@ -49,13 +46,21 @@ def base_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def openai_info(name: str, controls: Sequence[str] | None = None) -> ModelInfo:
-    """A served model of an OpenAI-compatible server: it streams or answers once; its type is not known (the
-    KV-cache default timeout applies). ``controls``: the controls the server says the model takes (qaic-console's
-    own front lists them), as its inputs; None: the API's fields."""
-    inputs = tuple(Tensor(c.name, c.datatype, c.dims, True) for c in CONTROLS if c.name in (controls or ()))
-    return ModelInfo(name, decoupled=True, use_kv_cache=None, backend=OPENAI, answers=("stream", "batch"),
-                     inputs=inputs)
+FRONT = "qaic-console"  # ``owned_by`` of the models qaic-console's own OpenAI-compatible front lists
+# what a listing says of a model that the console uses (vLLM gives the first two; the front the controls it takes)
+LISTED = ("owned_by", "max_model_len", "controls")
+
+
+def _said(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def openai_info(name: str, entry: dict[str, Any] | None = None) -> ModelInfo:
+    """A served model of an OpenAI-compatible server (``entry``: its ``/v1/models`` entry): it streams or answers
+    once; its type is not known (the KV-cache default timeout applies)."""
+    said = {k: _said(entry[k]) for k in LISTED if entry and entry.get(k) is not None}
+    return ModelInfo(name, decoupled=True, use_kv_cache=None, parameters=said, backend=OPENAI,
+                     answers=("stream", "batch"))
 
 
 _CLIENTS: dict[str, Any] = {}
@@ -112,30 +117,22 @@ def _one_line(exc: BaseException | str) -> str:
     return " ".join(text.split())[:300]
 
 
-def listed(base: str, timeout: float = 5.0) -> dict[str, ModelInfo]:
-    """The models ``GET /v1/models`` at ``base`` lists, by id; ClientError when the server does not answer.
-
-    A model qaic-console's own front lists (``owned_by``) says which controls it takes: they are all sent.
-    """
+def listing(base: str, timeout: float = 5.0) -> dict[str, dict[str, Any]]:
+    """``GET /v1/models`` at ``base``: each model's entry by its id; ClientError when the server does not answer."""
     try:
         page = client(base).models.list(timeout=timeout)
+        return {m.id: m.model_dump() for m in page.data}
     except Exception as exc:
         raise api_error(exc, base) from None
-    ours = {m.id: getattr(m, "controls", None) for m in page.data if getattr(m, "owned_by", "") == FRONT}
-    return {m.id: openai_info(m.id, ours.get(m.id)) for m in page.data}
-
-
-def listed_models(base: str, timeout: float = 5.0) -> list[str]:
-    """The ids ``GET /v1/models`` at ``base`` lists; ClientError when the server does not answer."""
-    return list(listed(base, timeout))
 
 
 def model_info(base: str, name: str = "") -> ModelInfo:
     """The model ``name`` the server at ``base`` serves (empty: the first it lists); ClientError naming the served
     ones when it is absent."""
-    served = listed(base)
+    served = listing(base)
     if not served:
         raise ClientError(f"the OpenAI-compatible server at {base} serves no model", SERVER)
     if name and name not in served:
         raise ClientError(f"model {name!r} is not served at {base}: it serves {', '.join(served)}", SERVER)
-    return served[name or next(iter(served))]
+    name = name or next(iter(served))
+    return openai_info(name, served[name])

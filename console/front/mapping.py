@@ -45,7 +45,7 @@ class Job:
     prompt: str = ""
     messages: list[dict[str, str]] = field(default_factory=list)
     controls: dict[str, Any] = field(default_factory=dict)  # checked, the set ones
-    fields: dict[str, str] = field(default_factory=dict)  # control -> the field that set it
+    fields: dict[str, str] = field(default_factory=dict)  # control -> the field that gave it
     stream: bool = False
     include_usage: bool = False
     echo: bool = False
@@ -61,14 +61,15 @@ def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...], what:
 
 
 def _control(job: Job, name: str, value: Any, control: str) -> None:
-    if control in job.controls and job.fields[control] != name:
+    if control in job.fields and job.fields[control] != name:
         raise bad_request(f"give {job.fields[control]} or {name}, not both", name)
     try:
         checked = BY_NAME[control].check(value, name)
     except BadRequest as exc:
         raise bad_request(str(exc), name) from None
+    job.fields[control] = name  # given, even as the model's default (max_tokens 0)
     if checked is not None:
-        job.controls[control], job.fields[control] = checked, name
+        job.controls[control] = checked
 
 
 def _prompt(body: dict[str, Any]) -> str:
@@ -188,7 +189,7 @@ def parse(body: Any, chat: bool) -> Job:
 def check_model(job: Job, interface: Interface) -> GenerationParams:
     """The controls to send to the model ``interface`` speaks to; APIError 400 naming those it has no input for."""
     controls = dict(job.controls)
-    if not job.chat and "max_tokens" not in controls and interface.wire_input(offered.BY_NAME["max_tokens"]):
+    if not job.chat and "max_tokens" not in job.fields and interface.wire_input(offered.BY_NAME["max_tokens"]):
         controls["max_tokens"] = COMPLETIONS_MAX_TOKENS
     name = f"model {interface.info.name} ({interface.name} interface)"
     if job.logprobs is not None:  # no backend has an output the front reads them from yet

@@ -64,6 +64,8 @@ def test_a_model_gets_the_completions_default_and_its_lacking_controls_named() -
     bundled = ModelInfo("b", True, True, inputs=(Tensor("prompt", "BYTES"), *(
         Tensor(c.name, c.datatype, c.dims, True) for c in offered.CONTROLS)), outputs=(Tensor("text_output", "BYTES"),))
     assert check_model(parse({"model": "b", "prompt": "hi"}, False), interface_of(bundled)).max_tokens == 16
+    whole = parse({"model": "b", "prompt": "hi", "max_tokens": 0}, False)  # 0: the model's default (its context)
+    assert check_model(whole, interface_of(bundled)).max_tokens is None
     chat = parse({"model": "b", "messages": [{"role": "user", "content": "hi"}]}, True)
     assert check_model(chat, interface_of(bundled)).max_tokens is None  # chat: the model's own default
 
@@ -115,7 +117,8 @@ def test_the_console_sends_its_own_front_every_control_the_model_takes() -> None
     from console.clients import GenerationParams, openai_info
 
     params = GenerationParams(max_tokens=4, temperature=0.0, repetition_penalty=1.2, min_tokens=2)
-    ours = interface_of(openai_info("m", ["max_tokens", "temperature", "repetition_penalty"]))
+    ours = interface_of(openai_info("m", {"owned_by": "qaic-console",
+                                          "controls": ["max_tokens", "temperature", "repetition_penalty"]}))
     assert ours.body(params) == ({"max_tokens": 4, "temperature": 0.0}, {"repetition_penalty": 1.2})
     assert ours.ignored(params) == ["min_tokens"]
     other = interface_of(openai_info("m"))  # any other OpenAI-compatible server: the API's fields and top_k

@@ -65,7 +65,7 @@ def test_a_model_gets_the_completions_default_and_its_lacking_controls_named() -
         Tensor(c.name, c.datatype, c.dims, True) for c in offered.CONTROLS)), outputs=(Tensor("text_output", "BYTES"),))
     assert check_model(parse({"model": "b", "prompt": "hi"}, False), interface_of(bundled)).max_tokens == 16
     whole = parse({"model": "b", "prompt": "hi", "max_tokens": 0}, False)  # 0: the model's default (its context)
-    assert check_model(whole, interface_of(bundled)).max_tokens is None
+    assert check_model(whole, interface_of(bundled)).max_tokens == 0
     chat = parse({"model": "b", "messages": [{"role": "user", "content": "hi"}]}, True)
     assert check_model(chat, interface_of(bundled)).max_tokens is None  # chat: the model's own default
 

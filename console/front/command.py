@@ -138,9 +138,12 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
     """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /health) in front of a
     running tritonserver's LLM models, e.g. `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
     from console.core.adapters.triton import TritonAdapter
+    from console.server.ports import port_in_use
 
     try:
         key = api_key_for(host, api_key, no_api_key)
+        if port_in_use(port):
+            raise ClientError(f"--port {port} is in use: give a free port")
         if not url and not grpc_url:
             raise ClientError("give --url (the tritonserver's address)")
         triton = TritonAdapter.at(url or "", grpc_url)

@@ -209,7 +209,8 @@ def test_off_loopback_the_key_is_on_by_default_and_a_taken_port_is_said_first(em
             (["serve", "--model-repository", str(embedded_repo), "--host", "0.0.0.0", "--openai-port", "9"],
              "off loopback: give --api-key"),
             (["openai", "--url", "127.0.0.1:1", "--host", "0.0.0.0"], "off loopback: give --api-key"),
-            (["serve", "--model-repository", str(embedded_repo), "--openai-port", str(taken)], f"{taken} is in use")):
+            (["serve", "--model-repository", str(embedded_repo), "--openai-port", str(taken)], f"{taken} is in use"),
+            (["openai", "--url", "127.0.0.1:1", "--port", str(taken)], f"{taken} is in use")):
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 1 and words in result.stderr and "starting" not in result.output, result.output
 

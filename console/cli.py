@@ -20,6 +20,8 @@ from console.core.controller import ServerController
 from console.core.controls import click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
+from console.front import openai_command
+from console.front.command import Beside, front_options
 from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
@@ -229,6 +231,7 @@ main.add_command(web, "web")
 main.add_command(tui, "tui")
 main.add_command(onnx_group, "onnx")
 main.add_command(check, "check")
+main.add_command(openai_command, "openai")
 
 
 # --------------------------------------------------------------------------- serve
@@ -279,10 +282,14 @@ def _watch(controller: ServerController) -> str:
 @click.option("--backend-dir", "backends", multiple=True, type=click.Path(path_type=Path),
               help="Folder of Python-based backends (NAME/model.py; Triton's vLLM backend as vllm/model.py) the "
                    "models' `backend: \"NAME\"` can name (repeatable).")
+@click.option("--openai-port", type=int, default=None,
+              help="Also serve an OpenAI-compatible API on this port (on --host), in front of the models.")
+@front_options
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
-          stop_stale: bool, python_env: Path | None, backends: tuple[Path, ...], extra: tuple[str, ...]) -> None:
+          stop_stale: bool, python_env: Path | None, backends: tuple[Path, ...], openai_port: int | None,
+          api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
     A model that fails to load is named (FAILED, with the reason) and the others serve; a model whose
@@ -292,6 +299,10 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
     """
     if not model_repository.is_dir():
         fail(f"model repository not found: {model_repository}")
+    try:
+        beside = Beside(openai_port, host, api_key, no_api_key, tokenizers)
+    except ClientError as exc:
+        fail(str(exc))
     started = threading.Event()
     controller = ServerController(on_change=lambda snap: snap.phase != "starting" and started.set(),
                                   on_log=click.echo)
@@ -305,10 +316,14 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
             if controller.snapshot.phase == "failed":
                 fail(controller.snapshot.message)
             _print_ready(controller)
+            beside.start(controller.server.grpc_url, click.echo)
             fail(_watch(controller))
+    except ClientError as exc:  # the OpenAI-compatible API cannot listen
+        fail(str(exc))
     except (KeyboardInterrupt, _Terminated):
         click.echo("stopping tritonserver ...")
     finally:
+        beside.stop()
         _stop(controller)
     click.echo("stopped")
 

@@ -147,3 +147,17 @@ def open_page(console: Any, log: LogWatch, ready: str = "idle") -> Iterator[Web]
             browser.close()
     finally:
         demo.close()
+
+
+@contextlib.contextmanager
+def unconnected_console() -> Iterator[Web]:
+    """The web console with no server, open in Chromium (its controller stopped after)."""
+    from console.core.controller import ServerController
+    from console.web.handlers import WebConsole
+
+    controller = ServerController()
+    try:
+        with open_page(WebConsole(controller), LogWatch()) as page:
+            yield page
+    finally:
+        controller.stop()

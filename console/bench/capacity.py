@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from console.clients import Failure, GenerationParams, Reply, TextDelta, Timeouts, stream
+from console.clients import Failure, GenerationParams, Reply, TextDelta, Timeouts
+from console.core.adapters import Framed, adapter_for
 
 from .engine import digits_after
 
@@ -91,16 +92,21 @@ class Capacity:
 
 def client_capacity(url: str, streams: int = 16, tokens: int = 1000, timeout: float = 120.0,
                     model: str = MODEL) -> Capacity:
-    """``streams`` concurrent console stream calls of ``tokens`` tokens each against ``url``."""
+    """``streams`` concurrent console stream calls of ``tokens`` tokens each against ``url`` (a gRPC endpoint, or
+    a front's base URL)."""
     texts = [""] * streams
     responses = [0] * streams
     errors: list[str] = []
     ok = [False] * streams
     start = threading.Barrier(streams + 1)
 
+    server = adapter_for(url)  # Triton's gRPC, or an OpenAI-compatible front before it (``http://host:port/v1``)
+    info = server.model_info(model)
+
     def one(k: int) -> None:
-        call = stream(url, model, [f"stream {k}"], GenerationParams(max_tokens=tokens),
-                      Timeouts(network=timeout, idle=min(timeout, 30.0)))
+        prompt = [f"stream {k}"]
+        call = server.call("stream", "grpc", info, Framed(prompt, prompt), GenerationParams(max_tokens=tokens),
+                           Timeouts(network=timeout, idle=min(timeout, 30.0)))
         start.wait(timeout)
         for event in call:
             if isinstance(event, TextDelta):

@@ -46,13 +46,19 @@ def base_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-LISTED = ("owned_by", "max_model_len")  # what a listing says of a model that the console uses (vLLM gives both)
+FRONT = "qaic-console"  # ``owned_by`` of the models qaic-console's own OpenAI-compatible front lists
+# what a listing says of a model that the console uses (vLLM gives the first two; the front the controls it takes)
+LISTED = ("owned_by", "max_model_len", "controls")
+
+
+def _said(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def openai_info(name: str, entry: dict[str, Any] | None = None) -> ModelInfo:
     """A served model of an OpenAI-compatible server (``entry``: its ``/v1/models`` entry): it streams or answers
     once; its type is not known (the KV-cache default timeout applies)."""
-    said = {k: str(entry[k]) for k in LISTED if entry and entry.get(k) is not None}
+    said = {k: _said(entry[k]) for k in LISTED if entry and entry.get(k) is not None}
     return ModelInfo(name, decoupled=True, use_kv_cache=None, parameters=said, backend=OPENAI,
                      answers=("stream", "batch"))
 

@@ -3,7 +3,8 @@ the server is known to take, and what "up to the context" (``max_tokens`` 0) is 
 
 Which server it is comes from its model listing (``owned_by``, see :data:`SERVERS`): vLLM and llama.cpp take
 ``top_k``, ``min_tokens`` and a repetition penalty beside the API's fields (llama.cpp names it
-``repeat_penalty``); another server gets the API's fields and ``top_k``, the servers' common extension.
+``repeat_penalty``); qaic-console's own front takes every control, and lists the ones each model has
+(``controls``); another server gets the API's fields and ``top_k``, the servers' common extension.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from .events import ModelInfo, Tensor
 from .interfaces import INTERFACES, Interface
-from .openai_api import OPENAI
+from .openai_api import FRONT, OPENAI
 from .params import Control, GenerationParams
 
 API_FIELDS = ("max_tokens", "temperature", "top_p", "seed", "stop")
@@ -39,6 +40,8 @@ SERVERS = {  # /v1/models owned_by -> the server
     "me": Server("llama.cpp", {"top_k": "top_k", "min_tokens": "min_tokens",
                                "repetition_penalty": "repeat_penalty"}, "0"),  # llama-cpp-python's server
 }
+SERVERS[FRONT] = Server("qaic-console's front", {"top_k": "top_k", "min_tokens": "min_tokens",
+                                                "repetition_penalty": "repetition_penalty"}, "0")
 GENERIC = Server("an OpenAI-compatible server")
 
 
@@ -65,6 +68,9 @@ class OpenAIInterface(Interface):
         return server_of(self.info)
 
     def wire_input(self, control: Control) -> Tensor | None:
+        listed = self.info.parameters.get("controls")  # the front says which controls the model has
+        if listed is not None and control.name not in listed.split(","):
+            return None
         name = control.name if control.name in API_FIELDS else self.server.extensions.get(control.name)
         return None if name is None else Tensor(name, TYPES[control.name], (-1,) if control.multiple else (1,), True)
 

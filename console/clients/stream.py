@@ -23,7 +23,7 @@ from .stats import reply_stats
 from .wire import error_kind, error_message, is_final
 
 
-class _Collected:
+class Collected:
     """What a stream's responses said so far, per prompt: text, arrival times, last reasons and counts."""
 
     def __init__(self, interface: Interface, prompts: list[str]) -> None:
@@ -74,7 +74,7 @@ class StreamCall(Call):
         try:
             info, interface = self.model_info(), self.interface()
             once = not info.decoupled  # a batch model answers the stream once, with the whole text
-            collected = _Collected(interface, self.prompts)
+            collected = Collected(interface, self.prompts)
             inputs = interface.inputs(grpcclient, self.prompts, self.params, streaming=True)
             client.start_stream(callback=callback, stream_timeout=self.timeouts.backstop())
             t0 = last = time.perf_counter()
@@ -116,7 +116,7 @@ class StreamCall(Call):
             pass
         return None
 
-    def _replies(self, info: ModelInfo, collected: _Collected, latency: float) -> Iterator[Reply]:
+    def _replies(self, info: ModelInfo, collected: Collected, latency: float) -> Iterator[Reply]:
         for i, prompt in enumerate(self.prompts):
             stats = reply_stats(collected.arrivals[i], latency, collected.value("output_tokens", i),
                                 collected.value("input_tokens", i), streamed=info.decoupled)

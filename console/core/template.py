@@ -29,6 +29,9 @@ def tokenizer_folder(tokenizer: str | None, info: ModelInfo, progress: Progress 
         from backend_model.models import prepare_embedded
 
         return prepare_embedded(progress=progress)  # at once when already prepared
+    own = Path(info.hf_model_name).expanduser() if info.hf_model_name else None
+    if own is not None and own.is_absolute() and own.is_dir():  # the model's weights are a local folder
+        return own
     raise ClientError(
         f"the chat template of {info.name} needs a local tokenizer folder (--tokenizer, or the Tokenizer "
         "control), or send raw prompts"

@@ -118,7 +118,7 @@ def model_choices(infos: Mapping[str, ModelInfo], mode: str) -> list[tuple[str, 
     out = []
     for name, info in sorted(infos.items()):
         if mode in info.modes and interface_name(info) != "unsupported":
-            out.append((name if info.use_kv_cache else f"{name} · causal, slow on a CPU", name))
+            out.append((name if info.use_kv_cache is not False else f"{name} · causal, slow on a CPU", name))
     return out
 
 

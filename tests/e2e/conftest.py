@@ -105,3 +105,15 @@ def llm_server(tmp_path_factory: pytest.TempPathFactory):
     server.start(timeout=120)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def front(embedded_server):
+    """The OpenAI-compatible front (in this process, on a free loopback port, no key) before ``embedded_server``."""
+    from console.front import front_server
+    from console.server import free_port
+
+    server = front_server(embedded_server.grpc_url, "127.0.0.1", free_port(), None, ())
+    server.start()
+    yield server
+    server.stop()

@@ -31,9 +31,19 @@ SYSTEM = "You answer in one short sentence."
 rows = json_rows
 
 
-def direct(server, max_tokens: int, prompt: str | None = None, messages: list | None = None) -> str:
+def direct(server, max_tokens: int, prompt: str | None = None, messages: list | None = None,
+           model: str = LLAMA_MODEL) -> str:
     """The server's own greedy answer, asked through the ``openai`` client directly."""
-    return greedy_answer(server.base_url, LLAMA_MODEL, max_tokens, prompt, messages)
+    return greedy_answer(server.base_url, model, max_tokens, prompt, messages)
+
+
+@pytest.fixture(params=["llama.cpp", "front"])
+def openai_server(request):
+    """(server, the model a console picks there): llama.cpp's, or this console's own front before Triton (the
+    embedded stream sample is the default where it is served)."""
+    if request.param == "front":
+        return request.getfixturevalue("front"), "smollm2_decoupled"
+    return request.getfixturevalue("llama_server"), LLAMA_MODEL
 
 
 # --------------------------------------------------------------------------- headless
@@ -204,13 +214,15 @@ def test_the_controller_follows_the_server_without_listing_its_models_again(tmp_
 # --------------------------------------------------------------------------- the TUI
 
 
-def test_the_tui_connects_by_v1_url_and_chats_with_history(llama_server, tmp_path: Path) -> None:
+def test_the_tui_connects_by_v1_url_and_chats_with_history(openai_server, tmp_path: Path) -> None:
     from console.tui.widgets.chat_pane import SERVER_TEMPLATE
 
+    server, model = openai_server
+
     async def go() -> None:
-        async with openai_app(llama_server.base_url, tmp_path, 30) as (app, pilot, pane):
-            assert app.sub_title == f"OpenAI {llama_server.base_url}"
-            row = table_rows(app.server_pane.query_one("#models"))[LLAMA_MODEL]
+        async with openai_app(server.base_url, tmp_path, 30) as (app, pilot, pane):
+            assert app.sub_title == f"OpenAI {server.base_url}"
+            row = table_rows(app.server_pane.query_one("#models"))[model]
             assert row[3:5] == ("stream/batch", "openai")
             assert not app.server_pane.query_one("#server-log").display  # no log of a server reached by URL
             for name, value in (("max_tokens", "10"), ("temperature", "0"), ("chat", "true")):
@@ -220,10 +232,10 @@ def test_the_tui_connects_by_v1_url_and_chats_with_history(llama_server, tmp_pat
             assert "OpenAI stream (SSE)" in status and SERVER_TEMPLATE in status
             for text in (QUESTION, "And of Italy?"):
                 assert pane.submit(text)
-                await until(pilot, lambda: pane.exchange is None, 60, f"the reply to {text!r}")
+                await until(pilot, lambda: pane.exchange is None, 120, f"the reply to {text!r}")
             first, second = pane.turns
             assert first.failure is None and first.text(0) == direct(
-                llama_server, 10, messages=[{"role": "user", "content": QUESTION}])
+                server, 10, messages=[{"role": "user", "content": QUESTION}], model=model)
             sent = json.loads(second.sent[0])  # the history went to the server as messages
             assert [m["role"] for m in sent] == ["user", "assistant", "user"]
             assert sent[1]["content"] == first.text(0) and second.replies[0].ok
@@ -235,19 +247,23 @@ def test_the_tui_connects_by_v1_url_and_chats_with_history(llama_server, tmp_pat
 # --------------------------------------------------------------------------- the bench, side by side
 
 
-def test_bench_puts_triton_and_llama_cpp_side_by_side_with_ratios(embedded_server, llama_server,
+@pytest.mark.parametrize("through", ["grpc", "front"])
+def test_bench_puts_triton_and_llama_cpp_side_by_side_with_ratios(embedded_server, llama_server, request, through,
                                                                   tmp_path: Path) -> None:
+    """The embedded model straight over gRPC, or through this console's OpenAI-compatible front, beside llama.cpp."""
+    url, kind = (embedded_server.grpc_url, "Triton") if through == "grpc" else \
+        (request.getfixturevalue("front").base_url, "OpenAI")
     out = tmp_path / "side"
     result = CliRunner().invoke(main, [
-        "bench", "--url", embedded_server.grpc_url, "--compare-url", llama_server.base_url, "--concurrency", "1,2",
-        "--requests", "4", "--warmup", "1", "--input-tokens-mean", "16", "--output-tokens-mean", "8",
-        "--temperature", "0", "-o", str(out), "--plots", "html", "-q"])
+        "bench", "--url", url, "--model", "smollm2_decoupled", "--compare-url", llama_server.base_url,
+        "--concurrency", "1,2", "--requests", "4", "--warmup", "1", "--input-tokens-mean", "16",
+        "--output-tokens-mean", "8", "--temperature", "0", "-o", str(out), "--plots", "html", "-q"])
     assert result.exit_code == 0, result.output
-    names = ["Triton smollm2_decoupled", f"OpenAI {LLAMA_MODEL}"]
+    names = [f"{kind} smollm2_decoupled", f"OpenAI {LLAMA_MODEL}"]
     assert f"side by side (ratios to {names[0]})" in result.stdout and f"{names[1]} / {names[0]}" in result.stdout
     document = json.loads((out / "bench.json").read_text())
     assert [t["name"] for t in document["targets"]] == names
-    assert [t["api"] for t in document["targets"]] == ["triton", "openai"]
+    assert [t["api"] for t in document["targets"]] == [kind.lower(), "openai"]
     assert document["levels"] == document["targets"][0]["levels"]  # a single run's readers see the first server
     for target in document["targets"]:
         assert [lv["concurrency"] for lv in target["levels"]] == [1, 2]

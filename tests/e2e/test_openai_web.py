@@ -8,24 +8,15 @@ from collections.abc import Iterator
 import openai
 import pytest
 from helpers import LLAMA_MODEL, wait_until
-from web_page import WAIT_MS, LogWatch, Web, open_page
-
-from console.core.controller import ServerController
+from web_page import WAIT_MS, Web, unconnected_console
 
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 
 
 @pytest.fixture(scope="module")
 def web(llama_server) -> Iterator[Web]:
-    """The web console with no server, open in Chromium."""
-    from console.web.handlers import WebConsole
-
-    controller = ServerController()
-    try:
-        with open_page(WebConsole(controller), LogWatch()) as page:
-            yield page
-    finally:
-        controller.stop()
+    with unconnected_console() as page:
+        yield page
 
 
 def test_connect_by_v1_url_and_chat_through_the_servers_template(web: Web, llama_server) -> None:

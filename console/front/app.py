@@ -1,0 +1,241 @@
+"""The OpenAI-compatible app (FastAPI): ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/health``
+and ``/version``, in front of one tritonserver.
+
+A request is read and checked (:mod:`.mapping`), its model's config read (once) and its controls checked against
+the model's interface, the chat template applied (:mod:`.tokenizers`), then one streamed request goes to Triton
+(:mod:`.upstream`). A stream's first response is awaited before the answer starts, so a refusal still gets its
+status; later errors end the stream with an error event. A client that goes away cancels its Triton request:
+a stream through the framework's disconnect watch, an answer that is not streamed through :func:`unless_gone`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from console.clients import CONTROLS, ModelInfo, interface_of, new_request_id
+from console.clients.openai_api import FRONT as OWNER  # ``owned_by``: how a console recognises this front
+
+from . import mapping
+from .errors import APIError, bad_request
+from .replies import DONE, Shape, finish_reason, sse, usage
+from .tokenizers import Tokenizers
+from .upstream import Generation, Upstream
+
+VERSION = metadata.version("qaic-console")
+MAX_BODY = 8 * 1024 * 1024
+T = TypeVar("T")
+
+
+@dataclass
+class Front:
+    """What the app serves: the Triton server's gRPC endpoint, the API key (None: none asked), the tokenizers."""
+
+    triton_url: str
+    api_key: str | None = None
+    tokenizers: Tokenizers = field(default_factory=Tokenizers)
+    upstream: Upstream = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.upstream = Upstream(self.triton_url)
+
+
+class Gone(Exception):
+    """The client went away before its answer was ready."""
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_gone(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, or Gone (``work`` cancelled, and so its Triton request) when the client disconnects first."""
+    task, watch = asyncio.ensure_future(work), asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            raise Gone()
+        return task.result()
+    finally:
+        for pending in (task, watch):
+            pending.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+
+
+async def read_body(request: Request) -> Any:
+    """The JSON body: its size is checked before it is read whole, its nesting by the parser."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise APIError(413, f"the request body is {int(declared)} bytes, over the {MAX_BODY} this server reads")
+    data = bytearray()
+    async for part in request.stream():
+        data += part
+        if len(data) > MAX_BODY:
+            raise APIError(413, f"the request body is over the {MAX_BODY} bytes this server reads")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise bad_request("the request body nests too deeply") from None
+    except ValueError as exc:
+        raise bad_request(f"the request body is not JSON: {str(exc).splitlines()[0][:120]}") from None
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events whose iterator is closed however the response ends (a disconnect cancels the send):
+    closing it cancels the Triton request."""
+
+    media_type = "text/event-stream"
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[union-attr]
+
+
+class Answer:
+    """One request's answer to the client, built from one :class:`Generation`."""
+
+    def __init__(self, front: Front, job: mapping.Job, generation: Generation) -> None:
+        self.front, self.job, self.generation = front, job, generation
+        self.shape = Shape(job)
+
+    async def counts(self) -> dict[str, int | None]:
+        """``usage``: the model's counts, else the front's tokenizer's."""
+        gen, tokenizers = self.generation, self.front.tokenizers
+        prompt = gen.value("input_tokens")
+        completion = gen.value("output_tokens")
+        if prompt is None:
+            prompt = await tokenizers.count(gen.info, gen.prompt)
+        if completion is None:
+            completion = await tokenizers.count(gen.info, gen.text)
+        return usage(prompt, completion)
+
+    @property
+    def finish(self) -> str:
+        return finish_reason(self.generation.value("finish_reason"))
+
+    async def whole(self) -> dict[str, Any]:
+        async for _ in self.generation.pieces():
+            pass
+        text = (self.generation.prompt if self.job.echo else "") + self.generation.text
+        return self.shape.whole(text, self.finish, await self.counts())
+
+    async def stream(self, request: Request, headers: dict[str, str]) -> Response:
+        pieces = self.generation.pieces()
+        try:
+            first = await unless_gone(request, anext(pieces, None))
+        except BaseException:
+            await pieces.aclose()
+            raise
+        return EventStream(self.events(first or "", pieces), headers=headers)
+
+    async def events(self, first: str, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+        shape = self.shape
+        try:
+            if self.job.echo:
+                yield shape.chunk(self.generation.prompt)
+            yield shape.chunk(first, first=True)
+            async for piece in pieces:
+                if piece:
+                    yield shape.chunk(piece)
+            yield shape.chunk("", finish=self.finish)
+            if self.job.include_usage:
+                yield shape.usage_chunk(await self.counts())
+        except APIError as exc:
+            yield sse(exc.body())
+        finally:
+            await pieces.aclose()
+        yield DONE
+
+
+def create_app(front: Front) -> FastAPI:
+    """The app serving ``front``."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await front.upstream.close()
+
+    app = FastAPI(title="qaic-console OpenAI-compatible API", version=VERSION, lifespan=lifespan,
+                  docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        error = APIError(exc.status_code, str(exc.detail))
+        return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
+
+    async def authorize(request: Request) -> None:
+        if front.api_key is None:
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), front.api_key.encode()):
+            raise APIError(401, "a valid API key is needed: send it as 'Authorization: Bearer <key>'",
+                           code="invalid_api_key")
+
+    @app.get("/health")
+    async def health() -> Response:
+        if not await front.upstream.live():
+            raise APIError(503, f"tritonserver at {front.triton_url} does not answer")
+        return Response(status_code=200)
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"server": OWNER, "version": VERSION, "api": "openai"}
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+
+    @v1.get("/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [model_card(info) for info in await front.upstream.models()]}
+
+    @v1.get("/models/{model:path}")
+    async def model(model: str) -> dict[str, Any]:
+        return model_card(await front.upstream.info(model))
+
+    async def answer(request: Request, chat: bool) -> Any:
+        job = mapping.parse(await read_body(request), chat)
+        info = await front.upstream.info(job.model)
+        params = mapping.check_model(job, interface_of(info)).replace(request_id=new_request_id())
+        prompt = await front.tokenizers.chat_prompt(info, job.messages) if chat else job.prompt
+        result = Answer(front, job, front.upstream.generate(info, prompt, params, info.default_timeout))
+        headers = {"x-request-id": params.request_id}  # the Triton request's id (its log names it)
+        try:
+            if job.stream:
+                return await result.stream(request, headers)
+            return JSONResponse(await unless_gone(request, result.whole()), headers=headers)
+        except Gone:
+            return Response(status_code=499)
+
+    @v1.post("/completions")
+    async def completions(request: Request) -> Any:
+        return await answer(request, chat=False)
+
+    @v1.post("/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        return await answer(request, chat=True)
+
+    app.include_router(v1)
+    return app
+
+
+def model_card(info: ModelInfo) -> dict[str, Any]:
+    """A model as ``/v1/models`` lists it, with the controls it takes (the fields of the same names)."""
+    interface = interface_of(info)
+    return {"id": info.name, "object": "model", "created": 0, "owned_by": OWNER,
+            "controls": [c.name for c in CONTROLS if interface.wire_input(c) is not None]}

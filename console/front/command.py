@@ -1,0 +1,159 @@
+"""``qaic-console openai``: the OpenAI-compatible front before a running tritonserver, and what ``serve
+--openai-port`` shares with it (the options, the key rule, the server thread)."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from console.clients import ClientError
+
+from .app import Front, create_app
+from .tokenizers import Tokenizers
+
+KEY_ENV = "QAIC_CONSOLE_API_KEY"
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key_for(host: str, api_key: str | None, no_api_key: bool) -> str | None:
+    """The key clients must bring: the one given; none on loopback or with ``--no-api-key``; off loopback without
+    either, ClientError (the key is on by default there)."""
+    if api_key and no_api_key:
+        raise ClientError("give --api-key or --no-api-key, not both")
+    if api_key or no_api_key or loopback(host):
+        return api_key or None
+    raise ClientError(f"the OpenAI-compatible API would listen on {host}, off loopback: give --api-key (or "
+                      f"${KEY_ENV}), or --no-api-key to serve it to anyone who can reach it")
+
+
+def front_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The front's options (``openai`` and ``serve --openai-port``)."""
+    options = [
+        click.option("--api-key", default=None, envvar=KEY_ENV, show_envvar=True,
+                     help="Clients must send 'Authorization: Bearer KEY' (required off loopback unless --no-api-key)."),
+        click.option("--no-api-key", is_flag=True, help="Serve off loopback without a key."),
+        click.option("--tokenizer", "tokenizers", multiple=True, metavar="[MODEL=]FOLDER",
+                     help="Local tokenizer folder for the chat template (and token counts) of MODEL, or of every "
+                          "model (repeatable; the embedded models have their own)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+class FrontServer:
+    """uvicorn serving the front's app on ``host:port``: in a thread of its own (:meth:`start`) or in the
+    calling one (:meth:`run`)."""
+
+    def __init__(self, front: Front, host: str, port: int) -> None:
+        import uvicorn
+
+        self.front, self.host, self.port = front, host, port
+        config = uvicorn.Config(create_app(front), host=host, port=port, log_level="warning", access_log=False,
+                                timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self.thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    def run(self) -> None:
+        self.server.run()
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Serve in a thread; ClientError when it cannot listen."""
+        self.thread = threading.Thread(target=self.server.run, name="qc-openai-front", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not self.server.started:
+            self.stop()
+            raise ClientError(f"the OpenAI-compatible API cannot listen on {self.host}:{self.port}")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self.thread is not None:
+            self.thread.join(15)
+            self.thread = None
+
+
+def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
+                 tokenizers: Sequence[str]) -> FrontServer:
+    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers)), host, port)
+
+
+class Beside:
+    """``serve --openai-port``: the front beside the tritonserver ``serve`` runs (nothing when no port is given).
+    Its options are checked when made (ClientError), before the server starts."""
+
+    def __init__(self, port: int | None, host: str, api_key: str | None, no_api_key: bool,
+                 tokenizers: Sequence[str]) -> None:
+        from console.server.ports import port_in_use
+
+        self.port, self.host, self.tokenizers = port, host, tokenizers
+        self.key = api_key_for(host, api_key, no_api_key) if port is not None else None
+        if port is not None and port_in_use(port):
+            raise ClientError(f"--openai-port {port} is in use: give a free port")
+        self.server: FrontServer | None = None
+
+    def start(self, triton_grpc: str, say: Callable[[str], None]) -> None:
+        if self.port is not None:
+            self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers)
+            self.server.start()
+            say(f"  OpenAI  {self.server.base_url}")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+@click.command("openai", context_settings=CONTEXT_SETTINGS)
+@click.option("--url", default=None,
+              help="host:port of the running tritonserver (its HTTP or gRPC endpoint; the other is its neighbour).")
+@click.option("--grpc-url", default=None, help="host:port of its gRPC endpoint (what the front speaks).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address the API listens on (0.0.0.0 exposes it: then an API key is asked for).")
+@click.option("--port", type=int, default=9000, show_default=True, help="Port the API listens on.")
+@front_options
+def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, api_key: str | None,
+                   no_api_key: bool, tokenizers: tuple[str, ...]) -> None:
+    """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /health) in front of a
+    running tritonserver's LLM models, e.g. `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
+    from console.core.adapters.triton import TritonAdapter
+    from console.server.ports import port_in_use
+
+    try:
+        key = api_key_for(host, api_key, no_api_key)
+        if port_in_use(port):
+            raise ClientError(f"--port {port} is in use: give a free port")
+        if not url and not grpc_url:
+            raise ClientError("give --url (the tritonserver's address)")
+        triton = TritonAdapter.at(url or "", grpc_url)
+        grpc, _ = triton.url("stream")
+        click.echo(triton.connect())
+        server = front_server(grpc, host, port, key, tokenizers)
+    except ClientError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"OpenAI-compatible API at {server.base_url} (tritonserver gRPC {grpc}); press Ctrl-C to stop")
+    server.run()
+    if not server.server.started:
+        sys.exit(1)

@@ -1,0 +1,204 @@
+"""OpenAI request bodies -> a :class:`Job`: the prompt or the chat messages, the controls, the switches.
+
+Each field is checked once, before anything is sent: a control by its row of the controls schema
+(``backend_model.controls``, named by the field), the switches by their type. Fields a Triton LLM has no
+control for are taken at their no-op value only (``n`` = 1, penalties 0, no ``logit_bias``, no tools), a few
+that change nothing here are accepted and ignored, and any other field is refused, as OpenAI's API does.
+Which controls a given model lacks is the model's interface's to say (:func:`check_model`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend_model.controls import BY_NAME
+from backend_model.errors import BadRequest
+from console.clients import GenerationParams, Interface
+from console.clients import params as offered
+
+from .errors import bad_request
+
+CONTROL_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+                  "seed": "seed", "stop": "stop", "repetition_penalty": "repetition_penalty",
+                  "min_tokens": "min_tokens"}  # field -> control (top_k and after: vLLM's extensions)
+NO_OP = {"n": 1, "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "suffix": "",
+         "tools": [], "functions": []}  # fields accepted at this value only
+IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "tool_choice", "function_call",
+           "prompt_cache_key", "safety_identifier")
+SWITCHES = ("model", "stream", "stream_options", "logprobs", "ignore_eos", "max_completion_tokens")
+STRUCTURED = ("response_format", "guided_json", "guided_regex")  # structured output (guided_*: vLLM's names)
+COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "prompt", "echo"}
+CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "messages", "top_logprobs"}
+FORMATS = ("text", "json_object", "json_schema")
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+MAX_LOGPROBS = 20
+COMPLETIONS_MAX_TOKENS = 16  # the API's default for /v1/completions (chat: the model's own)
+
+
+@dataclass
+class Job:
+    """What one request asks for."""
+
+    model: str
+    chat: bool
+    prompt: str = ""
+    messages: list[dict[str, str]] = field(default_factory=list)
+    controls: dict[str, Any] = field(default_factory=dict)  # checked, the set ones
+    fields: dict[str, str] = field(default_factory=dict)  # control -> the field that gave it
+    stream: bool = False
+    include_usage: bool = False
+    echo: bool = False
+    logprobs: int | None = None  # alternatives per token; None: no logprobs asked
+    structured: str = ""  # the structured output asked for (its field), "" for none
+
+
+def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
+    value = body.get(name)
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise bad_request(f"{name} must be {what}", name)
+    return value
+
+
+def _control(job: Job, name: str, value: Any, control: str) -> None:
+    if control in job.fields and job.fields[control] != name:
+        raise bad_request(f"give {job.fields[control]} or {name}, not both", name)
+    try:
+        checked = BY_NAME[control].check(value, name)
+    except BadRequest as exc:
+        raise bad_request(str(exc), name) from None
+    job.fields[control] = name  # given, even as the model's default (max_tokens 0)
+    if checked is not None:
+        job.controls[control] = checked
+
+
+def _prompt(body: dict[str, Any]) -> str:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and not all(isinstance(p, str) for p in prompt):
+        raise bad_request("prompt must be text: this server takes no token ids", "prompt")
+    if isinstance(prompt, list):
+        raise bad_request(f"prompt must be one string: this server completes one prompt per request (got "
+                          f"{len(prompt)}); send each as its own request", "prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise bad_request("prompt must be a non-empty string", "prompt")
+    return prompt
+
+
+def _content(message: dict[str, Any], where: str) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise bad_request(f"{where}: only text content parts are supported, got {kind!r}", "messages")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad_request(f"{where}: content must be a string or a list of text parts", "messages")
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("messages must be a non-empty list", "messages")
+    out = []
+    for i, message in enumerate(messages):
+        where = f"message {i + 1} of {len(messages)}"
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise bad_request(f"{where}: role must be one of {', '.join(ROLES)}", "messages")
+        out.append({"role": ROLES[message["role"]], "content": _content(message, where)})
+    return out
+
+
+def _logprobs(body: dict[str, Any], job: Job) -> None:
+    if job.chat:
+        wanted = _typed(body, "logprobs", bool, "true or false")
+        top = _typed(body, "top_logprobs", int, f"an integer from 0 to {MAX_LOGPROBS}")
+        if top is not None and not wanted:
+            raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+        job.logprobs = (top or 0) if wanted else None
+    else:
+        top = _typed(body, "logprobs", int, f"an integer from 0 to {MAX_LOGPROBS}")
+        job.logprobs = top
+    if job.logprobs is not None and not 0 <= job.logprobs <= MAX_LOGPROBS:
+        name = "top_logprobs" if job.chat else "logprobs"
+        raise bad_request(f"{name} must be an integer from 0 to {MAX_LOGPROBS}, got {job.logprobs}", name)
+
+
+def _structured(body: dict[str, Any]) -> str:
+    """The structured-output field a body sets (checked for its shape), or ""."""
+    form = _typed(body, "response_format", dict, "an object with a type")
+    if form is not None:
+        kind = form.get("type")
+        if kind not in FORMATS:
+            raise bad_request(f"response_format type must be one of {', '.join(FORMATS)}", "response_format")
+        if kind == "json_schema" and not isinstance((form.get("json_schema") or {}).get("schema"), dict):
+            raise bad_request("response_format json_schema needs json_schema.schema (an object)", "response_format")
+    guided = [name for name, kind in (("guided_json", (dict, str)), ("guided_regex", str))
+              if _typed(body, name, kind, "a JSON schema" if name == "guided_json" else "a regular expression")]
+    asked = ([] if form is None or form.get("type") == "text" else ["response_format"]) + guided
+    if len(asked) > 1:
+        raise bad_request(f"give one of {', '.join(asked)}", asked[1])
+    return asked[0] if asked else ""
+
+
+def parse(body: Any, chat: bool) -> Job:
+    """The job of a ``/v1/chat/completions`` (``chat``) or ``/v1/completions`` body; APIError 400 when it is not
+    one, naming the field."""
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    known = CHAT_FIELDS if chat else COMPLETION_FIELDS
+    for name, value in body.items():
+        if name not in known:
+            raise bad_request(f"unrecognized request argument supplied: {name[:60]}", name[:60])
+        if name in NO_OP and value is not None and value != NO_OP[name]:
+            raise bad_request(f"{name} is not supported here (only {NO_OP[name]!r}): the served models have no "
+                              "such control", name)
+    model = _typed(body, "model", str, "a model name (GET /v1/models lists them)")
+    if not model:
+        raise bad_request("model is required (GET /v1/models lists them)", "model")
+    job = Job(model, chat)
+    job.stream = bool(_typed(body, "stream", bool, "true or false"))
+    options = _typed(body, "stream_options", dict, "an object")
+    if options is not None and not job.stream:
+        raise bad_request("stream_options is only allowed when stream is true", "stream_options")
+    job.include_usage = bool(_typed(options or {}, "include_usage", bool, "true or false"))
+    if chat:
+        job.messages = _messages(body)
+    else:
+        job.prompt = _prompt(body)
+        job.echo = bool(_typed(body, "echo", bool, "true or false"))
+    _logprobs(body, job)
+    job.structured = _structured(body)
+    for name, control in {**CONTROL_FIELDS, "max_completion_tokens": "max_tokens"}.items():
+        if body.get(name) is not None:
+            _control(job, name, body[name], control)
+    if _typed(body, "ignore_eos", bool, "true or false"):  # fixed lengths, as the consoles ask for them
+        if "max_tokens" not in job.controls:
+            raise bad_request("ignore_eos needs max_tokens (it generates exactly that many)", "ignore_eos")
+        if job.controls.setdefault("min_tokens", job.controls["max_tokens"]) != job.controls["max_tokens"]:
+            raise bad_request("ignore_eos generates max_tokens: give no other min_tokens", "ignore_eos")
+        job.fields.setdefault("min_tokens", "ignore_eos")
+    return job
+
+
+def check_model(job: Job, interface: Interface) -> GenerationParams:
+    """The controls to send to the model ``interface`` speaks to; APIError 400 naming those it has no input for."""
+    controls = dict(job.controls)
+    if not job.chat and "max_tokens" not in job.fields and interface.wire_input(offered.BY_NAME["max_tokens"]):
+        controls["max_tokens"] = COMPLETIONS_MAX_TOKENS
+    name = f"model {interface.info.name} ({interface.name} interface)"
+    if job.logprobs is not None:  # no backend has an output the front reads them from yet
+        raise bad_request(f"{name} returns no logprobs here", "logprobs")
+    if job.structured:  # no backend has an input that enforces it yet
+        raise bad_request(f"{name} has no structured-output input for {job.structured}", job.structured)
+    params = GenerationParams.from_checked(controls)
+    lacking = interface.ignored(params)
+    if lacking:
+        fields = [job.fields.get(n, n) for n in lacking]
+        raise bad_request(f"{name} has no input for {', '.join(fields)}", fields[0])
+    return params

@@ -1,0 +1,98 @@
+"""The answers in OpenAI's shapes: whole completions, stream chunks as server-sent events ending in ``[DONE]``,
+``usage``, and the two logprobs shapes (completions: parallel lists; chat: one entry per token)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from .mapping import Job
+
+DONE = b"data: [DONE]\n\n"
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "ctx_len": "length", "cancelled": "abort",
+          "abort": "abort"}  # the backends' reasons -> OpenAI's (anything else: stop)
+
+
+def sse(data: dict[str, Any]) -> bytes:
+    """One server-sent event."""
+    return b"data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+def finish_reason(reason: str | None) -> str:
+    return FINISH.get(reason or "", "stop")
+
+
+def usage(prompt_tokens: int | None, completion_tokens: int | None) -> dict[str, int | None]:
+    total = None if prompt_tokens is None or completion_tokens is None else prompt_tokens + completion_tokens
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total}
+
+
+def completion_logprobs(tokens: list[dict[str, Any]], offset: int) -> dict[str, Any]:
+    """The completions shape of ``tokens`` (``{"token", "logprob", "top": {token: logprob}}`` each), their text
+    starting at character ``offset`` of the choice's text."""
+    offsets, at = [], offset
+    for token in tokens:
+        offsets.append(at)
+        at += len(token["token"])
+    return {"tokens": [t["token"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
+            "top_logprobs": [t["top"] for t in tokens], "text_offset": offsets}
+
+
+def chat_logprobs(tokens: list[dict[str, Any]]) -> dict[str, Any]:
+    """The chat shape of ``tokens``."""
+
+    def entry(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    return {"content": [{**entry(t["token"], t["logprob"]), "top_logprobs": [entry(k, v) for k, v in t["top"].items()]}
+                        for t in tokens], "refusal": None}
+
+
+class Shape:
+    """The envelope of one answer: its id, creation time and model, and the chat or completions fields."""
+
+    def __init__(self, job: Job) -> None:
+        self.job, self.chat = job, job.chat
+        self.id = f"{'chatcmpl' if job.chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.sent = 0  # characters of the choice's text sent so far (completions' text offsets)
+
+    def _head(self, chunk: bool) -> dict[str, Any]:
+        kind = ("chat.completion" if self.chat else "text_completion") + (".chunk" if chunk and self.chat else "")
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.job.model}
+
+    def _logprobs(self, tokens: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+        if tokens is None or self.job.logprobs is None:
+            return None
+        return chat_logprobs(tokens) if self.chat else completion_logprobs(tokens, self.sent)
+
+    def chunk(self, text: str, first: bool = False, finish: str | None = None,
+              tokens: list[dict[str, Any]] | None = None) -> bytes:
+        """One stream event carrying ``text`` (``first``: the chat answer's role too; ``finish``: its end)."""
+        logprobs = self._logprobs(tokens)
+        self.sent += len(text)
+        if self.chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": text} if first else (
+                {"content": text} if text else {})
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        extra = {"usage": None} if self.job.include_usage else {}
+        return sse({**self._head(True), "choices": [choice], **extra})
+
+    def usage_chunk(self, counts: dict[str, int | None]) -> bytes:
+        """The stream's last event when ``stream_options.include_usage``: no choices, the usage."""
+        return sse({**self._head(True), "choices": [], "usage": counts})
+
+    def whole(self, text: str, finish: str, counts: dict[str, int | None],
+              tokens: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The one answer of a request that is not streamed."""
+        logprobs = self._logprobs(tokens)
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
+                      "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        return {**self._head(False), "choices": [choice], "usage": counts}

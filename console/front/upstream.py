@@ -1,0 +1,148 @@
+"""The Triton side of the front: one asyncio gRPC client (``tritonclient.grpc.aio``), the ready models, and one
+streamed request per answer.
+
+Every answer is one request on a gRPC stream of its own, built by the model's interface adapter
+(:mod:`console.clients.interfaces`: the bundled backend, vLLM's, TensorRT-LLM's ensemble, one-string models)
+and read with the same fold the console's stream client uses (:class:`~console.clients.stream.Collected`).
+The request stream is closed once sent, so Triton ends the call after the model's last response (a final flag
+without data included). Leaving a :class:`Generation` early (the client went away) cancels the gRPC call, and
+Triton cancels the request: the bundled backend frees its slot at the next step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from tritonclient.grpc import aio
+from tritonclient.utils import InferenceServerException
+
+from console.clients import CONNECTION, ClientError, GenerationParams, ModelInfo, info_from_config, interface_of
+from console.clients.stream import Collected
+from console.clients.wire import MAX_NAME, error_kind, error_message
+
+from .errors import APIError, from_client_error, upstream_error
+
+RPC_STATUS = {grpc.StatusCode.UNAVAILABLE: 503, grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+              grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404}
+
+
+class Upstream:
+    """A tritonserver at its gRPC endpoint ``url`` (``host:port``); made and used inside one event loop."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._client: aio.InferenceServerClient | None = None
+        self._infos: dict[str, ModelInfo] = {}
+
+    @property
+    def client(self) -> aio.InferenceServerClient:
+        if self._client is None:  # its channel belongs to the loop it is made in
+            self._client = aio.InferenceServerClient(self.url)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def _unreachable(self, exc: Exception) -> APIError:
+        return APIError(503, error_message(exc, self.url, "gRPC"))
+
+    async def live(self) -> bool:
+        try:
+            return bool(await self.client.is_server_live(client_timeout=5))
+        except (InferenceServerException, grpc.RpcError):
+            return False
+
+    async def ready(self) -> list[str]:
+        """The READY models' names (503 when Triton does not answer)."""
+        try:
+            index = await self.client.get_model_repository_index(as_json=True, client_timeout=10)
+        except InferenceServerException as exc:
+            raise self._unreachable(exc) from None
+        ready = sorted({m["name"] for m in index.get("models", []) if m.get("state") == "READY"})
+        for name in set(self._infos) - set(ready):  # gone or reloading: its config is read again when back
+            del self._infos[name]
+        return ready
+
+    async def models(self) -> list[ModelInfo]:
+        """The READY models the front can speak to (an interface fits them)."""
+        infos = []
+        for name in await self.ready():
+            try:
+                info = await self.info(name)
+                interface_of(info)
+            except (APIError, ClientError):
+                continue
+            infos.append(info)
+        return infos
+
+    async def info(self, model: str) -> ModelInfo:
+        """A served model's config (read once while it stays ready); 404 naming the served ones when absent."""
+        if model in self._infos:
+            return self._infos[model]
+        if not model or len(model.encode()) > MAX_NAME:
+            raise APIError(404, f"model {model[:60]!r} is not served here", "model", "model_not_found")
+        try:
+            config = (await self.client.get_model_config(model, as_json=True, client_timeout=10))["config"]
+        except InferenceServerException as exc:
+            if error_kind(exc) == CONNECTION:
+                raise self._unreachable(exc) from None
+            served = ", ".join(await self.ready()) or "no ready model"
+            raise APIError(404, f"model {model[:60]!r} is not served here (served: {served})", "model",
+                           "model_not_found") from None
+        info = self._infos[model] = info_from_config(model, config)
+        return info
+
+    def generate(self, info: ModelInfo, prompt: str, params: GenerationParams, timeout: float | None) -> Generation:
+        return Generation(self, info, prompt, params, timeout)
+
+
+class Generation:
+    """One request for one prompt: iterate :meth:`pieces` for the new text of each response, then read the finish
+    reason and the token counts the model sent."""
+
+    def __init__(self, upstream: Upstream, info: ModelInfo, prompt: str, params: GenerationParams,
+                 timeout: float | None) -> None:
+        self.upstream, self.info, self.prompt, self.params, self.timeout = upstream, info, prompt, params, timeout
+        self.interface = interface_of(info)
+        self.collected = Collected(self.interface, [prompt])
+        self.responses = 0
+
+    @property
+    def text(self) -> str:
+        return self.collected.texts[0]
+
+    def value(self, name: str) -> Any:
+        return self.collected.value(name, 0)
+
+    async def pieces(self) -> AsyncIterator[str]:
+        """The new text of each response (empty when a step decoded no whole character); APIError on failure."""
+        try:
+            inputs = self.interface.inputs(aio, [self.prompt], self.params, streaming=True)
+        except ClientError as exc:
+            raise from_client_error(exc) from None
+        request = {"model_name": self.info.name, "inputs": inputs, "request_id": self.params.request_id or ""}
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield request
+
+        call = self.upstream.client.stream_infer(requests(), stream_timeout=self.timeout)
+        once = not self.info.decoupled  # a batch model answers once, with the whole text
+        try:
+            async for result, error in call:
+                if error is not None:
+                    raise upstream_error(error.message() or "the model failed", answered=bool(self.text))
+                self.responses += 1
+                outputs = self.interface.outputs(result, 1)
+                yield "".join(d.text for d in self.collected.add(outputs, 0.0, once))
+        except ClientError as exc:  # outputs the front cannot read
+            raise APIError(502, str(exc)) from None
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
+            details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            raise APIError(RPC_STATUS.get(code, 502), f"tritonserver at {self.upstream.url}: {details}") from None
+        finally:
+            call.cancel()  # a finished call ignores it; one in flight is cancelled on the server

@@ -1,0 +1,217 @@
+"""The card's twin on the real QEfficient's graphs (the shared fixtures: QEfficient's own exports of a tiny
+random Llama, regular and continuous batching). The unchanged QAIC adapter and engine run them token-exact
+with transformers' greedy tokens (``hf_greedy.json``), in one prefill chunk and in several, with slot
+refill; the invalid-index constants follow the card's rule; an export folder as QEfficient writes it (no
+specializations.json) is compiled for the compile config; the QPC layout of QEfficient's compile is found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from twin_data import QEFF_GRAPH, QeffFixtures, qeff_fixtures
+
+from backend_model import specializations
+from backend_model.build import BackendSettings, build_engine
+from backend_model.contract import Dims, SessionError
+from backend_model.engine import Engine
+from backend_model.models import load_tokenizer
+from backend_model.onnx_graph import INVALID_INDEX, prepare
+from backend_model.onnx_session import OnnxInferenceSession, onnx_opener
+from backend_model.qaic_session import QaicSession, binding_dims, find_qpc, read_dims, retained_names
+from backend_model.qpc import model_type_of, specializations_of
+from backend_model.sampling import SamplingParams
+from console.cli import main
+
+VOCAB, CTX = 49152, 128
+CB_SPECS = [{"batch_size": "1", "seq_len": "32", "ctx_len": "128", "full_batch_size": "4", "full_batch_exec_size": "1"},
+            {"batch_size": "4", "seq_len": "1", "ctx_len": "128", "full_batch_size": "4"}]
+
+
+@pytest.fixture(scope="module")
+def qeff() -> QeffFixtures:
+    return qeff_fixtures()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(qeff):
+    return load_tokenizer(str(qeff.hf), progress=lambda message: None)[0]
+
+
+def linked(qeff: QeffFixtures, mode: str, folder: Path) -> Path:
+    """``folder`` holding the fixture's graph and export record (links), as QEfficient's export writes them."""
+    folder.mkdir(parents=True)
+    for name in (QEFF_GRAPH, "hashed_export_params.json"):
+        (folder / name).symlink_to(qeff.graph(mode) / name)
+    return folder
+
+
+def compiled(qeff: QeffFixtures, mode: str, folder: Path, **dims: int) -> Path:
+    """The fixture's graph beside the specializations.json QEfficient's compile of ``dims`` writes."""
+    specializations.write(linked(qeff, mode, folder), specializations.build(**dims))
+    return folder
+
+
+def record_runs(session: QaicSession) -> list[dict[str, np.ndarray]]:
+    """Every input the twin receives, in order (the twin still runs them)."""
+    runtime, calls = session.session, []
+    run = runtime.run
+
+    def recording(inputs):
+        calls.append({k: np.array(v) for k, v in inputs.items()})
+        return run(inputs)
+
+    runtime.run = recording
+    return calls
+
+
+def test_the_fixtures_are_found_or_the_test_fails(qeff, tmp_path):
+    assert qeff_fixtures([None, tmp_path, qeff.root.parent]) == qeff
+    with pytest.raises(pytest.fail.Exception, match="QEfficient export fixtures not found.*QAIC_QEFF_FIXTURES"):
+        qeff_fixtures([None, tmp_path])
+
+
+@pytest.mark.parametrize(("mode", "gathers", "scatters"), [("regular", 2, 0), ("cb", 2, 1)])
+def test_each_invalid_index_constant_follows_the_cards_rule(qeff, mode, gathers, scatters):
+    """One INT32_MAX per layer feeds the cache gather; with continuous batching one more feeds the scatter."""
+    graph = prepare(qeff.graph(mode) / QEFF_GRAPH)
+    assert (graph.gathers, graph.scatters, graph.inlined, graph.external_data) == (gathers, scatters, 3, False)
+    model = onnx.load_from_string(graph.model)
+    assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"} and not model.functions  # custom ops inlined
+    values = [onnx.numpy_helper.to_array(a.t) for n in model.graph.node if n.op_type == "Constant" for a in n.attribute
+              if a.name == "value"]
+    assert not [v for v in values if v.shape == () and v.item() == INVALID_INDEX]
+    scratch = [n for n in model.graph.node if n.op_type == "ScatterND" and n.input[0].startswith("twin_scratch_")]
+    assert len(scratch) == 4 * scatters  # every cache write of the 2 layers (key and value) gets its scratch
+
+
+@pytest.mark.parametrize(("mode", "dims", "expected"), [
+    ("regular", None, Dims(1, 32, CTX, VOCAB)),  # the fixture's own specializations.json
+    ("regular", {"batch_size": 2, "prefill_seq_len": 4, "ctx_len": CTX}, Dims(2, 4, CTX, VOCAB)),
+    ("regular", {"batch_size": 1, "prefill_seq_len": 1, "ctx_len": CTX}, Dims(1, 1, CTX, VOCAB)),  # fixed shape
+    ("cb", None, Dims(1, 32, CTX, VOCAB, full_batch_size=4)),
+    ("cb", {"batch_size": 1, "prefill_seq_len": 4, "ctx_len": CTX, "full_batch_size": 2}, Dims(1, 4, CTX, VOCAB, 2)),
+], ids=["regular-bs1-p32", "regular-bs2-p4", "regular-bs1-p1", "cb-fbs4-p32", "cb-fbs2-p4"])
+def test_qefficients_graphs_are_token_exact_with_transformers(qeff, tokenizer, tmp_path, mode, dims, expected):
+    folder = qeff.graph(mode) if dims is None else compiled(qeff, mode, tmp_path / "compiled", **dims)
+    session = QaicSession(folder, opener=onnx_opener())
+    assert session.dims == expected
+    runtime = session.session
+    logits = binding_dims(runtime, "logits")  # named Castlogits_dim_* in the graph: resolved by running it
+    assert logits == [[expected.batch_size, 1, VOCAB], [expected.slots, 1, VOCAB]][: len(logits)]
+    assert len(runtime.allowed_shapes) == (0 if expected.prefill_seq_len == 1 else 2)  # one compiled shape: none
+    calls = record_runs(session)
+    prompts, tokens = list(qeff.reference), list(qeff.reference.values())
+    engine = Engine(session, tokenizer)
+    assert [s.tokens for s in engine.generate(prompts, SamplingParams(max_tokens=24))] == tokens
+    prefills = [c for c in calls if c["input_ids"].shape == (expected.batch_size, expected.prefill_seq_len)]
+    starts = [c for c in prefills if (c["position_ids"][:, 0] == 0).all()]
+    assert len(starts) == len(prompts) // expected.batch_size  # each prompt (regular: each batch) starts once
+    if expected.prefill_seq_len == 4:  # prompts of 3 to 6 tokens: some take two chunks
+        assert len(prefills) > len(starts)
+    if expected.full_batch_size == 2:  # 4 prompts, 2 slots: both slots are refilled
+        assert sorted(int(c["batch_index"][0, 0]) for c in starts) == [0, 0, 1, 1]
+
+
+def padded_prefill(runtime: OnnxInferenceSession, tokenizer, chunk: int, slot: int | None) -> dict[str, np.ndarray]:
+    """"My name is" (3 tokens) in one chunk padded with -1, the retained state returned."""
+    runtime.skip_buffers([n for n in retained_names(runtime) if not n.endswith("_RetainedState")])
+    ids, pos = np.zeros((1, chunk), np.int64), np.full((1, chunk), -1, np.int64)
+    ids[0, :3], pos[0, :3] = tokenizer("My name is").input_ids, np.arange(3)
+    runtime.set_buffers({"logits": np.zeros((1, 1, VOCAB), np.float32)})
+    inputs = {"input_ids": ids, "position_ids": pos}
+    return runtime.run(inputs if slot is None else {**inputs, "batch_index": np.array([[slot]])})
+
+
+def test_continuous_batching_padding_writes_nothing_into_any_slot(qeff, tokenizer):
+    """The scatter's INT32_MAX writes nothing, as on the card: rewritten to 0 (QEfficient's ORT check) the
+    NaN rows of the padding would land in position 0; to -1, in the slot's last position."""
+    runtime = OnnxInferenceSession(qeff.graph("cb") / QEFF_GRAPH, CB_SPECS)
+    out = padded_prefill(runtime, tokenizer, 32, slot=2)
+    assert np.isfinite(out["logits"]).all() and int(out["logits"].argmax()) == qeff.reference["My name is"][0]
+    for name in ("past_key.0", "past_value.1"):
+        state = out[name + "_RetainedState"]
+        assert np.isfinite(state).all()
+        assert np.abs(state[2, :, :3]).sum(-1).all()  # the 3 prompt positions are written
+        assert not state[2, :, 3:].any()  # the 29 padded ones are not, nor is the last position
+        assert not state[[0, 1, 3]].any()  # nor any other slot
+
+
+def test_regular_padding_keeps_onnxs_negative_index(qeff, tokenizer):
+    """Position -1 reaches the regular graph's scatter as -1 itself: the last cache position, as ONNX (and
+    QEfficient's PyTorch CtxScatterFunc) index it; nothing reads it before a real token overwrites it."""
+    specs = [{"batch_size": "1", "seq_len": "32", "ctx_len": "128"}]
+    out = padded_prefill(OnnxInferenceSession(qeff.graph("regular") / QEFF_GRAPH, specs), tokenizer, 32, slot=None)
+    assert int(out["logits"].argmax()) == qeff.reference["My name is"][0]
+    key = out["past_key.1_RetainedState"]
+    assert np.abs(key[0, :, :3]).sum(-1).all() and not key[0, :, 3:-1].any()
+    assert np.isnan(key[0, :, -1]).all()  # layer 1's padded rows attend to nothing (-inf scores): NaN
+
+
+@pytest.mark.parametrize(("mode", "rows"), [("regular", {"batch_size": 2}), ("cb", {"full_batch_size": 2})])
+def test_an_export_folder_without_specializations_takes_the_compile_config(qeff, tmp_path, mode, rows):
+    graph = linked(qeff, mode, tmp_path / "LlamaForCausalLM-5f1b2c3d4e")
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    config = {"onnx_path": str(graph), "prefill_seq_len": 4, "ctx_len": CTX, **rows}
+    (model_dir / "compile_config.json").write_text(json.dumps(config))
+    settings = BackendSettings.from_model_dir(model_dir, {"engine": "onnx", "hf_model_name": str(qeff.hf)})
+    engine, description = build_engine(settings, progress=lambda message: None)
+    mode_text = "continuous batching full_batch_size=2" if mode == "cb" else "batch_size=2"
+    assert f"engine=onnx model={qeff.hf} type=kv_cache {mode_text} prefill_seq_len=4 ctx_len=128" in description
+    source = "compile_config.json (no specializations.json beside the graph)"
+    assert f"graph={graph} specializations={source}" in description
+    prompts = list(qeff.reference)
+    assert [s.tokens for s in engine.generate(prompts, SamplingParams(max_tokens=24))] == list(qeff.reference.values())
+
+
+def test_a_continuous_batching_graph_needs_full_batch_size_in_the_compile_config(qeff, tmp_path):
+    graph = linked(qeff, "cb", tmp_path / "LlamaForCausalLM-5f1b2c3d4e")
+    opener = onnx_opener(specializations.build(1, 32, CTX), fallback_from="compile_config.json")
+    with pytest.raises(SessionError, match=r"dimension 'full_batch_size' of past_key.0 is not a specialization "
+                                           r"symbol .* in compile_config.json \(no specializations.json"):
+        QaicSession(graph, opener=opener)
+
+
+def run_check(qeff: QeffFixtures, graph: Path, *options: str):
+    prompts = "|".join(qeff.reference)
+    return CliRunner().invoke(main, ["check", "--model", str(qeff.hf), "--onnx", str(graph), "--prompt", prompts,
+                                     "--max-tokens", "24", "--json", *options])
+
+
+@pytest.mark.parametrize("mode", ["regular", "cb"])
+def test_check_matches_on_each_fixture_graph(qeff, mode):
+    result = run_check(qeff, qeff.graph(mode))
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["match"] is True and out["prompts"] == list(qeff.reference)
+    assert out["paths"]["onnx"] == out["paths"]["hf"] == list(qeff.reference.values())
+
+
+def test_check_compiles_an_export_folder_for_its_dimension_options(qeff, tmp_path):
+    graph = linked(qeff, "cb", tmp_path / "LlamaForCausalLM-5f1b2c3d4e")
+    result = run_check(qeff, graph, "--full-batch-size", "2", "--prefill-seq-len", "4")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["paths"]["onnx"] == list(qeff.reference.values())
+    refused = run_check(qeff, qeff.graph("cb"), "--ctx-len", "64")
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines()[-1] == (f"error: {qeff.graph('cb') / specializations.FILE} fixes the graph's "
+                                               "dimensions: drop --ctx-len")
+
+
+def test_qefficients_compile_layout_is_found_from_the_export_folder(qeff, tmp_path):
+    """compile() writes ``<export>/qpc-<hash>/qpc/programqpc.bin`` with specializations.json beside ``qpc/``."""
+    export = linked(qeff, "cb", tmp_path / "LlamaForCausalLM-5f1b2c3d4e")
+    (export / "qpc-9a8b7c" / "qpc").mkdir(parents=True)
+    (export / "qpc-9a8b7c" / "qpc" / "programqpc.bin").write_bytes(b"\0")
+    (export / "qpc-9a8b7c" / specializations.FILE).symlink_to(qeff.graph("cb") / specializations.FILE)
+    program = find_qpc(export)
+    assert program == export / "qpc-9a8b7c" / "qpc"
+    assert specializations_of(program) == CB_SPECS
+    assert model_type_of(export, progress=lambda message: None) == "kv_cache"
+    runtime = OnnxInferenceSession(export / QEFF_GRAPH, specializations_of(program))  # the card's twin of that QPC
+    assert read_dims(runtime, program) == (Dims(1, 32, CTX, VOCAB, full_batch_size=4), True)

@@ -1,13 +1,15 @@
 """The card's twin on the real QEfficient's graphs (the shared fixtures: QEfficient's own exports of a tiny
-random Llama, regular and continuous batching). The unchanged QAIC adapter and engine run them token-exact
-with transformers' greedy tokens (``hf_greedy.json``), in one prefill chunk and in several, with slot
-refill; the invalid-index constants follow the card's rule; an export folder as QEfficient writes it (no
-specializations.json) is compiled for the compile config; the QPC layout of QEfficient's compile is found."""
+random Llama, regular and continuous batching) and on ``qaic-console onnx export``'s of the same model, which
+has QEfficient's interface. The unchanged QAIC adapter and engine run both token-exact with transformers'
+greedy tokens (``hf_greedy.json``), in one prefill chunk and in several, with slot refill; the invalid-index
+constants follow the card's rule; an export folder as QEfficient writes it (no specializations.json) is
+compiled for the compile config; the QPC layout of QEfficient's compile is found."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -28,6 +30,7 @@ from backend_model.sampling import SamplingParams
 from console.cli import main
 
 VOCAB, CTX = 49152, 128
+MODES = ("regular", "cb")
 CB_SPECS = [{"batch_size": "1", "seq_len": "32", "ctx_len": "128", "full_batch_size": "4", "full_batch_exec_size": "1"},
             {"batch_size": "4", "seq_len": "1", "ctx_len": "128", "full_batch_size": "4"}]
 
@@ -50,9 +53,24 @@ def linked(qeff: QeffFixtures, mode: str, folder: Path) -> Path:
     return folder
 
 
-def compiled(qeff: QeffFixtures, mode: str, folder: Path, **dims: int) -> Path:
-    """The fixture's graph beside the specializations.json QEfficient's compile of ``dims`` writes."""
-    specializations.write(linked(qeff, mode, folder), specializations.build(**dims))
+@pytest.fixture(scope="module")
+def graphs(qeff, tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """{"qeff" | "ours": {mode: folder}}: QEfficient's exports, and ours of the same HF folder (through the CLI,
+    with the fixtures' dimensions: ctx_len 128, prefill_seq_len 32, batch_size 1 or full_batch_size 4)."""
+    root = tmp_path_factory.mktemp("ours")
+    for mode, rows in zip(MODES, (["--batch-size", "1"], ["--full-batch-size", "4"])):
+        result = CliRunner().invoke(main, ["onnx", "export", "--model", str(qeff.hf), "--ctx-len", str(CTX),
+                                           "--prefill-seq-len", "32", *rows, "-o", str(root / mode)])
+        assert result.exit_code == 0, result.output
+    return {"qeff": {m: qeff.graph(m) for m in MODES}, "ours": {m: root / m for m in MODES}}
+
+
+def compiled(graph: Path, folder: Path, **dims: int) -> Path:
+    """The graph in ``graph`` (a link) beside the specializations.json QEfficient's compile of ``dims`` writes."""
+    folder.mkdir()
+    source = specializations.find_graph(graph)
+    (folder / source.name).symlink_to(source)
+    specializations.write(folder, specializations.build(**dims))
     return folder
 
 
@@ -89,6 +107,7 @@ def test_each_invalid_index_constant_follows_the_cards_rule(qeff, mode, gathers,
     assert len(scratch) == 4 * scatters  # every cache write of the 2 layers (key and value) gets its scratch
 
 
+@pytest.mark.parametrize("origin", ["qeff", "ours"])
 @pytest.mark.parametrize(("mode", "dims", "expected"), [
     ("regular", None, Dims(1, 32, CTX, VOCAB)),  # the fixture's own specializations.json
     ("regular", {"batch_size": 2, "prefill_seq_len": 4, "ctx_len": CTX}, Dims(2, 4, CTX, VOCAB)),
@@ -96,8 +115,10 @@ def test_each_invalid_index_constant_follows_the_cards_rule(qeff, mode, gathers,
     ("cb", None, Dims(1, 32, CTX, VOCAB, full_batch_size=4)),
     ("cb", {"batch_size": 1, "prefill_seq_len": 4, "ctx_len": CTX, "full_batch_size": 2}, Dims(1, 4, CTX, VOCAB, 2)),
 ], ids=["regular-bs1-p32", "regular-bs2-p4", "regular-bs1-p1", "cb-fbs4-p32", "cb-fbs2-p4"])
-def test_qefficients_graphs_are_token_exact_with_transformers(qeff, tokenizer, tmp_path, mode, dims, expected):
-    folder = qeff.graph(mode) if dims is None else compiled(qeff, mode, tmp_path / "compiled", **dims)
+def test_both_exports_are_token_exact_with_transformers(qeff, graphs, tokenizer, tmp_path, mode, dims, expected,
+                                                       origin):
+    graph = graphs[origin][mode]
+    folder = graph if dims is None else compiled(graph, tmp_path / "compiled", **dims)
     session = QaicSession(folder, opener=onnx_opener())
     assert session.dims == expected
     runtime = session.session
@@ -127,10 +148,11 @@ def padded_prefill(runtime: OnnxInferenceSession, tokenizer, chunk: int, slot: i
     return runtime.run(inputs if slot is None else {**inputs, "batch_index": np.array([[slot]])})
 
 
-def test_continuous_batching_padding_writes_nothing_into_any_slot(qeff, tokenizer):
+@pytest.mark.parametrize("origin", ["qeff", "ours"])
+def test_continuous_batching_padding_writes_nothing_into_any_slot(qeff, graphs, tokenizer, origin):
     """The scatter's INT32_MAX writes nothing, as on the card: rewritten to 0 (QEfficient's ORT check) the
     NaN rows of the padding would land in position 0; to -1, in the slot's last position."""
-    runtime = OnnxInferenceSession(qeff.graph("cb") / QEFF_GRAPH, CB_SPECS)
+    runtime = OnnxInferenceSession(specializations.find_graph(graphs[origin]["cb"]), CB_SPECS)
     out = padded_prefill(runtime, tokenizer, 32, slot=2)
     assert np.isfinite(out["logits"]).all() and int(out["logits"].argmax()) == qeff.reference["My name is"][0]
     for name in ("past_key.0", "past_value.1"):
@@ -141,11 +163,13 @@ def test_continuous_batching_padding_writes_nothing_into_any_slot(qeff, tokenize
         assert not state[[0, 1, 3]].any()  # nor any other slot
 
 
-def test_regular_padding_keeps_onnxs_negative_index(qeff, tokenizer):
+@pytest.mark.parametrize("origin", ["qeff", "ours"])
+def test_regular_padding_keeps_onnxs_negative_index(qeff, graphs, tokenizer, origin):
     """Position -1 reaches the regular graph's scatter as -1 itself: the last cache position, as ONNX (and
     QEfficient's PyTorch CtxScatterFunc) index it; nothing reads it before a real token overwrites it."""
-    specs = [{"batch_size": "1", "seq_len": "32", "ctx_len": "128"}]
-    out = padded_prefill(OnnxInferenceSession(qeff.graph("regular") / QEFF_GRAPH, specs), tokenizer, 32, slot=None)
+    runtime = OnnxInferenceSession(specializations.find_graph(graphs[origin]["regular"]),
+                                   [{"batch_size": "1", "seq_len": "32", "ctx_len": "128"}])
+    out = padded_prefill(runtime, tokenizer, 32, slot=None)
     assert int(out["logits"].argmax()) == qeff.reference["My name is"][0]
     key = out["past_key.1_RetainedState"]
     assert np.abs(key[0, :, :3]).sum(-1).all() and not key[0, :, 3:-1].any()
@@ -215,3 +239,39 @@ def test_qefficients_compile_layout_is_found_from_the_export_folder(qeff, tmp_pa
     assert model_type_of(export, progress=lambda message: None) == "kv_cache"
     runtime = OnnxInferenceSession(export / QEFF_GRAPH, specializations_of(program))  # the card's twin of that QPC
     assert read_dims(runtime, program) == (Dims(1, 32, CTX, VOCAB, full_batch_size=4), True)
+
+
+def interface(folder: Path) -> dict[str, Any]:
+    """The graph's default opset, and its inputs and outputs in order: (name, element type, dims)."""
+    model = onnx.load(str(specializations.find_graph(folder)), load_external_data=False)
+
+    def rows(values) -> list[tuple[str, int, list[int | str]]]:
+        types = [(v.name, v.type.tensor_type) for v in values]
+        return [(name, t.elem_type, [d.dim_param or d.dim_value for d in t.shape.dim]) for name, t in types]
+
+    opset = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    return {"opset": opset, "inputs": rows(model.graph.input), "outputs": rows(model.graph.output)}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_our_export_has_qefficients_interface(graphs, mode):
+    """Names, dtypes, dims, input order and the invalid-index convention are QEfficient's. Kept differences:
+
+    * logits dims: ours name the symbol and the fixed 1 (``[batch_size, 1, vocab]``); QEfficient's exporter
+      leaves them unnamed (``Castlogits_dim_*``). The twin takes output dims from the graph run under each
+      specialization, never from names, so both open the same way.
+    * cache ops: ours are plain ScatterND / GatherND, what QEfficient's CtxScatter / CtxGather functions
+      inline to (the twin inlines them); there is no custom-op library to compile against here.
+    * one gather INT32_MAX for all layers (torch's exporter merges the layers' identical index computation)
+      where QEfficient's attention makes one per layer: each constant gets the same rule.
+    * files: ``model.onnx`` + the specializations.json of the dimensions it was exported for, where QEfficient
+      writes ``LlamaForCausalLM.onnx`` + ``hashed_export_params.json`` and leaves the dimensions to compile().
+    """
+    ours, theirs = interface(graphs["ours"][mode]), interface(graphs["qeff"][mode])
+    assert ours["outputs"][0] == ("logits", onnx.TensorProto.FLOAT, ["batch_size", 1, VOCAB])
+    assert theirs["outputs"][0] == ("logits", onnx.TensorProto.FLOAT, ["Castlogits_dim_0", "Castlogits_dim_1", VOCAB])
+    ours["outputs"][0] = theirs["outputs"][0]
+    assert ours == theirs
+    mine, qeffs = (prepare(specializations.find_graph(graphs[origin][mode])) for origin in ("ours", "qeff"))
+    assert (mine.scatters, qeffs.scatters) == ((1, 1) if mode == "cb" else (0, 0))  # CB: -1 becomes INT32_MAX
+    assert (mine.gathers, qeffs.gathers, mine.inlined, qeffs.inlined) == (1, 2, 0, 3)

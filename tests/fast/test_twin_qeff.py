@@ -275,3 +275,24 @@ def test_our_export_has_qefficients_interface(graphs, mode):
     mine, qeffs = (prepare(specializations.find_graph(graphs[origin][mode])) for origin in ("ours", "qeff"))
     assert (mine.scatters, qeffs.scatters) == ((1, 1) if mode == "cb" else (0, 0))  # CB: -1 becomes INT32_MAX
     assert (mine.gathers, qeffs.gathers, mine.inlined, qeffs.inlined) == (1, 2, 0, 3)
+
+
+def test_weights_in_files_beside_the_graph_are_read_from_there(qeff, tokenizer, tmp_path):
+    """QEfficient writes a model over 2 GB with its weights in files beside the .onnx."""
+    folder = tmp_path / "LlamaForCausalLM-5f1b2c3d4e"
+    folder.mkdir()
+    onnx.save(onnx.load(str(qeff.graph("cb") / QEFF_GRAPH)), str(folder / QEFF_GRAPH), save_as_external_data=True,
+              location="weights.data", size_threshold=1024)
+    (folder / specializations.FILE).symlink_to(qeff.graph("cb") / specializations.FILE)
+    session = QaicSession(folder, opener=onnx_opener())
+    assert session.session.graph.external_data and len(session.session.graph.model) < 200_000  # no weights in it
+    prompts = list(qeff.reference)[:2]
+    tokens = [s.tokens for s in Engine(session, tokenizer).generate(prompts, SamplingParams(max_tokens=24))]
+    assert tokens == [qeff.reference[p] for p in prompts]
+
+
+def test_a_file_that_is_not_a_graph_is_one_clear_error(tmp_path):
+    (tmp_path / "model.onnx").write_bytes(b"not a graph")
+    with pytest.raises(SessionError, match=r"^\S+model.onnx is not a usable ONNX graph: ") as caught:
+        OnnxInferenceSession(tmp_path / "model.onnx", [{"batch_size": "1"}])
+    assert "\n" not in str(caught.value)

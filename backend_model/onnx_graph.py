@@ -39,17 +39,16 @@ OPAQUE = {"Shape", "Size"}  # what flows on from these is a shape, not the const
 
 @dataclass(frozen=True)
 class Prepared:
-    """The graph ONNX Runtime opens, and what was done to its invalid-index constants."""
+    """What was done to a graph to make it ready for ONNX Runtime."""
 
-    model: bytes
     gathers: int  # INT32_MAX constants feeding a gather index: read position 0
     scatters: int  # INT32_MAX constants feeding a scatter index: write nothing
     inlined: int  # local functions (custom ops) inlined
     external_data: bool  # weights in files beside the graph
 
 
-def prepare(path: str | Path) -> Prepared:
-    """Load the graph at ``path``, inline its custom ops and apply the invalid-index rules.
+def prepare(path: str | Path) -> tuple[bytes, Prepared]:
+    """The graph at ``path`` with its custom ops inlined and the invalid-index rules applied (serialized).
 
     Raises ValueError for a constant the rules cannot place (it reaches both kinds of index).
     """
@@ -79,7 +78,7 @@ def prepare(path: str | Path) -> Prepared:
             scatters |= reached if kind == "scatter" else set()
     if scatters:
         _with_scratch(graph, nodes, scatters)
-    return Prepared(model.SerializeToString(), counts["gather"], counts["scatter"], inlined, external)
+    return model.SerializeToString(), Prepared(counts["gather"], counts["scatter"], inlined, external)
 
 
 def _invalid_constants(graph: Any) -> list[tuple[str, Any]]:

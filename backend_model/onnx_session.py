@@ -59,9 +59,10 @@ class OnnxInferenceSession:
     """QAICInferenceSession's twin on ONNX Runtime (CPU)."""
 
     def __init__(self, onnx_path: str | Path, specs: list[Symbols], threads: int = 0, source: str = "") -> None:
-        self.graph = _prepare(Path(onnx_path))
+        model, self.prepared = _prepare(Path(onnx_path))
         self.specializations_from = source  # where ``specs`` came from, for the log line
-        self._ort = _open(self.graph, Path(onnx_path), threads)
+        self._ort = _open(model, self.prepared.external_data, Path(onnx_path), threads)
+        del model  # ONNX Runtime holds its own copy
         inputs, outputs = self._ort.get_inputs(), self._ort.get_outputs()
         args = [(a, True) for a in inputs] + [(a, False) for a in outputs]
         dtypes = [np.dtype(DTYPES.get(a.type, np.float32)) for a, _ in args]
@@ -171,7 +172,7 @@ class OnnxInferenceSession:
         raise ValueError(f"Failed to run\n\nAllowed shapes:{allowed}\n\nPassed shapes:\n{passed}")
 
 
-def _prepare(path: Path) -> onnx_graph.Prepared:
+def _prepare(path: Path) -> tuple[bytes, onnx_graph.Prepared]:
     try:
         return onnx_graph.prepare(path)
     except (OSError, ValueError) as exc:
@@ -180,17 +181,17 @@ def _prepare(path: Path) -> onnx_graph.Prepared:
         raise SessionError(f"{path} is not a usable ONNX graph: {_first_line(exc)}") from None
 
 
-def _open(graph: onnx_graph.Prepared, path: Path, threads: int) -> Any:
+def _open(model: bytes, external_data: bool, path: Path, threads: int) -> Any:
     """An ONNX Runtime session on the prepared graph (weights in files are read from beside ``path``)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
-    if graph.external_data:
+    if external_data:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent))
     try:
-        return ort.InferenceSession(graph.model, options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime's Fail / InvalidGraph / NotImplemented
         raise SessionError(f"ONNX Runtime cannot open {path}: {_first_line(exc)}") from None
 

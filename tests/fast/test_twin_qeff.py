@@ -96,9 +96,9 @@ def test_the_fixtures_are_found_or_the_test_fails(qeff, tmp_path):
 @pytest.mark.parametrize(("mode", "gathers", "scatters"), [("regular", 2, 0), ("cb", 2, 1)])
 def test_each_invalid_index_constant_follows_the_cards_rule(qeff, mode, gathers, scatters):
     """One INT32_MAX per layer feeds the cache gather; with continuous batching one more feeds the scatter."""
-    graph = prepare(qeff.graph(mode) / QEFF_GRAPH)
-    assert (graph.gathers, graph.scatters, graph.inlined, graph.external_data) == (gathers, scatters, 3, False)
-    model = onnx.load_from_string(graph.model)
+    prepared, done = prepare(qeff.graph(mode) / QEFF_GRAPH)
+    assert (done.gathers, done.scatters, done.inlined, done.external_data) == (gathers, scatters, 3, False)
+    model = onnx.load_from_string(prepared)
     assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"} and not model.functions  # custom ops inlined
     values = [onnx.numpy_helper.to_array(a.t) for n in model.graph.node if n.op_type == "Constant" for a in n.attribute
               if a.name == "value"]
@@ -272,7 +272,7 @@ def test_our_export_has_qefficients_interface(graphs, mode):
     assert theirs["outputs"][0] == ("logits", onnx.TensorProto.FLOAT, ["Castlogits_dim_0", "Castlogits_dim_1", VOCAB])
     ours["outputs"][0] = theirs["outputs"][0]
     assert ours == theirs
-    mine, qeffs = (prepare(specializations.find_graph(graphs[origin][mode])) for origin in ("ours", "qeff"))
+    mine, qeffs = (prepare(specializations.find_graph(graphs[origin][mode]))[1] for origin in ("ours", "qeff"))
     assert (mine.scatters, qeffs.scatters) == ((1, 1) if mode == "cb" else (0, 0))  # CB: -1 becomes INT32_MAX
     assert (mine.gathers, qeffs.gathers, mine.inlined, qeffs.inlined) == (1, 2, 0, 3)
 
@@ -284,8 +284,9 @@ def test_weights_in_files_beside_the_graph_are_read_from_there(qeff, tokenizer, 
     onnx.save(onnx.load(str(qeff.graph("cb") / QEFF_GRAPH)), str(folder / QEFF_GRAPH), save_as_external_data=True,
               location="weights.data", size_threshold=1024)
     (folder / specializations.FILE).symlink_to(qeff.graph("cb") / specializations.FILE)
+    assert len(prepare(folder / QEFF_GRAPH)[0]) < 200_000  # the weights stay in their file
     session = QaicSession(folder, opener=onnx_opener())
-    assert session.session.graph.external_data and len(session.session.graph.model) < 200_000  # no weights in it
+    assert session.session.prepared.external_data
     prompts = list(qeff.reference)[:2]
     tokens = [s.tokens for s in Engine(session, tokenizer).generate(prompts, SamplingParams(max_tokens=24))]
     assert tokens == [qeff.reference[p] for p in prompts]

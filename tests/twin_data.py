@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from console.bench.engine import BENCH_PROMPTS
+from console.clients import Failure, Reply
 
 PROMPTS = BENCH_PROMPTS[:8]
 TOKENS = 32
@@ -52,3 +54,28 @@ def qeff_fixtures(candidates: list[str | Path | None] | None = None) -> QeffFixt
     tried = ", ".join(str(c) for c in candidates if c)
     pytest.fail(f"QEfficient export fixtures not found (tried {tried}): set {QEFF_FIXTURES} to the folder "
                 "holding tiny-llama/", pytrace=False)
+
+
+def generate_model(repo: Path, name: str, config: dict, *flags: str) -> None:
+    """``generate-llm-model-repo --model_name NAME`` with ``config`` as its compile config, into ``repo``."""
+    from click.testing import CliRunner
+
+    from repo_gen.cli import gen
+
+    path = repo.parent / f"{name}.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(gen, ["--model_name", name, "--compile_config_path", str(path), "-o", str(repo),
+                                      *flags])
+    assert result.exit_code == 0, result.output
+
+
+def events(call: Iterable) -> list:
+    """Every event of a client call, none a failure."""
+    found = list(call)
+    assert not [e for e in found if isinstance(e, Failure)], found
+    return found
+
+
+def texts(found: list) -> list[str]:
+    """The replies' texts, in prompt order."""
+    return [e.text for e in sorted((e for e in found if isinstance(e, Reply)), key=lambda e: e.index)]

@@ -22,7 +22,8 @@ reaches:
 
 Position -1 in a regular graph reaches its ScatterND as -1 itself (no constant): the last cache
 position, as ONNX and PyTorch define a negative index. No valid read reaches it before a real
-token overwrites it, so it stays as it is. ``onnx`` is imported lazily: only the twin needs it.
+token overwrites it, so it stays as it is. The weights are never loaded here: ONNX Runtime reads
+them from the file (:mod:`.onnx_weights`). ``onnx`` is imported lazily: only the twin needs it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from . import onnx_weights
 
 INVALID_INDEX = 2**31 - 1  # torch.iinfo(torch.int32).max: QEfficient's invalid cache index
 READS = {"GatherND": "gather", "ScatterND": "scatter"}  # ops whose input 1 is an index
@@ -44,19 +47,20 @@ class Prepared:
     gathers: int  # INT32_MAX constants feeding a gather index: read position 0
     scatters: int  # INT32_MAX constants feeding a scatter index: write nothing
     inlined: int  # local functions (custom ops) inlined
-    external_data: bool  # weights in files beside the graph
 
 
 def prepare(path: str | Path) -> tuple[bytes, Prepared]:
-    """The graph at ``path`` with its custom ops inlined and the invalid-index rules applied (serialized).
+    """The graph at ``path`` with its custom ops inlined and the invalid-index rules applied, serialized
+    without its weights: ONNX Runtime reads them from the files in the graph's folder.
 
     Raises ValueError for a constant the rules cannot place (it reaches both kinds of index).
     """
     import onnx
     import onnx.inliner
 
-    model = onnx.load(str(path), load_external_data=False)
-    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    weightless, ranges = onnx_weights.without_weights(path)
+    model = onnx.load_from_string(weightless)
+    onnx_weights.refer(model, Path(path).name, ranges)
     inlined = len(model.functions)
     if inlined:
         model = onnx.inliner.inline_local_functions(model)
@@ -67,7 +71,7 @@ def prepare(path: str | Path) -> tuple[bytes, Prepared]:
         for slot, name in enumerate(node.input):
             consumers.setdefault(name, []).append((n, slot))
     counts = {"gather": 0, "scatter": 0}
-    scatters: set = set()
+    scatters: set[int] = set()
     for name, value in _invalid_constants(graph):
         kinds = _reached(name, nodes, consumers)
         if len(kinds) > 1:
@@ -78,16 +82,16 @@ def prepare(path: str | Path) -> tuple[bytes, Prepared]:
             scatters |= reached if kind == "scatter" else set()
     if scatters:
         _with_scratch(graph, nodes, scatters)
-    return model.SerializeToString(), Prepared(counts["gather"], counts["scatter"], inlined, external)
+    return model.SerializeToString(), Prepared(counts["gather"], counts["scatter"], inlined)
 
 
 def _invalid_constants(graph: Any) -> list[tuple[str, Any]]:
     """(value name, its TensorProto) of every scalar INT32_MAX, in Constant nodes and initializers."""
-    from onnx import numpy_helper
+    from onnx import TensorProto, numpy_helper
 
     found = [(n.output[0], a.t) for n in graph.node if n.op_type == "Constant"
              for a in n.attribute if a.name == "value"]
-    found += [(t.name, t) for t in graph.initializer if not t.dims and t.data_location != 1]  # 1: EXTERNAL
+    found += [(t.name, t) for t in graph.initializer if not t.dims and t.data_location != TensorProto.EXTERNAL]
     return [(name, t) for name, t in found if not t.dims and numpy_helper.to_array(t).item() == INVALID_INDEX]
 
 

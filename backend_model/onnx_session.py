@@ -59,10 +59,10 @@ class OnnxInferenceSession:
     """QAICInferenceSession's twin on ONNX Runtime (CPU)."""
 
     def __init__(self, onnx_path: str | Path, specs: list[Symbols], threads: int = 0, source: str = "") -> None:
-        model, self.prepared = _prepare(Path(onnx_path))
+        real = Path(onnx_path).resolve()  # its weights lie beside the file a link points to
+        model, self.prepared = _prepare(real)
         self.specializations_from = source  # where ``specs`` came from, for the log line
-        self._ort = _open(model, self.prepared.external_data, Path(onnx_path), threads)
-        del model  # ONNX Runtime holds its own copy
+        self._ort = _open(model, real, threads)
         inputs, outputs = self._ort.get_inputs(), self._ort.get_outputs()
         args = [(a, True) for a in inputs] + [(a, False) for a in outputs]
         dtypes = [np.dtype(DTYPES.get(a.type, np.float32)) for a, _ in args]
@@ -175,21 +175,20 @@ class OnnxInferenceSession:
 def _prepare(path: Path) -> tuple[bytes, onnx_graph.Prepared]:
     try:
         return onnx_graph.prepare(path)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise SessionError(f"cannot read ONNX graph {path}: {_first_line(exc)}") from None
-    except Exception as exc:  # onnx's DecodeError, ValidationError, InlinerError ...
+    except Exception as exc:  # onnx's DecodeError, an invalid-index constant no rule places ...
         raise SessionError(f"{path} is not a usable ONNX graph: {_first_line(exc)}") from None
 
 
-def _open(model: bytes, external_data: bool, path: Path, threads: int) -> Any:
-    """An ONNX Runtime session on the prepared graph (weights in files are read from beside ``path``)."""
+def _open(model: bytes, path: Path, threads: int) -> Any:
+    """An ONNX Runtime session on the prepared graph; its weights are read from the files beside ``path``."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
-    if external_data:
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent))
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent))
     try:
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime's Fail / InvalidGraph / NotImplemented

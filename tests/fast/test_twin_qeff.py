@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from twin_data import QEFF_GRAPH, QeffFixtures, qeff_fixtures
 
-from backend_model import specializations
+from backend_model import onnx_weights, specializations
 from backend_model.build import BackendSettings, build_engine
 from backend_model.contract import Dims, SessionError
 from backend_model.engine import Engine
@@ -97,7 +97,8 @@ def test_the_fixtures_are_found_or_the_test_fails(qeff, tmp_path):
 def test_each_invalid_index_constant_follows_the_cards_rule(qeff, mode, gathers, scatters):
     """One INT32_MAX per layer feeds the cache gather; with continuous batching one more feeds the scatter."""
     prepared, done = prepare(qeff.graph(mode) / QEFF_GRAPH)
-    assert (done.gathers, done.scatters, done.inlined, done.external_data) == (gathers, scatters, 3, False)
+    assert (done.gathers, done.scatters, done.inlined) == (gathers, scatters, 3)
+    assert len(prepared) < 200_000  # the graph without its 25 MB of weights: ONNX Runtime reads them from the file
     model = onnx.load_from_string(prepared)
     assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"} and not model.functions  # custom ops inlined
     values = [onnx.numpy_helper.to_array(a.t) for n in model.graph.node if n.op_type == "Constant" for a in n.attribute
@@ -284,9 +285,7 @@ def test_weights_in_files_beside_the_graph_are_read_from_there(qeff, tokenizer, 
     onnx.save(onnx.load(str(qeff.graph("cb") / QEFF_GRAPH)), str(folder / QEFF_GRAPH), save_as_external_data=True,
               location="weights.data", size_threshold=1024)
     (folder / specializations.FILE).symlink_to(qeff.graph("cb") / specializations.FILE)
-    assert len(prepare(folder / QEFF_GRAPH)[0]) < 200_000  # the weights stay in their file
     session = QaicSession(folder, opener=onnx_opener())
-    assert session.session.prepared.external_data
     prompts = list(qeff.reference)[:2]
     tokens = [s.tokens for s in Engine(session, tokenizer).generate(prompts, SamplingParams(max_tokens=24))]
     assert tokens == [qeff.reference[p] for p in prompts]
@@ -297,3 +296,30 @@ def test_a_file_that_is_not_a_graph_is_one_clear_error(tmp_path):
     with pytest.raises(SessionError, match=r"^\S+model.onnx is not a usable ONNX graph: ") as caught:
         OnnxInferenceSession(tmp_path / "model.onnx", [{"batch_size": "1"}])
     assert "\n" not in str(caught.value)
+
+
+def test_embedded_weights_are_read_from_the_file_itself(tmp_path):
+    """The twin never loads a graph's weights: their byte ranges in the .onnx become external data."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 32])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.ones(32, np.float32), "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    weightless, ranges = onnx_weights.without_weights(tmp_path / "m.onnx")
+    assert set(ranges) == {"w"} and len(weightless) < weight.nbytes  # the 128-byte bias stays in the graph
+    offset, length = ranges["w"]
+    assert (tmp_path / "m.onnx").read_bytes()[offset:offset + length] == weight.tobytes()
+    model = onnx.load_from_string(weightless)
+    onnx_weights.refer(model, "m.onnx", ranges)
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(tmp_path))
+    x = {"x": np.arange(128, dtype=np.float32).reshape(2, 64)}
+    got = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, x)
+    whole = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, x)
+    np.testing.assert_array_equal(got[0], whole[0])
+    np.testing.assert_allclose(got[0], x["x"] @ weight + 1, rtol=1e-5)

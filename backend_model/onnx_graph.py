@@ -16,9 +16,8 @@ reaches:
 * **scatter** (continuous batching maps position -1, prefill padding, to INT32_MAX): the card
   writes nothing. QEfficient's generalized scatter ops, exported as the same ``ScatterND``, define
   it so ("preserves ``data`` at invalid (INT32_MAX) positions", ``CtxScatterFunc3DGeneralized``),
-  and its sampler and MoE packing rely on it. The twin gives each such ScatterND a scratch
-  position past every indexed axis, points the constant at it (-1) and cuts it off afterwards:
-  the cache is left exactly as it was.
+  and its sampler and MoE packing rely on it. The twin leaves the index rows holding INT32_MAX
+  (and their updates) out of each such ScatterND: the cache keeps exactly what it held there.
 
 Position -1 in a regular graph reaches its ScatterND as -1 itself (no constant): the last cache
 position, as ONNX and PyTorch define a negative index. No valid read reaches it before a real
@@ -77,11 +76,13 @@ def prepare(path: str | Path) -> tuple[bytes, Prepared]:
         if len(kinds) > 1:
             raise ValueError(f"INT32_MAX constant {name} feeds both a gather and a scatter index")
         for kind, reached in kinds.items():
-            value.CopyFrom(_scalar(value, 0 if kind == "gather" else -1))
             counts[kind] += 1
-            scatters |= reached if kind == "scatter" else set()
+            if kind == "gather":
+                value.CopyFrom(_scalar(value, 0))
+            else:
+                scatters |= reached
     if scatters:
-        _with_scratch(graph, nodes, scatters)
+        _skipping_invalid(graph, nodes, scatters)
     return model.SerializeToString(), Prepared(counts["gather"], counts["scatter"], inlined)
 
 
@@ -122,10 +123,14 @@ def _scalar(like: Any, value: int) -> Any:
     return numpy_helper.from_array(np.array(value, dtype=numpy_helper.to_array(like).dtype), like.name)
 
 
-def _with_scratch(graph: Any, nodes: list[Any], targets: set[int]) -> None:
-    """Give each target ScatterND one scratch position past every indexed axis (where index -1 now
-    points) and cut it off after the write, so an invalid write changes nothing."""
-    from onnx import NodeProto, helper
+def _skipping_invalid(graph: Any, nodes: list[Any], targets: set[int]) -> None:
+    """Each target ScatterND writes only the rows of its index that hold no INT32_MAX: the others are
+    left out (Compress) before the write, so the cache keeps what it held there."""
+    from onnx import NodeProto, TensorProto, helper
+
+    def constant(name: str, value: Any, dtype: int = TensorProto.INT64) -> Any:
+        dims = [] if not isinstance(value, list) else [len(value)]
+        return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, dtype, dims, value))
 
     out = []
     for n, node in enumerate(nodes):
@@ -134,24 +139,30 @@ def _with_scratch(graph: Any, nodes: list[Any], targets: set[int]) -> None:
             out[-1].CopyFrom(node)  # the old list is cleared below
             continue
         data, indices, updates = node.input[:3]
-        p = f"twin_scratch_{n}_"  # unique names for what this rewrite adds
+        p = f"twin_skip_{n}_"  # unique names for what this rewrite adds
         out += [
-            helper.make_node("Constant", [], [p + "zero"], value_int=0),
-            helper.make_node("Constant", [], [p + "one"], value_int=1),
-            helper.make_node("Constant", [], [p + "last"], value_int=-1),
-            helper.make_node("Shape", [data], [p + "shape"]),
-            helper.make_node("Size", [p + "shape"], [p + "rank"]),
-            helper.make_node("Range", [p + "zero", p + "rank", p + "one"], [p + "axes"]),
+            constant(p + "rest", [-1]), constant(p + "end", [2**63 - 1]), constant(p + "invalid", INVALID_INDEX),
+            constant(p + "one", [1]), constant(p + "zero", 0.0, TensorProto.FLOAT),
             helper.make_node("Shape", [indices], [p + "index_shape"]),
-            helper.make_node("Gather", [p + "index_shape", p + "last"], [p + "indexed"]),  # axes an index names
-            helper.make_node("Less", [p + "axes", p + "indexed"], [p + "is_indexed"]),
-            helper.make_node("Cast", [p + "is_indexed"], [p + "after"], to=7),  # int64: one more at the end
-            helper.make_node("Mul", [p + "after", p + "zero"], [p + "before"]),
-            helper.make_node("Concat", [p + "before", p + "after"], [p + "pads"], axis=0),
-            helper.make_node("Pad", [data, p + "pads"], [p + "padded"]),
-            helper.make_node("ScatterND", [p + "padded", indices, updates], [p + "written"],
+            helper.make_node("Slice", [p + "index_shape", p + "rest", p + "end"], [p + "depth"]),  # [K]
+            helper.make_node("Concat", [p + "rest", p + "depth"], [p + "rows_shape"], axis=0),
+            helper.make_node("Reshape", [indices, p + "rows_shape"], [p + "rows"]),  # [N, K]
+            helper.make_node("Shape", [data], [p + "data_shape"]),
+            helper.make_node("Slice", [p + "data_shape", p + "depth", p + "end"], [p + "slice_dims"]),
+            helper.make_node("Concat", [p + "rest", p + "slice_dims"], [p + "updates_shape"], axis=0),
+            helper.make_node("Reshape", [updates, p + "updates_shape"], [p + "row_updates"]),  # [N, ...]
+            helper.make_node("Equal", [p + "rows", p + "invalid"], [p + "is_invalid"]),
+            helper.make_node("Cast", [p + "is_invalid"], [p + "invalid_coords"], to=TensorProto.FLOAT),
+            helper.make_node("Concat", [p + "depth", p + "one"], [p + "column_shape"], axis=0),  # [K, 1]
+            helper.make_node("ConstantOfShape", [p + "column_shape"], [p + "ones"],
+                             value=helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])),
+            helper.make_node("MatMul", [p + "invalid_coords", p + "ones"], [p + "invalid_count"]),  # [N, 1]
+            helper.make_node("Equal", [p + "invalid_count", p + "zero"], [p + "keep_column"]),
+            helper.make_node("Reshape", [p + "keep_column", p + "rest"], [p + "keep"]),  # [N]
+            helper.make_node("Compress", [p + "rows", p + "keep"], [p + "kept_rows"], axis=0),
+            helper.make_node("Compress", [p + "row_updates", p + "keep"], [p + "kept_updates"], axis=0),
+            helper.make_node("ScatterND", [data, p + "kept_rows", p + "kept_updates"], list(node.output[:1]),
                              **{a.name: helper.get_attribute_value(a) for a in node.attribute}),
-            helper.make_node("Slice", [p + "written", p + "before", p + "shape"], list(node.output[:1])),
         ]
     graph.ClearField("node")
     graph.node.extend(out)

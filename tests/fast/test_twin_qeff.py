@@ -101,11 +101,12 @@ def test_each_invalid_index_constant_follows_the_cards_rule(qeff, mode, gathers,
     assert len(prepared) < 200_000  # the graph without its 25 MB of weights: ONNX Runtime reads them from the file
     model = onnx.load_from_string(prepared)
     assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"} and not model.functions  # custom ops inlined
-    values = [onnx.numpy_helper.to_array(a.t) for n in model.graph.node if n.op_type == "Constant" for a in n.attribute
-              if a.name == "value"]
-    assert not [v for v in values if v.shape == () and v.item() == INVALID_INDEX]
-    scratch = [n for n in model.graph.node if n.op_type == "ScatterND" and n.input[0].startswith("twin_scratch_")]
-    assert len(scratch) == 4 * scatters  # every cache write of the 2 layers (key and value) gets its scratch
+    invalid = {n.output[0] for n in model.graph.node if n.op_type == "Constant" for a in n.attribute
+               if a.name == "value" and onnx.numpy_helper.to_array(a.t).tolist() == INVALID_INDEX}
+    readers = {n.op_type for n in model.graph.node if invalid & set(n.input)}
+    assert readers == ({"Where", "Equal"} if scatters else set())  # the gathers' constants now read 0
+    skipping = [n for n in model.graph.node if n.op_type == "ScatterND" and n.input[1].startswith("twin_skip_")]
+    assert len(skipping) == 4 * scatters  # every cache write of the 2 layers (key and value) skips invalid rows
 
 
 @pytest.mark.parametrize("origin", ["qeff", "ours"])

@@ -60,6 +60,34 @@ def token_bytes_table(tokenizer) -> list[bytes] | None:
     return None
 
 
+UTF8_SHRINK = 4  # the most a normalizer (NFKC, lowercasing) shrinks text in UTF-8 bytes: 4-byte "𝐀" becomes "A"
+
+
+def longest_token_bytes(tokenizer, table: list[bytes] | None) -> int | None:
+    """The most bytes of text one token stands for: its bytes, an added token's text, or one character
+    (an unknown character becomes one token: 4 bytes); None when the tokenizer cannot say."""
+    try:
+        pieces = [len(b) for b in table] if table is not None else [len(t.encode()) for t in tokenizer.get_vocab()]
+        added = [len(t.encode()) for t in tokenizer.get_added_vocab()]
+    except (AttributeError, TypeError):
+        return None
+    return max([*pieces, *added, 4])
+
+
+def max_prompt_bytes(tokenizer, table: list[bytes] | None, ctx_len: int) -> int | None:
+    """The UTF-8 length over which a prompt surely has ``ctx_len`` tokens or more (so it is refused before
+    tokenising); None when no bound is known (a tokenizer without a fast backend).
+
+    A fast tokenizer keeps every byte of the text (byte-level BPE, SentencePiece): each token stands for
+    at most :func:`longest_token_bytes` of it; one with a normalizer gets :data:`UTF8_SHRINK` times the room.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    longest = longest_token_bytes(tokenizer, table) if backend is not None else None
+    if longest is None:
+        return None
+    return ctx_len * longest * (1 if backend.normalizer is None else UTF8_SHRINK)
+
+
 class Detokenizer:
     """Turns token ids into text one token at a time for one sequence."""
 

@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from .contract import Session
-from .detok import Detokenizer, token_bytes_table
-from .sampling import BadRequest, Sampler, SamplingParams
+from .detok import Detokenizer, max_prompt_bytes, token_bytes_table
+from .errors import BadRequest
+from .sampling import Sampler, SamplingParams
 
 _ids = itertools.count(1)
 
@@ -79,6 +80,7 @@ class Engine:
             eos.add(tokenizer.eos_token_id)
         self.eos_ids = frozenset(eos)
         self.table = token_bytes_table(tokenizer)
+        self.max_prompt_bytes = max_prompt_bytes(tokenizer, self.table, self.dims.ctx_len)  # None: no cheap check
         self.slots: list[Sequence | None] = [None] * self.dims.slots
         self.fed: list[tuple[int, int]] = [(0, 0)] * self.dims.slots  # each row's last (token, position)
         self.queue: deque[Sequence] = deque()
@@ -89,13 +91,13 @@ class Engine:
     def encode(self, prompt: str) -> list[int]:
         return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
 
-    def check_prompt(self, prompt_ids: list[int]) -> None:
-        """Raise BadRequest for a prompt the compile dimensions cannot serve."""
+    def check_prompt(self, prompt_ids: list[int], what: str = "the prompt") -> None:
+        """Raise BadRequest for a prompt the compile dimensions cannot serve (``what``: the prompt's name in it)."""
         if not prompt_ids:
-            raise BadRequest("empty prompt")
+            raise BadRequest(f"{what} is empty")
         if len(prompt_ids) >= self.dims.ctx_len:
             raise BadRequest(
-                f"prompt is {len(prompt_ids)} tokens but ctx_len is {self.dims.ctx_len}: "
+                f"{what} is {len(prompt_ids)} tokens but ctx_len is {self.dims.ctx_len}: "
                 "no room to generate (shorten the prompt or compile a longer ctx_len)"
             )
 

@@ -1,5 +1,9 @@
-"""The backend's error for a session that cannot be made (standard library only: the generator shares it)."""
+"""The backend's errors (standard library only: the generator and the controls' schema share them)."""
 
 
 class SessionError(RuntimeError):
     """A session cannot be created or run (missing runtime, bad model, bad shapes)."""
+
+
+class BadRequest(ValueError):
+    """A request the backend refuses, with a one-line message meant for the client."""

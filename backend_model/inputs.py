@@ -1,136 +1,196 @@
 """A request's inputs, read and checked: the bundled interface and the Triton vLLM backend's names.
 
-The bundled interface takes ``prompt`` (one or more prompts) and each control as its own input
-(``max_tokens``, ``temperature`` ...). The Triton vLLM backend's names are accepted too, so NVIDIA's
+The bundled interface takes ``prompt`` (one or more prompts) and each control of the schema
+(:mod:`.controls`) as its own input. The Triton vLLM backend's names are accepted too, so NVIDIA's
 tools (genai-perf ``--backend vllm``, AIPerf) run against this model unmodified: ``text_input`` (one
 prompt), ``stream`` (BOOL), ``sampling_parameters`` (a JSON object of the same controls) and
-``exclude_input_in_output``. ``status_of`` (a request id) asks whether that request is running here.
+``exclude_input_in_output``. ``status_of`` with ``status_key`` asks whether the asker's own request
+(the one sent with that ``status_key``) runs here.
 
-Free of ``triton_python_backend_utils``: ``read(name)`` gives an input's array, or None when absent.
+Cheap checks come first: the number of prompts and their size in bytes (against what the model's
+context can hold at most) before decoding or tokenising; the JSON's size and depth before parsing;
+each value once, by its control's rule (integers before any cast). Free of
+``triton_python_backend_utils``: ``read(name)`` gives an input's array, or None when absent.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .sampling import BadRequest, SamplingParams
+from .controls import CONTROLS, Control
+from .errors import BadRequest
+from .sampling import SamplingParams
 
 MAX_PROMPTS = 256
-CONTROLS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty", "min_tokens", "ignore_eos")
-INTEGERS = ("max_tokens", "top_k", "seed", "min_tokens")
+MAX_JSON_BYTES = 64 * 1024  # sampling_parameters
+MAX_JSON_DEPTH = 32
+MAX_NAME_BYTES = 256  # id, status_of, status_key
 Read = Callable[[str], Optional[np.ndarray]]
+_ABSENT = object()
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 @dataclass
 class Inputs:
-    """What a request asks for (prompts not yet tokenized)."""
+    """What a request asks for (prompts not yet tokenized; controls checked, the set ones only)."""
 
     prompts: list[str] = field(default_factory=list)
     controls: dict[str, Any] = field(default_factory=dict)
-    stop: list[str] = field(default_factory=list)
     request_id: str = ""  # the ``id`` input (the generate endpoint's "id")
     exclude_input: bool | None = None
     stream: bool | None = None  # None: the model's transaction policy decides
-    status_of: str | None = None
+    status_key: str = ""  # the key a status question about this request must bring
+    status_of: str | None = None  # a status question: the request id asked about
 
     def params(self) -> SamplingParams:
-        """The checked sampling parameters (BadRequest names the bad one)."""
-        given = {k: v for k, v in self.controls.items() if v is not None}
-        if given.get("max_tokens") == 0:  # 0 asks for the default: until EOS or ctx_len
-            del given["max_tokens"]
-        return SamplingParams(**given, stop=tuple(self.stop))
+        """The engine's sampling parameters of these controls."""
+        return SamplingParams.of(self.controls)
 
 
-def _strings(read: Read, name: str) -> list[str] | None:
+def _items(array: np.ndarray, name: str, most: int) -> np.ndarray:
+    items = array.reshape(-1)
+    if items.size > most:
+        raise BadRequest(f"{name} takes at most {most} value{'s' if most > 1 else ''}, got {items.size}")
+    return items
+
+
+def _decode(item: Any, where: str) -> str:
+    if not isinstance(item, bytes):
+        return str(item)
+    try:
+        return item.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"{where} is not valid UTF-8 (byte {exc.start})") from None
+
+
+def _text(read: Read, name: str, max_bytes: int = MAX_NAME_BYTES) -> str | None:
+    """A one-string input (``id``, ``sampling_parameters`` ...), or None when absent."""
     array = read(name)
     if array is None:
         return None
-    out = []
-    for i, item in enumerate(array.reshape(-1)):
-        if isinstance(item, bytes):
-            try:
-                item = item.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise BadRequest(f"{name}[{i}] is not valid UTF-8 (byte {exc.start})") from None
-        out.append(str(item))
-    return out
+    items = _items(array, name, 1)
+    if not items.size:
+        return ""
+    if len(items[0]) > max_bytes:
+        raise BadRequest(f"{name} is {len(items[0])} bytes, over the {max_bytes} this model reads")
+    return _decode(items[0], name)
 
 
-def _scalar(read: Read, name: str) -> Any:
-    array = read(name)
-    if array is None:
-        return None
+def _one(array: np.ndarray, name: str) -> Any:
+    """The one value of a scalar input, as a Python value."""
     values = array.reshape(-1)
     if values.size != 1:
         raise BadRequest(f"{name} takes one value, got {values.size}")
     return values[0].item()
 
 
+def _flag(read: Read, name: str) -> bool | None:
+    array = read(name)
+    return None if array is None else bool(_one(array, name))
+
+
+def _prompts(read: Read, max_bytes: int | None) -> list[str]:
+    """The prompts, each refused by its size in bytes before it is decoded (or tokenised)."""
+    name, array = "prompt", read("prompt")
+    if array is None:
+        name, array = "text_input", read("text_input")
+    items = array.reshape(-1) if array is not None else ()
+    if not len(items):
+        raise BadRequest("no prompt given (the input 'prompt', or 'text_input')")
+    if len(items) > MAX_PROMPTS:
+        raise BadRequest(f"at most {MAX_PROMPTS} prompts per request, got {len(items)}")
+    prompts = []
+    for i, item in enumerate(items):
+        which = _which(i, len(items))
+        if max_bytes is not None and len(item) > max_bytes:
+            raise BadRequest(f"{which} is {len(item)} bytes, over the {max_bytes} bytes this model's context "
+                             "(ctx_len) holds at most: shorten it")
+        prompt = _decode(item, f"{name}[{i}]")
+        if not prompt.strip():
+            raise BadRequest(f"{which} is empty")
+        prompts.append(prompt)
+    return prompts
+
+
+def _depth(text: str) -> int:
+    """How deep a JSON text nests (brackets inside strings do not count)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
 def _sampling_parameters(read: Read) -> dict[str, Any]:
-    """The vLLM backend's ``sampling_parameters`` JSON: the controls it shares with this backend."""
-    texts = _strings(read, "sampling_parameters")
-    if not texts:
+    """The vLLM backend's ``sampling_parameters`` JSON object; its size and depth are checked before parsing."""
+    text = _text(read, "sampling_parameters", MAX_JSON_BYTES)
+    if not text:
         return {}
+    if _depth(text) > MAX_JSON_DEPTH:
+        raise BadRequest(f"sampling_parameters nests deeper than {MAX_JSON_DEPTH} levels")
     try:
-        given = json.loads(texts[0])
-    except ValueError as exc:
-        raise BadRequest(f"sampling_parameters is not JSON: {exc}") from None
+        given = json.loads(text)
+    except Exception as exc:  # whatever the parser raises is said in one line
+        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise BadRequest(f"sampling_parameters is not JSON: {reason}") from None
     if not isinstance(given, dict):
         raise BadRequest("sampling_parameters must be a JSON object")
-    out = {k: _number(k, given[k]) for k in CONTROLS if k in given}
-    if "stop" in given:
-        stop = given["stop"]
-        out["stop"] = [stop] if isinstance(stop, str) else stop
-    return out
+    return given
 
 
-def _number(name: str, value: Any) -> Any:
-    """A JSON value as its control's type: genai-perf sends numbers as strings (``"max_tokens": "16"``)."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip().lower()
-    if name == "ignore_eos" and text in ("true", "false"):
-        return text == "true"
-    try:
-        return int(text) if name in INTEGERS else float(text)
-    except ValueError:
-        return value  # SamplingParams names the bad value
+def _own(read: Read, control: Control) -> Any:
+    """The raw value of the control's own input, or _ABSENT."""
+    array = read(control.name)
+    if array is None:
+        return _ABSENT
+    if control.multiple:  # counted before the strings are decoded
+        items = _items(array, control.name, array.size if control.maximum is None else int(control.maximum))
+        return [_decode(item, f"{control.name}[{i}]") for i, item in enumerate(items)]
+    return _one(array, control.name)
 
 
-def read_inputs(read: Read) -> Inputs:
-    """The request's inputs; BadRequest (a message for the client) when they cannot be used."""
-    status_of = _strings(read, "status_of")
-    if status_of:
-        return Inputs(status_of=status_of[0])
-    prompts = _strings(read, "prompt")
-    if prompts is None:
-        prompts = _strings(read, "text_input")
-    if not prompts:
-        raise BadRequest("no prompt given (the input 'prompt', or 'text_input')")
-    if len(prompts) > MAX_PROMPTS:
-        raise BadRequest(f"at most {MAX_PROMPTS} prompts per request, got {len(prompts)}")
-    for i, prompt in enumerate(prompts):
-        if not prompt.strip():
-            raise BadRequest(f"{_which(i, len(prompts))} is empty")
+def _controls(read: Read) -> dict[str, Any]:
+    """Each control's checked value: its own input, else the ``sampling_parameters`` key (the unset ones absent)."""
     shared = _sampling_parameters(read)
-    controls = {name: shared.get(name) for name in CONTROLS}
-    for name in CONTROLS:  # an input of its own wins over sampling_parameters
-        value = _scalar(read, name)
+    values = {}
+    for control in CONTROLS:
+        value = _own(read, control)
+        if value is not _ABSENT:  # an input of its own wins over sampling_parameters
+            value = control.check(value)
+        elif control.vllm and control.name in shared:
+            value = shared[control.name]  # genai-perf sends numbers as strings ("max_tokens": "16")
+            value = control.parse(value) if isinstance(value, str) and not control.multiple else control.check(value)
+        else:
+            continue
         if value is not None:
-            controls[name] = value
-    ids = _strings(read, "id")
-    stop = _strings(read, "stop")
-    if stop is None:
-        stop = shared.get("stop") or []
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise BadRequest(f"stop must be a list of strings, got {stop!r}")
-    exclude, stream = _scalar(read, "exclude_input_in_output"), _scalar(read, "stream")
-    return Inputs(prompts, controls, stop, (ids[0] if ids else "") or "",
-                  None if exclude is None else bool(exclude), None if stream is None else bool(stream))
+            values[control.name] = value
+    return values
+
+
+def read_inputs(read: Read, max_prompt_bytes: int | None = None, unknown: Sequence[str] = ()) -> Inputs:
+    """The request's inputs; BadRequest (a one-line message for the client) when they cannot be used.
+
+    ``unknown``: names the request carries that are not inputs (the generate endpoint makes request
+    parameters of them, where HTTP and gRPC inference refuse them): refused alike.
+    """
+    if unknown:
+        raise BadRequest(f"unexpected inference input '{unknown[0]}' (not an input of this model)")
+    key = _text(read, "status_key") or ""
+    asked = _text(read, "status_of")
+    if asked:
+        if not key:
+            raise BadRequest("status_of needs status_key: the key the asked request was sent with")
+        return Inputs(status_key=key, status_of=asked)
+    prompts = _prompts(read, max_prompt_bytes)
+    controls = _controls(read)
+    return Inputs(prompts, controls, _text(read, "id") or "", _flag(read, "exclude_input_in_output"),
+                  _flag(read, "stream"), key)
 
 
 def _which(index: int, count: int) -> str:
@@ -144,10 +204,10 @@ def encode(engine: Any, prompts: list[str]) -> list[list[int]]:
     for i, prompt in enumerate(prompts):
         ids = engine.encode(prompt)
         try:
-            engine.check_prompt(ids)
+            engine.check_prompt(ids, _which(i, len(prompts)))
         except BadRequest as exc:
             whole = f"; nothing was generated for the {len(prompts)} prompts of this request" if len(prompts) > 1 \
                 else ""
-            raise BadRequest(f"{_which(i, len(prompts))}: {exc}{whole}") from None
+            raise BadRequest(f"{exc}{whole}") from None
         encoded.append(ids)
     return encoded

@@ -2,57 +2,44 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
 
-class BadRequest(ValueError):
-    """A request the engine refuses, with a message meant for the client."""
-
-
 @dataclass(frozen=True)
 class SamplingParams:
+    """The engine's typed sampling fields. A request's values come checked by the controls' schema
+    (:meth:`of`); the defaults are what a request that sets nothing gets (greedy, until EOS or ctx_len)."""
+
     max_tokens: int | None = None  # None: until EOS or ctx_len, as the seed's backend does
     temperature: float = 0.0  # 0 means greedy
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
     repetition_penalty: float = 1.0
-    stop: tuple[str, ...] = field(default_factory=tuple)
+    stop: tuple[str, ...] = ()
     min_tokens: int = 0  # EOS does not end a sequence before this many tokens
     ignore_eos: bool = False  # generate to max_tokens / ctx_len whatever the model says (benchmarks)
+    other: tuple[tuple[str, Any], ...] = ()  # (name, value) of the schema's controls without a field here yet
 
-    def __post_init__(self) -> None:
-        def bad(name: str, value, rule: str) -> BadRequest:
-            return BadRequest(f"{name} must be {rule}, got {value!r}")
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> SamplingParams:
+        """From the checked values of a request's controls (by the schema's names; unset ones absent)."""
+        own = {f.name for f in fields(cls)} - {"other"}
+        rest = tuple(sorted((k, v) for k, v in values.items() if k not in own))
+        given = {k: v for k, v in values.items() if k in own}
+        if given.get("max_tokens") == 0:  # as many as the context allows
+            given["max_tokens"] = None
+        return cls(**given, other=rest)
 
-        def finite(name: str, value) -> float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise bad(name, value, "a finite number")
-            return float(value)
-
-        if self.max_tokens is not None and (
-            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1
-        ):
-            raise bad("max_tokens", self.max_tokens, "a positive integer")
-        if finite("temperature", self.temperature) < 0:
-            raise bad("temperature", self.temperature, ">= 0")
-        if not 0 < finite("top_p", self.top_p) <= 1:
-            raise bad("top_p", self.top_p, "in (0, 1]")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise bad("top_k", self.top_k, "an integer >= 0")
-        if finite("repetition_penalty", self.repetition_penalty) <= 0:
-            raise bad("repetition_penalty", self.repetition_penalty, "> 0")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise bad("seed", self.seed, "an integer >= 0")
-        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or self.min_tokens < 0:
-            raise bad("min_tokens", self.min_tokens, "an integer >= 0")
-        if not isinstance(self.ignore_eos, bool):
-            raise bad("ignore_eos", self.ignore_eos, "true or false")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise bad("stop", self.stop, "non-empty strings")
+    def changed(self) -> dict[str, Any]:
+        """The values a request set away from the defaults (the request log shows them)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
+        out.update(out.pop("other", ()))
+        return out
 
     @property
     def greedy(self) -> bool:

@@ -32,6 +32,7 @@ class Request:
     include_prompt: bool = False
     streaming: bool = True  # a response per step, else one at the end
     key: str = ""  # the transport's own id (Triton's request id), for ``Serving.find``
+    status_key: str = ""  # what a status question about this request must bring (its client's secret)
     seqs: list[Sequence] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     ended: int = 0  # sequences whose final update has been answered
@@ -171,5 +172,13 @@ class Serving:
             "info",
             f"{self.name}: request {req.request_id} prompts={len(req.seqs)} input_tokens={sum(req.input_tokens)} "
             f"output_tokens={sum(len(s.tokens) for s in req.seqs)} finish={','.join(reasons)} "
-            f"time={time.perf_counter() - req.started:.3f}s",
+            f"time={time.perf_counter() - req.started:.3f}s{_controls(req)}",
         )
+
+
+def _controls(req: Request) -> str:
+    """`` controls=max_tokens=8,seed=0,stop=[2]``: the sampling values away from the defaults, as the request's
+    sampler got them (strings counted, never shown)."""
+    changed = req.seqs[0].params.changed() if req.seqs else {}
+    shown = [f"{k}=[{len(v)}]" if isinstance(v, tuple) else f"{k}={v}" for k, v in changed.items()]
+    return f" controls={','.join(shown)}" if shown else ""

@@ -9,6 +9,7 @@ step in decoupled mode, once at the end in batch mode, and always with exactly o
 from __future__ import annotations
 
 import json
+import traceback
 from dataclasses import replace
 from functools import partial
 
@@ -17,9 +18,10 @@ import triton_python_backend_utils as pb_utils
 
 from .build import BackendSettings, build_engine
 from .engine import Engine
+from .errors import BadRequest
 from .inputs import Inputs, encode, read_inputs
 from .qaic_session import qaic_available
-from .sampling import BadRequest, SamplingParams
+from .sampling import SamplingParams
 from .serving import Request, Serving
 from .threads import served_cpu_models
 
@@ -36,11 +38,26 @@ def _array(request, name: str):
     return None if tensor is None else tensor.as_numpy()
 
 
+def _unknown(request) -> list[str]:
+    """The request's parameters: the generate endpoint makes them of body fields that name no input."""
+    text = request.parameters() if hasattr(request, "parameters") else ""  # Triton 23.02 on
+    try:
+        return list(json.loads(text or "{}"))
+    except ValueError:
+        return ["parameters"]
+
+
+def _error(message: str, invalid: bool) -> pb_utils.TritonError:
+    """A TritonError; ``invalid``: the client's fault (HTTP 400, gRPC INVALID_ARGUMENT), where Triton has codes."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None) if invalid else None  # codes: Triton 23.09 on
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+
+
 def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Request, list[list[int]], SamplingParams]:
     """A checked request; BadRequest with a message for the client."""
     encoded = encode(engine, inputs.prompts)
     params = inputs.params()
-    if params.max_tokens is None and engine.default_max_tokens:
+    if "max_tokens" not in inputs.controls and engine.default_max_tokens:  # unset; 0 asks for the whole context
         params = replace(params, max_tokens=engine.default_max_tokens)
     streaming = decoupled and inputs.stream is not False
     req = Request(
@@ -51,6 +68,7 @@ def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Req
         include_prompt=not streaming and not inputs.exclude_input,  # one answer echoes the prompt (vllm's way)
         streaming=streaming,
         key=request.request_id() or inputs.request_id or "",  # generate sends no Triton id: its "id" input
+        status_key=inputs.status_key,
     )
     return req, encoded, params
 
@@ -63,7 +81,7 @@ def _response(**outputs) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
-class TritonWire:
+class TritonResponder:
     """Responses through Triton's response senders: new text per step, or everything at the end."""
 
     def send(self, req: Request, texts: list[str], final: bool) -> None:
@@ -72,7 +90,7 @@ class TritonWire:
             return
         errors = [s.error for s in req.seqs if s.finish_reason == "error"]
         if errors:
-            response = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"generation failed: {errors[0]}"))
+            response = pb_utils.InferenceResponse(error=_error(f"generation failed: {errors[0]}", invalid=False))
         else:
             if not req.streaming:
                 texts = [(p if req.include_prompt else "") + s.text for p, s in zip(req.prompts, req.seqs)]
@@ -92,7 +110,7 @@ class TritonPythonModel:
             settings.cpu_models = served_cpu_models(args["model_repository"], card=qaic_available())
         self.engine, description = self.build(settings)
         _log("info", f"{self.name}: {description} decoupled={self.decoupled}")
-        self.serving = Serving(self.engine, TritonWire(), _log, self.name)
+        self.serving = Serving(self.engine, TritonResponder(), _log, self.name)
 
     def build(self, settings: BackendSettings) -> tuple[Engine, str]:
         """The engine and its one-line description (a subclass may serve another engine)."""
@@ -101,26 +119,34 @@ class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             try:
-                inputs = read_inputs(partial(_array, request))
+                inputs = read_inputs(partial(_array, request), self.engine.max_prompt_bytes, _unknown(request))
                 if inputs.status_of is not None:
-                    self._status(request, inputs.status_of)
+                    self._status(request, inputs)
                     continue
                 req, encoded, params = parse(request, inputs, self.engine, self.decoupled)
             except BadRequest as exc:
-                _log("warn", f"{self.name}: rejected request: {exc}")
-                error = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
-                request.get_response_sender().send(error, flags=FINAL)
+                self._refuse(request, str(exc), invalid=True)
+                continue
+            except Exception as exc:  # a bug of ours: the client gets one line, the server log the traceback
+                _log("error", f"{self.name}: reading a request failed: {traceback.format_exc()}")
+                self._refuse(request, f"the model failed to read the request ({type(exc).__name__}); see the "
+                             "server log", invalid=False)
                 continue
             self.serving.submit(req, encoded, params)
         return None
 
-    def _status(self, request, request_id: str) -> None:
-        """Answer ``status_of``: whether the request with that Triton id runs here (a client whose stream
-        went quiet asks; after the model was reloaded, the new instance does not know it)."""
-        req = self.serving.find(request_id)
-        state = "unknown" if req is None else "running"
-        tokens = sum(len(s.tokens) for s in req.seqs) if req is not None else 0
-        response = _response(text_output=[state], finish_reason=["status"], input_tokens=[0], output_tokens=[tokens])
+    def _refuse(self, request, message: str, invalid: bool) -> None:
+        _log("warn", f"{self.name}: rejected request: {message}")
+        error = pb_utils.InferenceResponse(error=_error(message, invalid))
+        request.get_response_sender().send(error, flags=FINAL)
+
+    def _status(self, request, inputs: Inputs) -> None:
+        """Answer ``status_of``: ``running`` when the request with that Triton id runs here and was sent with
+        the question's ``status_key``, else ``unknown`` (a client whose stream went quiet asks about its own
+        request; after the model was reloaded, the new instance does not know it). No token counts."""
+        req = self.serving.find(inputs.status_of)
+        running = req is not None and req.status_key == inputs.status_key
+        response = _response(text_output=["running" if running else "unknown"], finish_reason=["status"])
         request.get_response_sender().send(response, flags=FINAL)
 
     def finalize(self) -> None:

@@ -14,22 +14,22 @@ from typing import Any
 import click
 
 from console.bench.cli import bench_group
-from console.clients import APIS, OPENAI, ClientError, resolve_api
+from console.clients import ClientError
+from console.core.adapters import APIS, Adapter, adapter_for, api_help
 from console.core.controller import ServerController
 from console.core.controls import click_options, params_from_options
-from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Endpoint, Settings, default_model
+from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
-from console.server.embedded import EMBEDDED_DEFAULTS
+from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS, START_TIMEOUT
 from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
 from repo_gen.cli import repo_group
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
-DEFAULT_PROMPT = "What is the capital of France?|Write a haiku about mountains."
 
 
 class _Terminated(Exception):
@@ -84,11 +84,11 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
                           "they are slow (about 5 tok/s here); ask for few tokens (--max-tokens 16), or 0 for the "
                           "server's default (32 tokens on a CPU)."),
         click.option("--url", default=None,
-                     help="host:port of a running tritonserver (HTTP or gRPC as the mode needs), or the base URL "
-                          "of an OpenAI-compatible server (http://host:port/v1); without it the embedded model is "
-                          "served for the run."),
+                     help="host:port of a running tritonserver (its HTTP or its gRPC endpoint: the other one is its "
+                          "neighbour port), or the base URL of an OpenAI-compatible server (http://host:port/v1); "
+                          "without it the embedded model is served for the run."),
         click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-                     help="What --url is: auto (a URL ending with /v1 is OpenAI-compatible), triton or openai."),
+                     help=api_help("--url")),
         click.option("--http-url", default=None, help="host:port of the server's HTTP endpoint."),
         click.option("--grpc-url", default=None, help="host:port of the server's gRPC endpoint."),
         click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,
@@ -115,10 +115,10 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def settings_from(values: dict[str, Any], endpoint: Endpoint | None = None) -> Settings:
-    """The request settings the headless options describe (the model by default: the endpoint's)."""
+def settings_from(values: dict[str, Any], server: Adapter | None = None) -> Settings:
+    """The request settings the headless options describe (the model by default: the server's)."""
     mode = values["mode"]
-    model = values["model"] or (default_model(endpoint, mode) if endpoint is not None else EMBEDDED_DEFAULTS[mode])
+    model = values["model"] or (server.default_model(mode) if server is not None else EMBEDDED_DEFAULTS[mode])
     return Settings(
         model, mode, values["protocol"], params_from_options(values),
         values["timeout"], values["idle_timeout"] or None, chat=values["chat"] or bool(values["system"]),
@@ -126,28 +126,27 @@ def settings_from(values: dict[str, Any], endpoint: Endpoint | None = None) -> S
     )
 
 
-def endpoint_from(values: dict[str, Any]) -> Endpoint | None:
+def server_from(values: dict[str, Any]) -> Adapter | None:
     """The running server the options name, or None (serve the embedded model)."""
-    url = values["url"] or values["http_url"]
-    if url and resolve_api(url, values["api"]) == OPENAI:
-        return Endpoint.at(url, OPENAI)
-    if values["api"] == OPENAI:
-        raise ClientError("--api openai needs --url (the server's base URL, http://host:port/v1)")
-    http_url, grpc_url = values["http_url"] or values["url"], values["grpc_url"] or values["url"]
-    return Endpoint(http_url, grpc_url) if http_url or grpc_url else None
+    url, grpc_url = values["url"] or values["http_url"] or "", values["grpc_url"]
+    if not url and not grpc_url:
+        if values["api"] != "auto":
+            raise ClientError(f"--api {values['api']} needs --url (the server's address)")
+        return None
+    return adapter_for(url, values["api"], grpc_url)
 
 
 def _headless(values: dict[str, Any]) -> int:
     try:
-        endpoint = endpoint_from(values)
-        settings = settings_from(values, endpoint)
+        server = server_from(values)
+        settings = settings_from(values, server)
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)
         return 1
-    output = Output(json=values["json_"], echo=values["echo"], quiet=values["quiet"])
+    output = Output(json=values["json_"], quiet=values["quiet"])
     try:
         with _signals_raise(signal.SIGTERM):
-            return run_headless(settings, values["prompt"], endpoint, output)
+            return run_headless(settings, values["prompt"], server, output)
     except _Terminated:
         return 143
 
@@ -166,11 +165,12 @@ def main(ctx: click.Context, **values: Any) -> None:
     if ctx.invoked_subcommand is not None:
         return
     if values["prompt"] is None and sys.stdin.isatty() and sys.stdout.isatty():
-        openai_url = values["url"] if values["url"] and resolve_api(values["url"], values["api"]) == OPENAI else None
-        ctx.invoke(tui, http_url=values["http_url"] or openai_url, grpc_url=values["grpc_url"], api=values["api"])
+        ctx.invoke(tui, http_url=values["http_url"] or values["url"], grpc_url=values["grpc_url"], api=values["api"])
         return
     if values["prompt"] is None:  # the main job on the embedded default: without a terminal, a chat answer
-        values.update(prompt=DEFAULT_PROMPT, chat=True)
+        if not (values["url"] or values["http_url"] or values["grpc_url"] or values["quiet"]):
+            click.echo(DEMO_NOTE, err=True)
+        values.update(prompt=DEMO_PROMPTS, chat=True)
     sys.exit(_headless(values))
 
 
@@ -242,9 +242,8 @@ def _print_ready(controller: ServerController) -> None:
     for row in snap.models:
         click.echo(f"  model {row.name}: {row.state or 'not loaded'}{f' ({row.reason})' if row.reason else ''}")
     click.echo(f"  binary  {server.binary if server else '?'}")
-    click.echo(f"  HTTP    {snap.http_url}")
-    click.echo(f"  gRPC    {snap.grpc_url}")
-    click.echo(f"  metrics {snap.metrics_url}")
+    for label, address in snap.server.addresses() if snap.server else ():
+        click.echo(f"  {label:<7} {address}")
     click.echo("press Ctrl-C to stop")
 
 
@@ -267,20 +266,28 @@ def _watch(controller: ServerController) -> str:
 @click.option("--metrics-port", type=int, default=None, help="Metrics port (default: a free one).")
 @click.option("--tritonserver", "binary", default=None,
               help="tritonserver binary (default: $QAIC_TRITONSERVER, /opt/tritonserver, the nvidia-pytriton wheel).")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for readiness.")
+@click.option("--timeout", type=float, default=START_TIMEOUT, show_default=True,
+              help="Seconds to wait for readiness.")
 @click.option("--log-verbose", type=int, default=0, show_default=True, help="tritonserver --log-verbose level.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address tritonserver listens on (0.0.0.0 exposes it to the network).")
 @click.option("--stop-stale", is_flag=True,
               help="Stop tritonservers that a console which is gone left on this repository or these ports.")
+@click.option("--python-env", type=click.Path(path_type=Path), default=None,
+              help="Virtual or conda environment the Python models run in (default: this console's), e.g. one "
+                   "with vllm; a model's own EXECUTION_ENV_PATH parameter still wins for that model.")
+@click.option("--backend-dir", "backends", multiple=True, type=click.Path(path_type=Path),
+              help="Folder of Python-based backends (NAME/model.py; Triton's vLLM backend as vllm/model.py) the "
+                   "models' `backend: \"NAME\"` can name (repeatable).")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
-          stop_stale: bool, extra: tuple[str, ...]) -> None:
+          stop_stale: bool, python_env: Path | None, backends: tuple[Path, ...], extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
-    A model whose Python backend dies is reported and reloaded. Arguments after the options (or
-    after --) go to tritonserver as they are, e.g.
+    A model that fails to load is named (FAILED, with the reason) and the others serve; a model whose
+    Python backend dies is reported and reloaded. Arguments after the options (or after --) go to
+    tritonserver as they are, e.g.
     `qaic-console serve --model-repository llm_model_dir -- --log-info=false`.
     """
     if not model_repository.is_dir():
@@ -292,7 +299,8 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
         with _signals_raise(signal.SIGTERM):
             controller.start(model_repository, models, timeout, http_port=http_port, grpc_port=grpc_port,
                              metrics_port=metrics_port, binary=binary, log_verbose=log_verbose, extra_args=extra,
-                             host=host, stop_stale=stop_stale)
+                             host=host, stop_stale=stop_stale, exclusive=True, python_env=python_env,
+                             backends=backends)
             started.wait()
             if controller.snapshot.phase == "failed":
                 fail(controller.snapshot.message)

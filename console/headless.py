@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from console.clients import ClientError, Event, Failure, Reply, TextDelta, format_stats, split_prompts
-from console.core.request import Endpoint, Settings, prepare
-from console.core.turns import batch_model_note
+from console.clients import ClientError, Event, Reply, TextDelta, format_stats, split_prompts
+from console.core.adapters import Adapter, started_here
+from console.core.request import Exchange, Settings, prepare
+from console.core.turns import Turn, batch_model_note
 from console.server import ServerError
 from console.server.embedded import embedded_server
 
@@ -26,24 +27,22 @@ class Output:
     """How headless mode prints."""
 
     json: bool = False  # one JSON object per prompt
-    echo: bool = False  # each prompt before its reply
     quiet: bool = False  # no progress or speed lines on stderr
 
 
 class Printer:
-    """Renders a call's events: stdout for replies, stderr for figures and errors."""
+    """Renders a turn as its call's events are folded into it: stdout for replies, stderr for figures and errors."""
 
-    def __init__(self, prompts: list[str], settings: Settings, output: Output, out: TextIO, err: TextIO,
+    def __init__(self, turn: Turn, settings: Settings, output: Output, out: TextIO, err: TextIO,
                  tty: bool) -> None:
-        self.prompts = prompts  # as the user typed them (before any chat template)
+        self.turn = turn
+        self.prompts = turn.prompts  # as the user typed them (before any chat template)
         self.settings = settings
         self.output = output
         self.out, self.err = out, err
         self.live = tty and not output.json  # stream text as it arrives
-        self.multi = len(prompts) > 1
+        self.multi = len(self.prompts) > 1
         self.live_open = False  # prompt 0's text is being printed live
-        self.replies: dict[int, Reply] = {}
-        self.failure: Failure | None = None
 
     def _write(self, text: str) -> None:
         self.out.write(text)
@@ -53,64 +52,57 @@ class Printer:
         """``[i/n] prompt`` above each reply when there are several (``[i/n]`` when echoing)."""
         if not self.multi:
             return ""
-        return f"[{i + 1}/{len(self.prompts)}]" + ("" if self.output.echo else f" {self.prompts[i]}") + "\n"
+        return f"[{i + 1}/{len(self.prompts)}]" + ("" if self.turn.echo else f" {self.prompts[i]}") + "\n"
 
     def event(self, event: Event) -> None:
-        if isinstance(event, TextDelta):
-            if self.live and event.index == 0:
-                if not self.live_open:
-                    self._write(self._header(0) + (self.prompts[0] if self.output.echo else ""))
-                    self.live_open = True
-                self._write(event.text)
-        elif isinstance(event, Reply):
-            self.replies[event.index] = event
-        else:
-            self.failure = event
+        """Fold ``event`` into the turn; stream prompt 0's text as it arrives on a terminal."""
+        self.turn.apply(event)
+        if isinstance(event, TextDelta) and self.live and event.index == 0:
+            if not self.live_open:
+                self._write(self._header(0) + (self.prompts[0] if self.turn.echo else ""))
+                self.live_open = True
+            self._write(event.text)
 
     def interrupted(self) -> None:
         """End a half-printed line before the error goes to stderr."""
         if self.live_open:
             self._write("\n")
 
-    def _text(self, reply: Reply) -> str:
-        if self.output.echo and not reply.includes_prompt:
-            return self.prompts[reply.index] + reply.text
-        return reply.text
-
     def finish(self) -> int:
         """Print what is left; the exit code."""
-        if self.live_open and 0 not in self.replies:
+        replies, failure = self.turn.replies, self.turn.failure
+        if self.live_open and 0 not in replies:
             self._write("\n")
         for i in range(len(self.prompts)):
-            reply = self.replies.get(i)
+            reply = replies.get(i)
             if self.output.json:
                 self._write(json.dumps(self._json(i, reply), ensure_ascii=False) + "\n")
             elif reply is not None:
                 if i == 0 and self.live_open:
                     self._write("\n")
                 else:
-                    self._write(("\n" if self.multi and i > 0 else "") + self._header(i) + self._text(reply) + "\n")
+                    self._write(("\n" if self.multi and i > 0 else "") + self._header(i) + self.turn.shown(i) + "\n")
             if reply is not None and not self.output.quiet:
                 where = f"[{i + 1}/{len(self.prompts)}] " if self.multi else ""
                 self.err.write(f"{where}{reply.finish_reason or '?'} · {format_stats(reply.stats)}\n")
-        batch = batch_model_note(self.settings.model, self.settings.mode, list(self.replies.values()))
+        batch = batch_model_note(self.settings.model, self.settings.mode, list(replies.values()))
         if batch and not self.output.quiet:
             self.err.write(f"note: {batch}\n")
-        bad = [r for r in self.replies.values() if not r.ok]
-        if self.failure is not None:
-            self.err.write(f"error: {self.failure.message}\n")
+        bad = [r for r in replies.values() if not r.ok]
+        if failure is not None:
+            self.err.write(f"error: {failure.message}\n")
         elif bad:
             self.err.write(f"error: {len(bad)} of {len(self.prompts)} prompts finished with "
                            f"{', '.join(sorted({r.finish_reason for r in bad}))}\n")
         self.err.flush()
-        return 1 if self.failure is not None or bad or len(self.replies) < len(self.prompts) else 0
+        return 1 if failure is not None or bad or len(replies) < len(self.prompts) else 0
 
     def _json(self, i: int, reply: Reply | None) -> dict[str, Any]:
         row: dict[str, Any] = {"index": i, "prompt": self.prompts[i], "model": self.settings.model,
                                "mode": self.settings.mode}
         if reply is not None:
-            return {**row, "text": self._text(reply), "finish_reason": reply.finish_reason, **reply.stats.as_dict()}
-        failure = self.failure
+            return {**row, "text": self.turn.shown(i), "finish_reason": reply.finish_reason, **reply.stats.as_dict()}
+        failure = self.turn.failure
         return {**row, "text": None, "finish_reason": None, "error": failure.message if failure else "no reply",
                 "error_kind": failure.kind if failure else None}
 
@@ -118,17 +110,20 @@ class Printer:
 PREPARE_NOTE = 0.5  # s: a preparation this long is said (the figures start when the request is sent)
 
 
-def answer(endpoint: Endpoint, settings: Settings, prompts: list[str], output: Output, out: TextIO, err: TextIO,
+def answer(server: Adapter, settings: Settings, prompts: list[str], output: Output, out: TextIO, err: TextIO,
            tty: bool, progress: Callable[[str], None]) -> int:
     """Send the prompts to a running server and print the answers; the exit code."""
     if settings.templated:
         progress(f"applying the chat template of {settings.model} ...")
-    prepared = prepare(endpoint, settings, prompts, progress=progress)
+    turn = Exchange.new(settings, prompts).turn
+    prepared = prepare(server, settings, prompts, request_id=turn.request_id, progress=progress)
     if prepared.seconds >= PREPARE_NOTE:
         progress(f"prepared in {prepared.seconds:.1f} s (model config, chat template): not part of the figures below")
     if prepared.ignored:
         progress(f"note: {settings.model} has no input for {', '.join(prepared.ignored)}: not sent")
-    printer = Printer(prompts, settings, output, out, err, tty)
+    for note in prepared.notes:
+        progress(f"note: {note}")
+    printer = Printer(turn, settings, output, out, err, tty)
     try:
         with contextlib.closing(iter(prepared.call)) as events:  # closing an unfinished call cancels it
             for event in events:
@@ -139,9 +134,9 @@ def answer(endpoint: Endpoint, settings: Settings, prompts: list[str], output: O
     return printer.finish()
 
 
-def run(settings: Settings, prompt: str, endpoint: Endpoint | None, output: Output = Output(),
+def run(settings: Settings, prompt: str, server: Adapter | None, output: Output = Output(),
         out: TextIO | None = None, err: TextIO | None = None, tty: bool | None = None) -> int:
-    """Headless mode end to end (``endpoint`` None: serve the embedded model for the run).
+    """Headless mode end to end (``server`` None: serve the embedded model for the run).
 
     The exit code: 0 ok, 1 failed, 130 interrupted.
     """
@@ -156,11 +151,10 @@ def run(settings: Settings, prompt: str, endpoint: Endpoint | None, output: Outp
 
     try:
         prompts = split_prompts(prompt)  # bad input fails before any server starts
-        if endpoint is not None:
-            return answer(endpoint, settings, prompts, output, out, err, tty, progress)
-        with embedded_server(settings.model, progress) as server:
-            return answer(Endpoint(server.http_url, server.grpc_url), settings, prompts, output, out, err, tty,
-                          progress)
+        if server is not None:
+            return answer(server, settings, prompts, output, out, err, tty, progress)
+        with embedded_server(settings.model, progress) as started:
+            return answer(started_here(started.handle), settings, prompts, output, out, err, tty, progress)
     except ServerError as exc:
         err.write(f"error: {exc}\n")
         for line in exc.log_tail[-15:]:

@@ -1,21 +1,17 @@
-"""``qaic-console models --url HOST:PORT``: what a running tritonserver (or an OpenAI-compatible server, by its
-``/v1`` URL) serves, and how the console speaks to each."""
+"""``qaic-console models --url URL``: what a running server serves, whatever its kind, and how the console speaks
+to each model."""
 
 from __future__ import annotations
 
-import http.client
-import urllib.error
 from dataclasses import dataclass
 
-from console.clients import ClientError, info_from_config, interface_of, is_openai_url, normalize_url, openai_info
-from console.clients.openai_api import OpenAIServer
-from console.clients.wire import error_message
-from console.server import ServerHandle
+from console.clients import ClientError, ModelInfo, interface_of
+from console.core.adapters import Adapter, adapter_for
 
 
 @dataclass(frozen=True)
 class ServedModel:
-    """One model of the server's repository; the interface fields are empty until it is READY."""
+    """One model the server knows; the interface fields are empty until it is READY."""
 
     name: str
     state: str
@@ -26,49 +22,31 @@ class ServedModel:
     reason: str = ""
 
 
-def describe(handle: ServerHandle, name: str, state: str, reason: str) -> ServedModel:
+def describe(server: Adapter, name: str, state: str, reason: str) -> ServedModel:
     """A model's row: for a READY one, its interface, modes, type and the controls it ignores."""
     if state != "READY":
         return ServedModel(name, state, reason=reason.splitlines()[0][:120] if reason else "")
     try:
-        info = info_from_config(name, handle.model_config(name))
+        info: ModelInfo = server.listed_info(name)
         interface = interface_of(info)
     except ClientError as exc:
         return ServedModel(name, state, "unknown", reason=str(exc))
     except (OSError, ValueError) as exc:
         return ServedModel(name, state, "?", reason=f"config unreadable: {exc}")
-    kv = info.parameters.get("use_kv_cache")
-    model_type = "" if kv is None else ("kv_cache" if kv.strip().lower() in ("true", "1", "yes") else "causal")
-    return ServedModel(name, state, interface.name, "+".join(info.modes), model_type or "-",
+    return ServedModel(name, state, interface.name, "+".join(info.modes), info.model_type,
                        ", ".join(interface.ignored()) or "-")
 
 
-def openai_models(url: str) -> tuple[str, list[ServedModel]]:
-    """(the server's line, every model ``/v1/models`` lists); ClientError when it does not answer."""
-    server = OpenAIServer.at(url)
-    rows = []
-    for name in server.models():
-        info = openai_info(name)
-        interface = interface_of(info)
-        rows.append(ServedModel(name, "READY", interface.name, "+".join(info.modes), "-",
-                                ", ".join(interface.ignored()) or "-"))
-    return f"OpenAI-compatible server at {server.base}", rows
-
-
-def served_models(url: str) -> tuple[str, list[ServedModel]]:
-    """(the server's version line, every model of its repository); ClientError when it does not answer."""
-    if is_openai_url(url):
-        return openai_models(url)
-    handle = ServerHandle(normalize_url(url))
+def served_models(url: str, api: str = "auto") -> tuple[str, list[ServedModel]]:
+    """(the server's line, every model it knows); ClientError when it does not answer."""
+    server = adapter_for(url, api)
+    line = server.describe()
     try:
-        version = handle.describe_version()
-        states = handle.model_states()
-    except http.client.HTTPException as exc:  # e.g. the gRPC port
-        raise ClientError(error_message(exc, handle.http_url, "HTTP")) from None
-    except (OSError, ValueError, urllib.error.URLError) as exc:
-        raise ClientError(f"no tritonserver answers at {handle.http_url} (HTTP): {exc}") from None
-    rows = [describe(handle, name, state or "not loaded", reason) for name, (state, reason) in sorted(states.items())]
-    return f"tritonserver {version} at {handle.http_url}", rows
+        states = server.model_states()
+    except OSError as exc:
+        raise ClientError(f"{server.name} at {server.title()} does not answer: {exc}") from None
+    rows = [describe(server, name, state or "not loaded", reason) for name, (state, reason) in sorted(states.items())]
+    return line, rows
 
 
 def format_models(rows: list[ServedModel]) -> str:

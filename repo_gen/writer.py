@@ -21,6 +21,7 @@ from string import Template
 from typing import Any, Callable
 
 from backend_model import compile_config, specializations
+from backend_model.controls import CONTROLS
 from backend_model.errors import SessionError
 from backend_model.parameters import ENGINES, PRECISIONS
 
@@ -31,6 +32,7 @@ BACKEND_PACKAGE = "backend_model"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 MODEL_TYPES = ("kv_cache", "causal")
 SKIPPED = ("__pycache__", "*.pyc")
+CONFIG_TYPES = {"BYTES": "TYPE_STRING"}  # a Triton datatype as config.pbtxt names it (else TYPE_<datatype>)
 
 __all__ = [
     "ENGINES", "MODEL_TYPES", "PRECISIONS", "Backend", "ModelSpec", "RepoError", "bundled_backend_package",
@@ -104,6 +106,15 @@ def check_spec(spec: ModelSpec) -> None:
                 raise RepoError(f"onnx_path: {exc}") from None
 
 
+def control_inputs() -> str:
+    """The config's input entries of the controls (``backend_model.controls``), one per line, each with a comma."""
+    return "\n".join(
+        f'  {{ name: "{c.name}" data_type: {CONFIG_TYPES.get(c.datatype, "TYPE_" + c.datatype)} '
+        f'dims: [ {", ".join(map(str, c.dims))} ] optional: true }},'
+        for c in CONTROLS
+    )
+
+
 def render_config(spec: ModelSpec, template: Path | None = None) -> str:
     """config.pbtxt from ``template`` (default: the bundled backend's) with the spec's values."""
     decoupled = "model_transaction_policy { decoupled: true }" if spec.decoupled else ""
@@ -113,10 +124,11 @@ def render_config(spec: ModelSpec, template: Path | None = None) -> str:
     )
     text = (template or TEMPLATES / TEMPLATE_NAME).read_text(encoding="utf-8")
     try:
-        return Template(text).substitute(name=spec.model_name, decoupled_block=decoupled, parameters=params)
+        return Template(text).substitute(name=spec.model_name, decoupled_block=decoupled, parameters=params,
+                                         control_inputs=control_inputs())
     except (KeyError, ValueError) as exc:
         raise RepoError(f"config template {template}: cannot fill it in ({exc!r}); it may use $name, "
-                        "$decoupled_block and $parameters") from None
+                        "$decoupled_block, $control_inputs and $parameters") from None
 
 
 def _block(text: str, keyword: str) -> str:
@@ -179,7 +191,8 @@ class Backend:
         """For a backend that is not this project's: which interface the written config.pbtxt declares."""
         if self.ours:
             return None
-        inputs, outputs = declared_io(self.template.read_text(encoding="utf-8"))
+        inputs, outputs = declared_io(Template(self.template.read_text(encoding="utf-8")).safe_substitute(
+            control_inputs=control_inputs()))
         source = (f"its own {TEMPLATE_NAME}" if self.template.parent == self.folder
                   else f"qaic-console's template (the folder has no {TEMPLATE_NAME})")
         return (f"note: {self.folder} is not qaic-console's backend: copied into 1/ as it is; the written "

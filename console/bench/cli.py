@@ -15,7 +15,8 @@ from typing import Any
 
 import click
 
-from console.clients import APIS, ClientError
+from console.clients import ClientError
+from console.core.adapters import APIS, api_help
 from console.core.controls import click_options
 from console.server.embedded import EMBEDDED_DEFAULTS
 
@@ -33,14 +34,13 @@ def _run(options: dict[str, Any]) -> int:
     try:
         bench.levels()  # bad options fail before any server starts
         plot_formats(options["plots"])
-        if options["api"] == "openai" and not options["url"]:
-            raise ClientError("--api openai needs --url (the server's base URL, http://host:port/v1)")
+        if options["api"] != "auto" and not options["url"]:
+            raise ClientError(f"--api {options['api']} needs --url (the server's address)")
         if options["url"]:
             return bench.execute(tuple(options["url"]))
         model = options["model"] or EMBEDDED_DEFAULTS[options["mode"]]
         with embedded_server(model, bench.progress) as server:
-            url = server.grpc_url if options["mode"] == "stream" or options["protocol"] == "grpc" else server.http_url
-            return bench.execute((url,))
+            return bench.execute((server.http_url,), grpc_url=server.grpc_url)
     except ServerError as exc:
         to_stderr(f"error: {exc}")
         for line in exc.log_tail[-15:]:
@@ -59,7 +59,7 @@ def _run(options: dict[str, Any]) -> int:
                    "server's base URL (http://host:port/v1); repeat to spread the load round-robin over servers of "
                    "one kind. Without it the embedded model is served for the run.")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-              help="What --url is: auto (a URL ending with /v1 is OpenAI-compatible), triton or openai.")
+              help=api_help("--url"))
 @click.option("--compare-url", multiple=True,
               help="Another server (Triton host:port or http://host:port/v1) loaded with the same requests at each "
                    "level and reported beside the first, with ratios (repeatable).")

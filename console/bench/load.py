@@ -3,7 +3,7 @@
 A level is a fixed concurrency (that many clients, each sending its next request when the last one
 finished) or a request rate (requests sent on a schedule, constant or Poisson, whatever is in
 flight), for a request count or a duration (in-flight requests then finish and count). Requests go
-round-robin over the given URLs (servers of one kind: Triton, or OpenAI-compatible). Every request ends in
+round-robin over the given URLs (servers of one kind). Every request ends in
 exactly one :class:`RequestRecord`.
 """
 
@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from console.clients import Call, ClientError, Failure, ModelInfo, Reply, ReplyStats
-from console.core.request import Endpoint, Settings, prepare
+from console.core.adapters import Adapter
+from console.core.request import Settings, prepare
 
 from .prompts import BenchRequest
 
@@ -29,11 +30,11 @@ MAX_IN_FLIGHT = 256  # request-rate mode: worker threads at most
 
 @dataclass(frozen=True)
 class Target:
-    """What to load: the model (its config read once), its endpoints (round-robin) and the settings."""
+    """What to load: the model (its config read once), its servers (round-robin, one kind) and the settings."""
 
     settings: Settings
     info: ModelInfo
-    endpoints: tuple[Endpoint, ...]
+    servers: tuple[Adapter, ...]
 
     @property
     def model(self) -> str:
@@ -44,12 +45,12 @@ class Target:
         return self.settings.mode
 
     def url(self, index: int) -> str:
-        return self.endpoints[index % len(self.endpoints)].url(self.mode, self.settings.protocol)[0]
+        return self.servers[index % len(self.servers)].url(self.mode, self.settings.protocol)[0]
 
     def call(self, index: int, request: BenchRequest) -> Call:
         """The request through the console's one pipeline (raw prompt, new text only)."""
         settings = replace(self.settings, params=self.settings.params.replace(max_tokens=request.max_tokens))
-        return prepare(self.endpoints[index % len(self.endpoints)], settings, [request.prompt], info=self.info).call
+        return prepare(self.servers[index % len(self.servers)], settings, [request.prompt], info=self.info).call
 
 
 @dataclass

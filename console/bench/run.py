@@ -13,8 +13,9 @@ from typing import Any
 import click
 
 from console.clients import ClientError
+from console.core.adapters import adapter_for
 from console.core.controls import params_from_options
-from console.core.request import Endpoint, Settings, default_model, read_info
+from console.core.request import Settings, read_info
 
 from .load import LevelResult, Runner, Target
 
@@ -50,9 +51,8 @@ def to_stderr(message: str) -> None:
     click.echo(message, err=True)
 
 
-MIXED_KINDS = ("the --url values name servers of different kinds (Triton and OpenAI-compatible): several --url "
-               "spread one load round-robin over servers of one kind; put another server beside the first with "
-               "--compare-url")
+MIXED_KINDS = ("the --url values name servers of different kinds ({}): several --url spread one load round-robin "
+               "over servers of one kind; put another server beside the first with --compare-url")
 
 
 def short_name(model: str, width: int = 40) -> str:
@@ -70,8 +70,8 @@ class Side:
 
     @property
     def config(self) -> dict[str, Any]:
-        endpoint = self.target.endpoints[0]
-        return {"name": self.name, "api": endpoint.api, "model": self.target.model, "urls": list(self.urls)}
+        server = self.target.servers[0]
+        return {"name": self.name, "api": server.kind, "model": self.target.model, "urls": list(self.urls)}
 
 
 class BenchRun:
@@ -102,28 +102,30 @@ class BenchRun:
                                 self.o["output_tokens_mean"], self.o["output_tokens_stddev"],
                                 self.o["seed"], tokenizer)
 
-    def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto") -> Target:
+    def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto",
+               grpc_url: str | None = None) -> Target:
         """The load on ``urls`` (round-robin; one kind of server) for ``model`` (default: the server's)."""
         mode = self.o["mode"]
         params = params_from_options(self.o)
         if params.temperature:  # sampling: seeded like the prompts
             params = params.replace(seed=self.o["seed"])
-        endpoints = tuple(Endpoint.at(url, api) for url in urls)
-        if len({e.api for e in endpoints}) > 1:
-            raise ClientError(MIXED_KINDS)
-        settings = Settings(model or default_model(endpoints[0], mode), mode, self.o["protocol"], params,
+        servers = tuple(adapter_for(url, api, grpc_url) for url in urls)
+        kinds = {s.label for s in servers}
+        if len(kinds) > 1:
+            raise ClientError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
+        settings = Settings(model or servers[0].default_model(mode), mode, self.o["protocol"], params,
                             self.o["timeout"], self.o["idle_timeout"] or None)
-        info = read_info(endpoints[0], settings)
+        info = read_info(servers[0], settings)
         if mode != "stream":
             info.check_batch("use --mode stream")
-        return Target(settings, info, endpoints)
+        return Target(settings, info, servers)
 
-    def sides(self, urls: tuple[str, ...]) -> list[Side]:
+    def sides(self, urls: tuple[str, ...], grpc_url: str | None = None) -> list[Side]:
         """The servers of the run: the ``--url`` load, then one per ``--compare-url`` (each its own kind)."""
-        targets = [(self.target(urls, self.o["model"], self.o["api"]), urls)]
+        targets = [(self.target(urls, self.o["model"], self.o["api"], grpc_url), urls)]
         for url in self.o["compare_url"]:
             targets.append((self.target((url,), self.o["compare_model"]), (url,)))
-        names = [f"{t.endpoints[0].kind} {short_name(t.model)}" for t, _ in targets]
+        names = [f"{t.servers[0].label} {short_name(t.model)}" for t, _ in targets]
         if len(set(names)) < len(names):
             names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
         return [Side(name, target, given) for name, (target, given) in zip(names, targets)]
@@ -132,20 +134,22 @@ class BenchRun:
         keys = ("concurrency", "request_rate", "request_distribution", "requests", "duration", "warmup",
                 "input_file", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
                 "output_tokens_stddev", "seed")
-        settings = target.settings
+        settings, server = target.settings, target.servers[0]
         timeouts = {"network": target.info.network_timeout(settings.timeout),
                     "idle": settings.idle_timeout if settings.mode == "stream" else None}
-        return {"model": target.model, "mode": target.mode, "protocol": settings.protocol, "urls": list(urls),
+        spoke = server.url(settings.mode, settings.protocol)[1]  # what the run spoke: gRPC for a Triton stream
+        return {"model": target.model, "mode": target.mode, "api": server.kind, "protocol": spoke, "urls": list(urls),
                 "timeouts": timeouts, "params": dict(settings.params.values), **{k: self.o[k] for k in keys},
                 "levels": [c if c is not None else r for c, r in self.levels()],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
-    def execute(self, urls: tuple[str, ...]) -> int:
+    def execute(self, urls: tuple[str, ...], grpc_url: str | None = None) -> int:
+        """Run every level on the servers ``urls`` name (``grpc_url``: their gRPC endpoint, when known)."""
         from .display import ProgressBar
         from .results import build_document, side_by_side, summarize
 
         levels = self.levels()
-        sides = self.sides(urls)
+        sides = self.sides(urls, grpc_url)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
         runners = [Runner(side.target, self.requests(embedded)) for side in sides]
         for side, runner in zip(sides, runners):

@@ -1,5 +1,7 @@
-"""The only code that speaks to servers: Triton (tritonclient: streaming, batch and generate calls) and
-OpenAI-compatible servers (the ``openai`` client: streamed or one answer), all as event streams.
+"""The wire: requests to Triton (tritonclient: streaming, batch and generate calls) and to OpenAI-compatible
+servers (the ``openai`` client: streamed or one answer), all as event streams, and the interfaces of the
+models they serve. Which kind of server a URL names, and what a front end may ask of it, is decided by
+:mod:`console.core.adapters`; the HTTP API a console uses to run a tritonserver is in :mod:`console.server.health`.
 
 Typical use (any UI)::
 
@@ -40,24 +42,22 @@ from .events import (
     split_prompts,
 )
 from .interfaces import Interface, interface_of
-from .openai_api import APIS, OPENAI, TRITON, OpenAIServer, base_url, is_openai_url, openai_info, resolve_api
+from .openai_api import OPENAI, base_url, is_openai_url, openai_info
 from .openai_call import OpenAICall, openai_call
+from .openai_interface import OpenAIInterface
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .stats import aggregate, format_stats, live_stats, reply_stats
 from .stream import StreamCall, stream
 from .wire import info_from_config, model_info, normalize_url
 
 __all__ = [
-    "APIS",
     "OPENAI",
-    "TRITON",
     "OpenAICall",
-    "OpenAIServer",
+    "OpenAIInterface",
     "base_url",
     "is_openai_url",
     "openai_call",
     "openai_info",
-    "resolve_api",
     "BAD_REQUEST",
     "BY_NAME",
     "CANCELLED",

@@ -9,14 +9,15 @@ generate endpoint (Triton's HTTP inference refuses decoupled models), over gRPC 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .call import Call
-from .errors import SERVER, ClientError
+from .call import Arrived, Broke, Call, Probe
+from .errors import CONNECTION, SERVER, ClientError
 from .events import Event, Failure, ModelInfo, Reply, Timeouts
 from .interfaces import Outputs
 from .params import GenerationParams
@@ -24,7 +25,6 @@ from .stats import reply_stats
 from .wire import PROTOCOLS, error_kind, error_message, is_final, post_generate
 
 HTTP_CANCEL_NOTE = "Triton cannot cancel HTTP requests: the server finishes this one (gRPC can cancel)"
-FAR = 10.0**7  # "no timeout" for APIs that need a number
 
 
 def _nothing() -> None:
@@ -35,10 +35,11 @@ class BatchCall(Call):
     """One inference request answered once (batch models): over HTTP, gRPC, or the generate endpoint."""
 
     def __init__(self, url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams,
-                 timeouts: Timeouts, protocol: str = "http", generate: bool = False) -> None:
+                 timeouts: Timeouts, protocol: str = "http", generate: bool = False,
+                 probe: Probe | None = None) -> None:
         if protocol not in PROTOCOLS:
             raise ClientError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-        super().__init__(url, model, prompts, params, replace(timeouts, idle=None))  # one response: no idle wait
+        super().__init__(url, model, prompts, params, replace(timeouts, idle=None), probe)  # one response: no idle
         self.protocol = "http" if generate else protocol
         self.generate = generate
         if self.protocol == "http":
@@ -54,22 +55,17 @@ class BatchCall(Call):
             return
         finished = False
         try:
-            quiet = self._ask_status if self.model_info().input("status_of") is not None else None
-            try:
-                item, stopped = self._await(t0, t0, quiet)
-            except ClientError as exc:  # the backend died, or was restarted and no longer knows the request
-                yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
-                return
-            elapsed = time.perf_counter() - t0
-            if stopped is not None:  # timeout or cancel()
-                yield stopped
+            got = self._next(t0, t0)
+            if isinstance(got, Failure):  # timeout, cancel(), or a backend that died or was reloaded
+                yield got
                 return
             finished = True
-            outputs, exc = item
-            if exc is not None:
-                yield Failure(error_message(exc, self.url, self.protocol), error_kind(exc), elapsed)
+            elapsed = got.at - t0
+            if isinstance(got, Broke):
+                yield Failure(error_message(got.error, self.url, self.protocol), error_kind(got.error), elapsed)
             else:
-                yield from self._replies(outputs, elapsed)
+                assert isinstance(got, Arrived)
+                yield from self._replies(got.data, elapsed)
         finally:
             if not finished:
                 canceller()
@@ -83,12 +79,11 @@ class BatchCall(Call):
                 return values[i] if values is not None else default
 
             stats = reply_stats((), elapsed, pick("output_tokens"), pick("input_tokens"), streamed=False)
-            text, includes_prompt = self.interface().finish(prompt, texts[i], self.params.exclude_input_in_output)
-            yield Reply(i, prompt, text, pick("finish_reason", ""), stats, includes_prompt)
+            yield Reply(i, prompt, self.interface().finish(prompt, texts[i]), pick("finish_reason", ""), stats)
 
     def _start(self) -> tuple[Callable[[], None], Callable[[], None]]:
         """Send the request; its outcome lands in the queue. Returns (server-side canceller, closer)."""
-        backstop = (self.timeouts.network or FAR) + 1.0
+        backstop = self.timeouts.backstop()
         decoupled = self.model_info().decoupled  # answers once only when told not to stream
         if self.protocol == "grpc":
             return self._start_grpc_stream(backstop) if decoupled else self._start_grpc(backstop)
@@ -98,22 +93,31 @@ class BatchCall(Call):
 
     def _work(self, target: Callable[[float], Outputs], timeout: float) -> None:
         try:
-            self._queue.put((target(timeout), None))
+            self._arrive(Arrived(target(timeout)))
         except Exception as exc:
-            self._queue.put((None, exc))
+            self._arrive(Broke(exc))
 
     def _infer_http(self, timeout: float) -> Outputs:
-        import tritonclient.http as httpclient
+        """Triton HTTP inference on this helper thread's own asyncio loop (tritonclient's aiohttp client).
 
-        client = httpclient.InferenceServerClient(
-            self.url, connection_timeout=min(timeout, 30.0), network_timeout=timeout
-        )
+        Not tritonclient's gevent client: a call the caller gave up on (a timeout, a cancel) leaves this daemon
+        thread waiting, and gevent's libev loop, woken by the answer as the process exits, calls into the
+        finalized interpreter and crashes it (exit 139). An asyncio thread just ends there.
+        """
+        return asyncio.run(self._infer_aio(timeout))
+
+    async def _infer_aio(self, timeout: float) -> Outputs:
+        import aiohttp
+        import tritonclient.http.aio as aioclient
+
         try:
-            inputs = self.interface().inputs(httpclient, self.prompts, self.params, streaming=False)
-            result = client.infer(self.model, inputs, request_id=self.request_id)
-            return self.interface().outputs(result, len(self.prompts))
-        finally:
-            client.close()  # an open keep-alive connection delays the server's shutdown
+            async with aioclient.InferenceServerClient(self.url, conn_timeout=timeout) as client:  # closed after
+                inputs = self.interface().inputs(aioclient, self.prompts, self.params, streaming=False)
+                result = await client.infer(self.model, inputs, request_id=self.request_id)
+        except aiohttp.ServerDisconnectedError:  # not an OSError: the server went away mid-request
+            gone = ConnectionResetError("the server closed the connection")
+            raise ClientError(error_message(gone, self.url, self.protocol, lost=True), CONNECTION) from None
+        return self.interface().outputs(result, len(self.prompts))
 
     def _start_grpc(self, timeout: float) -> tuple[Callable[[], None], Callable[[], None]]:
         import tritonclient.grpc as grpcclient
@@ -123,9 +127,9 @@ class BatchCall(Call):
 
         def done(result: Any = None, error: Any = None) -> None:
             try:
-                self._queue.put((None, error) if error is not None else (interface.outputs(result, n), None))
+                self._arrive(Broke(error) if error is not None else Arrived(interface.outputs(result, n)))
             except Exception as exc:
-                self._queue.put((None, exc))
+                self._arrive(Broke(exc))
 
         try:
             inputs = interface.inputs(grpcclient, self.prompts, self.params, streaming=False)
@@ -133,7 +137,7 @@ class BatchCall(Call):
                 self.model, inputs, callback=done, request_id=self.request_id, client_timeout=timeout
             )
         except Exception as exc:
-            self._queue.put((None, exc))
+            self._arrive(Broke(exc))
             return _nothing, client.close
         return context.cancel, client.close
 
@@ -148,15 +152,15 @@ class BatchCall(Call):
         def done(result: Any = None, error: Any = None) -> None:
             try:
                 if error is not None:
-                    self._queue.put((None, error))
+                    self._arrive(Broke(error))
                     return
                 outputs = interface.outputs(result, n)
                 if outputs["text_output"] is not None:
                     answer[:] = [outputs]
                 if is_final(result):
-                    self._queue.put((answer[0] if answer else {"text_output": None}, None))
+                    self._arrive(Arrived(answer[0] if answer else {"text_output": None}))
             except Exception as exc:
-                self._queue.put((None, exc))
+                self._arrive(Broke(exc))
 
         def stop() -> None:
             client.stop_stream(cancel_requests=True)
@@ -168,7 +172,7 @@ class BatchCall(Call):
                                                                    streaming=False),
                                       request_id=self.request_id, enable_empty_final_response=True)
         except Exception as exc:
-            self._queue.put((None, exc))
+            self._arrive(Broke(exc))
         return _nothing, stop
 
     def _post_generate(self, timeout: float) -> Outputs:
@@ -181,15 +185,18 @@ class BatchCall(Call):
 
 
 def infer(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,
-          timeouts: Timeouts | None = None, protocol: str = "http") -> BatchCall:
+          timeouts: Timeouts | None = None, protocol: str = "http", probe: Probe | None = None) -> BatchCall:
     """A batch inference call (one response at the end); iterate it for Reply events or a Failure.
 
-    ``protocol="grpc"`` makes timeouts and :meth:`Call.cancel` cancel the request on the server.
+    ``protocol="grpc"`` makes timeouts and :meth:`Call.cancel` cancel the request on the server; ``probe``
+    checks a call that went quiet (see :data:`~.call.Probe`).
     """
-    return BatchCall(url, model, prompts, params or GenerationParams(), timeouts or Timeouts(), protocol=protocol)
+    return BatchCall(url, model, prompts, params or GenerationParams(), timeouts or Timeouts(), protocol=protocol,
+                     probe=probe)
 
 
 def generate(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,
-             timeouts: Timeouts | None = None) -> BatchCall:
+             timeouts: Timeouts | None = None, probe: Probe | None = None) -> BatchCall:
     """A call to ``POST /v2/models/<model>/generate`` (HTTP; batch models only)."""
-    return BatchCall(url, model, prompts, params or GenerationParams(), timeouts or Timeouts(), generate=True)
+    return BatchCall(url, model, prompts, params or GenerationParams(), timeouts or Timeouts(), generate=True,
+                     probe=probe)

@@ -1,5 +1,10 @@
 """A request in flight: iterate it once for its events; :meth:`Call.cancel` may come from any thread.
 
+A request's reader (a transport callback or thread) hands what it receives to the call as typed
+arrivals (:class:`Arrived`, :class:`Broke`, :class:`Ended`); the iterating thread waits for the next one
+with :meth:`Call._next`, which also applies the timeouts and, when the request goes quiet, the call's
+``probe`` (the check a server kind supplies for a backend that died).
+
 A model that takes one prompt per request (every interface but the bundled backend's) gets one
 request per prompt of an ``a|b`` call, sent together; :func:`fan_out` merges their events by
 prompt index, so every front end sees the same event stream whatever the model.
@@ -10,17 +15,55 @@ from __future__ import annotations
 import copy
 import dataclasses
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CANCEL_NOTE, CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
+from .errors import CANCEL_NOTE, CANCELLED, ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts, new_request_id
 from .interfaces import Interface, interface_of
 from .params import GenerationParams
-from .status import PROBE_AFTER, PROBE_EVERY, lost_request, request_status
 from .wire import model_info, normalize_url
+
+PROBE_AFTER = 3.0  # s of silence before a quiet request's probe asks
+PROBE_EVERY = 3.0  # s between two questions
+Probe = Callable[["Call"], None]  # asks whether a quiet request still runs; ClientError when it is lost
+
+
+@dataclass(frozen=True)
+class Arrived:
+    """What the request's reader received: a response, a chunk or the one answer."""
+
+    data: Any
+    at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class Broke:
+    """The transport's error: the request cannot go on."""
+
+    error: BaseException
+    at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The reader came to the end of a stream that carries no final flag of its own."""
+
+    at: float = field(default_factory=time.perf_counter)
+
+
+Arrival = Arrived | Broke | Ended
+
+
+class _Woken:
+    """Put by :meth:`Call.cancel` to wake the waiting thread; not an arrival."""
+
+
+WOKEN = _Woken()
 
 
 class Call:
@@ -30,25 +73,30 @@ class Call:
     cancel_note = CANCEL_NOTE  # what a cancel or a timeout did to the request
 
     def __init__(self, url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams,
-                 timeouts: Timeouts) -> None:
+                 timeouts: Timeouts, probe: Probe | None = None) -> None:
         if not prompts:
             raise ClientError("no prompt given")
         self.url = normalize_url(url)
         self.info = model if isinstance(model, ModelInfo) else None
         self.model = model.name if isinstance(model, ModelInfo) else model
         self.prompts = list(prompts)
-        self.params = params
+        self.params = params if params.status_key else params.replace(status_key=secrets.token_hex(16))
         self.request_id = params.request_id or new_request_id()
         self.timeouts = timeouts
+        self.probe = probe
         self._interface: Interface | None = None
         self._fresh()
 
     def _fresh(self) -> None:
-        """A call's own state: not cancelled, nothing queued, not iterated, no parts."""
+        """A call's own state: not cancelled, nothing arrived, not iterated, no parts."""
         self._cancel = threading.Event()
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue: queue.Queue[Arrival | _Woken] = queue.Queue()
         self._used = False
         self._parts: list[Call] = []
+
+    def _arrive(self, arrival: Arrival) -> None:
+        """Hand what the reader received to the waiting thread (from any thread)."""
+        self._queue.put(arrival)
 
     def model_info(self) -> ModelInfo:
         """The model's config (read once, over this call's protocol)."""
@@ -69,13 +117,13 @@ class Call:
         clone._fresh()
         clone.prompts = [self.prompts[index]]
         clone.request_id = f"{self.request_id}-{index}"
-        clone.params = self.params.replace(request_id=clone.request_id)
+        clone.params = self.params.replace(request_id=clone.request_id, status_key=secrets.token_hex(16))
         return clone
 
     def cancel(self) -> None:
         """Stop waiting and cancel the request (on the server too, where the protocol can)."""
         self._cancel.set()
-        self._queue.put(None)
+        self._queue.put(WOKEN)
         for part in list(self._parts):
             part.cancel()
 
@@ -108,70 +156,44 @@ class Call:
         """The events of one request carrying all of this call's prompts."""
         raise NotImplementedError
 
-    # ---- waiting for what a request's reader queues (a stream's responses, chunks)
+    # ---- waiting for what the request's reader hands over
 
-    def _await(self, t0: float, last: float,
-               on_quiet: Callable[[], None] | None = None) -> tuple[Any, Failure | None]:
-        """(the next queued item, None), or (None, the Failure that ends the wait): a cancel, the network
-        timeout (from ``t0``) or the idle timeout (from ``last``, the latest response). ``on_quiet`` is
-        called when nothing came for PROBE_AFTER s (again every PROBE_EVERY s); it may raise ClientError."""
+    def _next(self, t0: float, last: float) -> Arrival | Failure:
+        """The next arrival, or the Failure that ends the wait: a cancel, the network timeout (from ``t0``), the
+        idle timeout (from ``last``, the latest response), or the probe saying the request is lost. The probe
+        asks after PROBE_AFTER s of silence, then every PROBE_EVERY s."""
         asked = t0
         while True:
-            wait, deadline, which = self._wait_limit(t0, last)
-            if on_quiet is not None:
-                quiet = max(max(last + PROBE_AFTER, asked + PROBE_EVERY) - time.perf_counter(), 0.0)
-                wait = quiet if wait is None else min(wait, quiet)
+            nearest = self.timeouts.nearest(t0, last)
+            waits = [] if nearest is None else [nearest[0]]
+            if self.probe is not None:
+                waits.append(max(last + PROBE_AFTER, asked + PROBE_EVERY))
             try:
-                item = self._queue.get(timeout=wait)
+                item = self._queue.get(timeout=max(min(waits) - time.perf_counter(), 0.0) if waits else None)
             except queue.Empty:
-                item = None
+                item = WOKEN
             now = time.perf_counter()
-            if item is not None:
-                return item, None
+            if not isinstance(item, _Woken):
+                return item
             if self._cancel.is_set():
-                return None, Failure(f"cancelled after {now - t0:.1f} s; {self.cancel_note}", CANCELLED, now - t0)
-            if which and now >= deadline:
-                return None, self._timed_out(which, now - t0)
-            if on_quiet is not None and now - last >= PROBE_AFTER and now - asked >= PROBE_EVERY:
+                return Failure(f"cancelled after {now - t0:.1f} s; {self.cancel_note}", CANCELLED, now - t0)
+            if nearest is not None and now >= nearest[0]:
+                return Failure(f"{self.timeouts.message(nearest[1], self.model)}; {self.cancel_note}", nearest[1],
+                               now - t0)
+            if self.probe is not None and now - last >= PROBE_AFTER and now - asked >= PROBE_EVERY:
                 asked = now
                 try:
-                    on_quiet()
-                except ClientError:
-                    crossed = self._crossed()  # the answer may have crossed the question
-                    if crossed is None:
-                        raise
-                    return crossed, None
+                    self.probe(self)
+                except ClientError as exc:
+                    return self._crossed() or Failure(str(exc), exc.kind, time.perf_counter() - t0)
 
-    def _crossed(self, grace: float = 0.5) -> Any:
-        """An item that arrives within ``grace`` s (a request that ended as it was asked about), or None."""
+    def _crossed(self, grace: float = 0.5) -> Arrival | None:
+        """An arrival within ``grace`` s (an answer that crossed the probe's question), or None."""
         try:
-            return self._queue.get(timeout=grace)
+            item = self._queue.get(timeout=grace)
         except queue.Empty:
             return None
-
-    def _ask_status(self) -> None:
-        """Nothing came for a while: ask the bundled backend whether it still runs the request (ClientError if not)."""
-        if request_status(self.url, self.model, self.request_id, protocol=self.protocol) == "unknown":
-            raise lost_request(self.model)
-
-    def _wait_limit(self, t0: float, last: float) -> tuple[float | None, float, str]:
-        """(seconds to wait, deadline, which timeout) for the nearer of the two timeouts."""
-        limits = []
-        if self.timeouts.network is not None:
-            limits.append((t0 + self.timeouts.network, TIMEOUT))
-        if self.timeouts.idle is not None:
-            limits.append((last + self.timeouts.idle, IDLE_TIMEOUT))
-        if not limits:
-            return None, 0.0, ""
-        deadline, kind = min(limits)
-        return max(deadline - time.perf_counter(), 0.0), deadline, kind
-
-    def _timed_out(self, kind: str, elapsed: float) -> Failure:
-        if kind == IDLE_TIMEOUT:
-            message = f"stream idle timeout: no response from {self.model} for {self.timeouts.idle:g} s"
-        else:
-            message = f"network timeout: {self.model} did not finish within {self.timeouts.network:g} s"
-        return Failure(f"{message}; {self.cancel_note}", kind, elapsed)
+        return None if isinstance(item, _Woken) else item
 
     def replies(self) -> list[Reply]:
         """Run to the end; the replies in prompt order, or ClientError on failure."""

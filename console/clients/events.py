@@ -10,11 +10,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from .errors import CANCELLED, ClientError
+from .errors import CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
 
 KV_TIMEOUT = 600.0  # the seed's client_example_kv.py network timeout
 CAUSAL_TIMEOUT = 6000.0  # the seed's client_example_causal.py network timeout
-FINISH_REASONS = ("eos", "stop", "length", "ctx_len", "cancelled")
+BACKSTOP = 5.0  # s a transport's own timeout waits past ours (ours fires first and says which one it was)
+NO_LIMIT = 10.0**7  # "no timeout" for transports that need a number
 
 
 def split_prompts(text: str) -> list[str]:
@@ -35,11 +36,34 @@ def new_request_id() -> str:
 class Timeouts:
     """``network``: seconds for the whole call; ``idle``: streaming, seconds between responses.
 
-    None disables a timeout. :func:`default_timeout` gives the seed's network defaults.
+    None disables a timeout. :func:`default_timeout` gives the seed's network defaults. Every call waits
+    through :meth:`nearest` and words a timeout with :meth:`message`; a transport's own timeout is
+    :meth:`backstop`.
     """
 
     network: float | None = KV_TIMEOUT
     idle: float | None = None
+
+    def nearest(self, t0: float, last: float) -> tuple[float, str] | None:
+        """(deadline, kind) of the timeout that fires first for a call sent at ``t0`` whose latest response came
+        at ``last`` (``perf_counter`` times); None when neither applies."""
+        limits = []
+        if self.network is not None:
+            limits.append((t0 + self.network, TIMEOUT))
+        if self.idle is not None:
+            limits.append((last + self.idle, IDLE_TIMEOUT))
+        return min(limits) if limits else None
+
+    def message(self, kind: str, model: str) -> str:
+        """Which timeout fired, in words."""
+        if kind == IDLE_TIMEOUT:
+            return f"stream idle timeout: no response from {model} for {self.idle:g} s"
+        return f"network timeout: {model} did not finish within {self.network:g} s"
+
+    def backstop(self) -> float:
+        """The timeout to give a transport (tritonclient, the openai client): past the network timeout, so the
+        call's own timeout fires first."""
+        return (self.network or NO_LIMIT) + BACKSTOP
 
 
 def default_timeout(use_kv_cache: bool) -> float:
@@ -59,21 +83,28 @@ class Tensor:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What a client needs to know about a served model, read from its config."""
+    """What a client needs to know about a served model: a Triton model's config, or what an OpenAI-compatible
+    server lists (no config: ``use_kv_cache`` unknown, ``answers`` both modes)."""
 
     name: str
     decoupled: bool
-    use_kv_cache: bool
+    use_kv_cache: bool | None  # None: not known (the KV-cache default timeout applies)
     hf_model_name: str = ""
     parameters: dict[str, str] = field(default_factory=dict)
     inputs: tuple[Tensor, ...] = ()
     outputs: tuple[Tensor, ...] = ()
     max_batch_size: int = 0
     backend: str = ""
+    answers: tuple[str, ...] = ()  # the modes the server says the model answers (else read from the config)
 
     @property
     def default_timeout(self) -> float:
-        return default_timeout(self.use_kv_cache)
+        return default_timeout(self.use_kv_cache is not False)
+
+    @property
+    def model_type(self) -> str:
+        """``kv_cache``, ``causal``, or ``-`` when the server does not say."""
+        return {True: "kv_cache", False: "causal", None: "-"}[self.use_kv_cache]
 
     @property
     def embedded(self) -> bool:
@@ -99,6 +130,8 @@ class ModelInfo:
     @property
     def modes(self) -> tuple[str, ...]:
         """How the model answers: ``stream`` (decoupled), ``batch`` (once), or both (decoupled with a switch)."""
+        if self.answers:
+            return self.answers
         if not self.decoupled:
             return ("batch",)
         return ("stream", "batch") if self.stream_switch else ("stream",)
@@ -158,8 +191,8 @@ class TextDelta:
 class Reply:
     """The finished answer to prompt ``index``.
 
-    ``text`` is the whole reply; it starts with the prompt only when ``includes_prompt`` (batch
-    requests without ``exclude_input_in_output``, the vllm convention).
+    ``text`` is the reply's new text (the console asks every server for new text only; a front end that shows
+    the prompt before it adds it when it renders).
     """
 
     index: int
@@ -167,7 +200,6 @@ class Reply:
     text: str
     finish_reason: str
     stats: ReplyStats
-    includes_prompt: bool = False
 
     @property
     def ok(self) -> bool:

@@ -1,40 +1,25 @@
-"""OpenAI-compatible servers (vLLM's, llama.cpp's, ...): base URLs, the served models, one client, errors in one line.
+"""OpenAI-compatible servers (vLLM's, llama.cpp's, ...) on the wire: base URLs, the listed models, one client,
+errors in one line.
 
 A server is reached at its base URL ``http://host:port/v1``; ``GET /v1/models`` lists what it serves. Each
-model gets a :class:`ModelInfo` (backend ``openai``) whose declared inputs are the request fields the console
-sends, so a control the API has no field for is reported as ignored, like one a Triton model does not declare.
-The server applies the chat template itself (``/v1/chat/completions``); raw prompts go to ``/v1/completions``.
+model gets a :class:`ModelInfo` (backend ``openai``); :class:`~.openai_interface.OpenAIInterface` knows the request
+fields the controls map to. The server applies the chat template itself (``/v1/chat/completions``); raw
+prompts go to ``/v1/completions``.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
-from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CONNECTION, SERVER, TIMEOUT, ClientError
-from .events import ModelInfo, Tensor
+from .events import ModelInfo
+from .wire import cause_of
 
-OPENAI = "openai"  # Endpoint.api and ModelInfo.backend of an OpenAI-compatible server
-TRITON = "triton"
-APIS = ("auto", TRITON, OPENAI)
+OPENAI = "openai"  # ModelInfo.backend of a model an OpenAI-compatible server serves
 CANCEL_NOTE = "connection closed (the server stops a request whose client went away)"
-# the request fields the controls map to: the API's own, and top_k, the servers' common extension
-FIELDS = (
-    Tensor("prompt", "BYTES"),
-    Tensor("stream", "BOOL", (1,), optional=True),
-    Tensor("max_tokens", "INT32", (1,), optional=True),
-    Tensor("temperature", "FP32", (1,), optional=True),
-    Tensor("top_p", "FP32", (1,), optional=True),
-    Tensor("top_k", "INT32", (1,), optional=True),
-    Tensor("seed", "INT64", (1,), optional=True),
-    Tensor("stop", "BYTES", (-1,), optional=True),
-)
-EXTENSIONS = ("top_k",)  # sent in the body beside the API's own fields
 
 
 def is_openai_url(url: str) -> bool:
@@ -61,19 +46,15 @@ def base_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def resolve_api(url: str, api: str = "auto") -> str:
-    """``triton`` or ``openai``: ``api`` when given, else what the URL says (``.../v1``: openai)."""
-    if api not in APIS:
-        raise ClientError(f"api must be one of {', '.join(APIS)}, got {api!r}")
-    if api != "auto":
-        return api
-    return OPENAI if is_openai_url(url) else TRITON
+LISTED = ("owned_by", "max_model_len")  # what a listing says of a model that the console uses (vLLM gives both)
 
 
-def openai_info(name: str) -> ModelInfo:
-    """A served model of an OpenAI-compatible server: it streams or answers once, 600 s default timeout."""
-    return ModelInfo(name, decoupled=True, use_kv_cache=True, inputs=FIELDS,
-                     outputs=(Tensor("text_output", "BYTES"),), backend=OPENAI)
+def openai_info(name: str, entry: dict[str, Any] | None = None) -> ModelInfo:
+    """A served model of an OpenAI-compatible server (``entry``: its ``/v1/models`` entry): it streams or answers
+    once; its type is not known (the KV-cache default timeout applies)."""
+    said = {k: str(entry[k]) for k in LISTED if entry and entry.get(k) is not None}
+    return ModelInfo(name, decoupled=True, use_kv_cache=None, parameters=said, backend=OPENAI,
+                     answers=("stream", "batch"))
 
 
 _CLIENTS: dict[str, Any] = {}
@@ -105,8 +86,8 @@ def api_error(exc: BaseException, base: str, lost: bool = False) -> ClientError:
         return ClientError(f"the OpenAI-compatible server at {base} timed out", TIMEOUT)
     if isinstance(exc, openai.APIConnectionError):
         what = "lost the connection to" if lost else "cannot reach"
-        cause = exc.__cause__ or exc
-        return ClientError(f"{what} the OpenAI-compatible server at {base}: {_one_line(cause)}", CONNECTION)
+        return ClientError(f"{what} the OpenAI-compatible server at {base}: {cause_of(exc.__cause__ or exc)}",
+                           CONNECTION)
     if isinstance(exc, openai.APIStatusError):
         return ClientError(f"HTTP {exc.status_code} from {base}: {_one_line(_status_message(exc))}", SERVER)
     return ClientError(f"{base}: {_one_line(exc)}", SERVER)
@@ -130,71 +111,22 @@ def _one_line(exc: BaseException | str) -> str:
     return " ".join(text.split())[:300]
 
 
-@dataclass(frozen=True)
-class OpenAIServer:
-    """An OpenAI-compatible server at ``base`` (``http://host:port/v1``): its models, read on demand."""
+def listing(base: str, timeout: float = 5.0) -> dict[str, dict[str, Any]]:
+    """``GET /v1/models`` at ``base``: each model's entry by its id; ClientError when the server does not answer."""
+    try:
+        page = client(base).models.list(timeout=timeout)
+        return {m.id: m.model_dump() for m in page.data}
+    except Exception as exc:
+        raise api_error(exc, base) from None
 
-    base: str
-    listed: dict[str, tuple[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
-    @classmethod
-    def at(cls, url: str) -> OpenAIServer:
-        return cls(base_url(url))
-
-    @property
-    def http_url(self) -> str:
-        return self.base
-
-    @property
-    def grpc_url(self) -> None:
-        return None
-
-    def models(self, timeout: float = 5.0) -> list[str]:
-        """The ids ``GET /v1/models`` lists; ClientError when the server does not answer."""
-        try:
-            page = client(self.base).models.list(timeout=timeout)
-            return [m.id for m in page.data]
-        except Exception as exc:
-            raise api_error(exc, self.base) from None
-
-    def is_ready(self, timeout: float = 3.0) -> bool:
-        try:
-            self.models(timeout)
-        except ClientError:
-            return False
-        return True
-
-    def model_states(self, timeout: float = 2.0) -> dict[str, tuple[str, str]]:
-        """Every model listed once is ready (the API knows no other state) while the server answers HTTP;
-        OSError when it does not.
-
-        The models are listed once only: a listing is a request, and llama.cpp's server (by default) cuts
-        the stream in flight short for a new request; it also lists only between generations.
-        """
-        if not self.listed:
-            try:
-                self.listed.update({name: ("READY", "") for name in self.models(timeout)})
-            except ClientError as exc:
-                raise OSError(str(exc)) from None
-            return dict(self.listed)
-        self.probe(timeout)
-        return dict(self.listed)
-
-    def probe(self, timeout: float = 2.0) -> None:
-        """Any HTTP answer to ``GET /health`` (vLLM's; a 404 from others) shows the server is up; OSError if not."""
-        parts = urllib.parse.urlsplit(self.base)
-        try:
-            with urllib.request.urlopen(urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/health", "", "")),
-                                        timeout=timeout):
-                pass
-        except urllib.error.HTTPError:
-            pass
-
-    def model_info(self, name: str = "") -> ModelInfo:
-        """The model ``name`` serves (empty: the first it lists); ClientError naming the served ones when absent."""
-        served = self.models()
-        if not served:
-            raise ClientError(f"the OpenAI-compatible server at {self.base} serves no model", SERVER)
-        if name and name not in served:
-            raise ClientError(f"model {name!r} is not served at {self.base}: it serves {', '.join(served)}", SERVER)
-        return openai_info(name or served[0])
+def model_info(base: str, name: str = "") -> ModelInfo:
+    """The model ``name`` the server at ``base`` serves (empty: the first it lists); ClientError naming the served
+    ones when it is absent."""
+    served = listing(base)
+    if not served:
+        raise ClientError(f"the OpenAI-compatible server at {base} serves no model", SERVER)
+    if name and name not in served:
+        raise ClientError(f"model {name!r} is not served at {base}: it serves {', '.join(served)}", SERVER)
+    name = name or next(iter(served))
+    return openai_info(name, served[name])

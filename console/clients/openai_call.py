@@ -20,17 +20,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .call import Call
+from .call import Arrived, Broke, Call, Ended
 from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
-from .interfaces import OpenAIInterface
-from .openai_api import CANCEL_NOTE, OPENAI, OpenAIServer, api_error, base_url, client
+from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client, model_info
+from .openai_interface import OpenAIInterface, server_of
 from .params import GenerationParams
 from .stats import reply_stats
 
 Messages = list[dict[str, str]]
-DONE = object()  # the reader's last item: the stream ended (or the one answer came)
-UNSTREAMED_NOTE = "the server finishes an unstreamed request (stream mode can stop one)"
+UNSTREAMED_NOTE = ("connection closed; a server such as llama.cpp's finishes an unstreamed request (stream mode "
+                   "stops one)")
+STOPPED_NOTE = "connection closed (vLLM stops a request whose client went away, streamed or not)"
 
 
 def choice_text(choice: Any, chat: bool) -> str:
@@ -78,18 +79,18 @@ class ChunkFolder:
         return Reply(0, prompt, self.text, self.finish_reason, stats)
 
 
-def answer(completion: Any, prompt: str, chat: bool, latency: float, echo: bool) -> Reply:
-    """The reply of an unstreamed request (``echo``: a completion that starts with its prompt)."""
+def answer(completion: Any, prompt: str, chat: bool, latency: float) -> Reply:
+    """The reply of an unstreamed request."""
     choice = completion.choices[0] if completion.choices else None
     tokens, prompt_tokens = _usage(getattr(completion, "usage", None))
     stats = reply_stats((), latency, tokens, prompt_tokens, streamed=False, source="usage")
     return Reply(0, prompt, choice_text(choice, chat) if choice else "",
-                 (getattr(choice, "finish_reason", None) or "") if choice else "", stats, includes_prompt=echo)
+                 (getattr(choice, "finish_reason", None) or "") if choice else "", stats)
 
 
-def _socket(stream: Any) -> socket.socket | None:
-    """The socket under a streamed response (httpcore's ``network_stream``), when the client exposes it."""
-    network = getattr(stream.response, "extensions", {}).get("network_stream")
+def _socket(response: Any) -> socket.socket | None:
+    """The socket under an httpx response (httpcore's ``network_stream``), when the client exposes it."""
+    network = getattr(response, "extensions", {}).get("network_stream")
     return network.get_extra_info("socket") if network is not None else None
 
 
@@ -109,25 +110,20 @@ class OpenAICall(Call):
         if self.messages is not None and len(self.messages) != len(self.prompts):
             raise ClientError(f"{len(self.messages)} message lists for {len(self.prompts)} prompts")
         if not streaming:
-            self.cancel_note = UNSTREAMED_NOTE
+            self.cancel_note = STOPPED_NOTE if self.info and server_of(self.info).stops_when_left else UNSTREAMED_NOTE
 
     def _fresh(self) -> None:
         super()._fresh()
         self._lock = threading.Lock()
-        self._stream: Any = None
+        self._response: Any = None  # the httpx response while its connection is open (its socket can be shut)
 
     @property
     def chat(self) -> bool:
         return self.messages is not None
 
-    @property
-    def echo(self) -> bool:
-        """A completion answered once that starts with its prompt (the batch echo choice)."""
-        return not self.chat and not self.streaming and self.params.exclude_input_in_output is False
-
     def model_info(self) -> ModelInfo:
         if self.info is None:
-            self.info = OpenAIServer(self.url).model_info(self.model)
+            self.info = model_info(self.url, self.model)
         return self.info
 
     def part(self, index: int) -> OpenAICall:
@@ -152,8 +148,6 @@ class OpenAICall(Call):
             body["messages"] = self.messages[0]
         else:
             body["prompt"] = self.prompts[0]
-            if self.echo:
-                body["echo"] = True
         return body
 
     def _request(self) -> Iterator[Event]:
@@ -164,69 +158,73 @@ class OpenAICall(Call):
         except ClientError as exc:
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
             return
-        create = api.chat.completions.create if self.chat else api.completions.create
-        body["timeout"] = (self.timeouts.network or 10.0**7) + 1.0  # the reader's backstop
+        endpoint = api.chat.completions if self.chat else api.completions
+        create = endpoint.create if self.streaming else endpoint.with_streaming_response.create
+        body["timeout"] = self.timeouts.backstop()
         folder = ChunkFolder(self.chat)
         t0 = last = time.perf_counter()
         threading.Thread(target=self._read, args=(create, body), name="qc-openai", daemon=True).start()
         ended = False  # the reader is done: nothing to shut
         try:
             while True:
-                item, stopped = self._await(t0, last)
-                if stopped is not None:
-                    yield stopped
+                got = self._next(t0, last)
+                if isinstance(got, Failure):
+                    yield got
                     return
-                at, data, error = item
-                ended = error is not None or data is DONE or not self.streaming
-                if error is not None:
-                    failure = api_error(error, self.url, lost=bool(folder.arrivals))
-                    yield Failure(str(failure), failure.kind, at - t0)
+                ended = not isinstance(got, Arrived) or not self.streaming
+                if isinstance(got, Broke):
+                    failure = api_error(got.error, self.url, lost=bool(folder.arrivals))
+                    yield Failure(str(failure), failure.kind, got.at - t0)
                     return
-                if data is DONE:
-                    yield folder.reply(self.prompts[0], at - t0)
+                if isinstance(got, Ended):
+                    yield folder.reply(self.prompts[0], got.at - t0)
                     return
                 if not self.streaming:
-                    yield answer(data, self.prompts[0], self.chat, at - t0, self.echo)
+                    yield answer(got.data, self.prompts[0], self.chat, got.at - t0)
                     return
-                last = at
-                yield from folder.add(data, at - t0)
+                last = got.at
+                yield from folder.add(got.data, last - t0)
         finally:
             if not ended:  # cancelled, timed out or abandoned: the server must see the client go
                 self._shut()
 
     def _read(self, create: Callable[..., Any], body: dict[str, Any]) -> None:
-        """The reader thread: send, queue each chunk (or the one answer), then DONE or the error."""
+        """The reader thread: send, hand over each chunk (or the one answer), then the end or the error. An answer
+        that is not streamed is read as a streamed response too, so its connection can be shut while it waits."""
         try:
-            response = create(**body)
             if not self.streaming:
-                self._queue.put((time.perf_counter(), response, None))
+                with create(**body) as raw:
+                    self._opened(raw.http_response)
+                    answered = raw.parse()
+                self._arrive(Arrived(answered))
                 return
-            with self._lock:
-                self._stream = response
-            if self._cancel.is_set():
-                return
-            for chunk in response:
-                self._queue.put((time.perf_counter(), chunk, None))
+            stream = create(**body)
+            self._opened(stream.response)
+            for chunk in stream:
+                self._arrive(Arrived(chunk))
                 if self._cancel.is_set():
+                    stream.close()  # left midway: closing drops the connection
                     return
-            with self._lock:
-                self._stream = None  # read to its end: the connection goes back to the client's pool
-            self._queue.put((time.perf_counter(), DONE, None))
+            self._arrive(Ended())  # read to its end: the connection goes back to the client's pool
         except Exception as exc:
-            self._queue.put((time.perf_counter(), None, exc))
+            self._arrive(Broke(exc))
         finally:
             with self._lock:
-                stream, self._stream = self._stream, None
-            if stream is not None:  # left midway: closing drops the connection
-                with contextlib.suppress(Exception):
-                    stream.close()
+                self._response = None
+
+    def _opened(self, response: Any) -> None:
+        """The response's headers came: its connection may be shut from now on (at once, if cancelled already)."""
+        with self._lock:
+            self._response = response
+        if self._cancel.is_set():
+            self._shut()
 
     def _shut(self) -> None:
-        """Shut the stream's connection down now (from any thread): the reader wakes up, the server sees the
-        client go. A finished stream has nothing left to shut."""
+        """Shut the request's connection down now (from any thread): the reader wakes up, the server sees the
+        client go. A finished request has nothing left to shut."""
         with self._lock:
-            stream = self._stream
-        sock = _socket(stream) if stream is not None else None
+            response = self._response
+        sock = _socket(response) if response is not None else None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)

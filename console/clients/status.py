@@ -1,5 +1,6 @@
-"""Is a request still running? A call that went quiet asks the bundled backend (its ``status_of`` input):
-a stream over gRPC, a batch call over its own protocol (HTTP asks through the generate endpoint).
+"""Is a request still running? :func:`ask_status` is the probe of a call to the bundled backend that went quiet:
+it asks the model (its ``status_of`` input) over the call's own protocol (a stream over gRPC, HTTP through the
+generate endpoint).
 
 The answer tells a slow model from a dead one: the backend says ``running``; a model reloaded after
 its backend died does not know the request (``unknown``); a dead backend is refused by Triton
@@ -9,30 +10,40 @@ its backend died does not know the request (``unknown``); a dead backend is refu
 from __future__ import annotations
 
 import queue
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import SERVER, ClientError
 from .wire import is_final, post_generate, tensor, text
 
-PROBE_AFTER = 3.0  # s of silence before a stream asks
-PROBE_EVERY = 3.0  # s between two questions
+if TYPE_CHECKING:
+    from .call import Call
+
 NOT_HEALTHY = "is not healthy"
 
 
-def request_status(url: str, model: str, request_id: str, timeout: float = 3.0, protocol: str = "grpc") -> str | None:
+def ask_status(call: Call) -> None:
+    """The probe (:data:`~.call.Probe`) of a quiet call to the bundled backend: ClientError when the request is
+    lost (the backend died, or was reloaded and no longer knows it)."""
+    key = call.params.status_key or ""
+    if request_status(call.url, call.model, call.request_id, key, protocol=call.protocol) == "unknown":
+        raise lost_request(call.model)
+
+
+def request_status(url: str, model: str, request_id: str, key: str, timeout: float = 3.0,
+                   protocol: str = "grpc") -> str | None:
     """``running`` or ``unknown``; None when the question got no answer in time (nothing is known).
 
     ClientError when Triton says the model's backend is dead.
     """
     ask = _ask_http if protocol == "http" else _ask_grpc
-    answer, error = ask(url, model, request_id, timeout)
+    answer, error = ask(url, model, {"status_of": request_id, "status_key": key}, timeout)
     if error is not None and NOT_HEALTHY in error:
         raise ClientError(f"the backend of {model} died ({error}): this request is lost; a console "
                           "that started the server reloads the model, else restart tritonserver", SERVER)
     return answer
 
 
-def _ask_grpc(url: str, model: str, request_id: str, timeout: float) -> tuple[str | None, str | None]:
+def _ask_grpc(url: str, model: str, question: dict[str, str], timeout: float) -> tuple[str | None, str | None]:
     """(the answer, Triton's error message) over a gRPC stream."""
     import tritonclient.grpc as grpcclient
 
@@ -40,8 +51,8 @@ def _ask_grpc(url: str, model: str, request_id: str, timeout: float) -> tuple[st
     client = grpcclient.InferenceServerClient(url)
     try:
         client.start_stream(callback=lambda result=None, error=None: answers.put((result, error)))
-        client.async_stream_infer(model, [tensor(grpcclient, "status_of", "BYTES", [request_id])],
-                                  enable_empty_final_response=True)
+        inputs = [tensor(grpcclient, name, "BYTES", [value]) for name, value in question.items()]
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
         while True:
             result, error = answers.get(timeout=timeout)
             if error is not None:
@@ -58,10 +69,10 @@ def _ask_grpc(url: str, model: str, request_id: str, timeout: float) -> tuple[st
         client.close()
 
 
-def _ask_http(url: str, model: str, request_id: str, timeout: float) -> tuple[str | None, str | None]:
+def _ask_http(url: str, model: str, question: dict[str, str], timeout: float) -> tuple[str | None, str | None]:
     """(the answer, Triton's error message) from the generate endpoint."""
     try:
-        status, reason, data = post_generate(url, model, {"status_of": request_id}, timeout)
+        status, reason, data = post_generate(url, model, question, timeout)
     except OSError:  # no answer in time: nothing is known
         return None, None
     if status != 200:

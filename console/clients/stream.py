@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .call import Call
+from .call import Arrived, Broke, Call, Probe
 from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
 from .interfaces import Interface, Outputs
@@ -33,12 +33,12 @@ class _Collected:
         self.last: Outputs = {}
         self.sums = interface.counts_are_deltas(streaming=True)
 
-    def add(self, outputs: Outputs, at: float, once: bool, exclude: bool | None) -> Iterator[TextDelta]:
+    def add(self, outputs: Outputs, at: float, once: bool) -> Iterator[TextDelta]:
         """The new text of one response (``once``: the model answers once, the whole text)."""
         for i, piece in enumerate(outputs["text_output"] or ()):
             prompt = self.prompts[i]
             if once:
-                new = self.interface.finish(prompt, piece, exclude)[0]
+                new = self.interface.finish(prompt, piece)
             else:
                 new = self.interface.new_text(prompt, self.texts[i], piece)
             if new:
@@ -69,34 +69,31 @@ class StreamCall(Call):
         t0 = last = time.perf_counter()
 
         def callback(result: Any = None, error: Any = None) -> None:  # tritonclient passes keywords
-            self._queue.put((time.perf_counter(), result, error))
+            self._arrive(Broke(error) if error is not None else Arrived(result))
 
         try:
             info, interface = self.model_info(), self.interface()
             once = not info.decoupled  # a batch model answers the stream once, with the whole text
             collected = _Collected(interface, self.prompts)
             inputs = interface.inputs(grpcclient, self.prompts, self.params, streaming=True)
-            network = self.timeouts.network
-            client.start_stream(callback=callback, stream_timeout=None if network is None else network + 10.0)
+            client.start_stream(callback=callback, stream_timeout=self.timeouts.backstop())
             t0 = last = time.perf_counter()
             client.async_stream_infer(self.model, inputs, request_id=self.request_id,
                                       enable_empty_final_response=True)
-            quiet = self._ask_status if info.decoupled and info.input("status_of") is not None else None
             while True:
-                item, stopped = self._await(t0, last, quiet)
-                if stopped is not None:
-                    yield stopped
+                got = self._next(t0, last)
+                if isinstance(got, Failure):
+                    yield got
                     return
-                at, result, error = item
-                if error is not None:
+                if isinstance(got, Broke):
                     lost = last > t0  # a response had come: the server went away mid-stream
-                    yield Failure(error_message(error, self.url, "gRPC", lost), error_kind(error), at - t0)
+                    yield Failure(error_message(got.error, self.url, "gRPC", lost), error_kind(got.error), got.at - t0)
                     return
-                last = at
-                yield from collected.add(interface.outputs(result, n), at - t0, once,
-                                         self.params.exclude_input_in_output)
-                if is_final(result):
-                    yield from self._replies(info, collected, at - t0)
+                assert isinstance(got, Arrived)
+                last = got.at
+                yield from collected.add(interface.outputs(got.data, n), last - t0, once)
+                if is_final(got.data):
+                    yield from self._replies(info, collected, last - t0)
                     return
         except ClientError as exc:
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
@@ -107,14 +104,14 @@ class StreamCall(Call):
             client.stop_stream(cancel_requests=True)  # bounded; a no-op for a finished request
             client.close()
 
-    def _reported_error(self) -> Any:
-        """An error the stream callback already queued (e.g. the server is unreachable), if any."""
+    def _reported_error(self) -> BaseException | None:
+        """An error the stream callback already handed over (e.g. the server is unreachable), if any."""
         try:
             client_wait = time.monotonic() + 1.0
             while time.monotonic() < client_wait:
                 item = self._queue.get(timeout=max(client_wait - time.monotonic(), 0.0))
-                if item is not None and item[2] is not None:
-                    return item[2]
+                if isinstance(item, Broke):
+                    return item.error
         except queue.Empty:
             pass
         return None
@@ -123,18 +120,11 @@ class StreamCall(Call):
         for i, prompt in enumerate(self.prompts):
             stats = reply_stats(collected.arrivals[i], latency, collected.value("output_tokens", i),
                                 collected.value("input_tokens", i), streamed=info.decoupled)
-            yield Reply(i, prompt, collected.texts[i], collected.value("finish_reason", i) or "", stats,
-                        includes_prompt=False)
+            yield Reply(i, prompt, collected.texts[i], collected.value("finish_reason", i) or "", stats)
 
 
 def stream(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,
-           timeouts: Timeouts | None = None) -> StreamCall:
-    """A streaming call over gRPC; iterate it for events, ``cancel()`` from any thread.
-
-    ``exclude_input_in_output`` is asked for unless set (a model that does not declare it is not
-    sent it), so a batch model answering over the stream also gives only new text.
-    """
-    params = params or GenerationParams()
-    if params.exclude_input_in_output is None:
-        params = params.replace(exclude_input_in_output=True)
-    return StreamCall(url, model, prompts, params, timeouts or Timeouts())
+           timeouts: Timeouts | None = None, probe: Probe | None = None) -> StreamCall:
+    """A streaming call over gRPC; iterate it for events, ``cancel()`` from any thread. ``probe`` checks a
+    stream that went quiet (see :data:`~.call.Probe`)."""
+    return StreamCall(url, model, prompts, params or GenerationParams(), timeouts or Timeouts(), probe)

@@ -16,6 +16,9 @@ from .errors import CANCELLED, CONNECTION, SERVER, TIMEOUT, ClientError
 from .events import ModelInfo, Tensor
 
 PROTOCOLS = ("http", "grpc")
+PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
+CAUSES = ("connection refused", "connection reset", "socket closed", "timed out", "no route to host",
+          "network is unreachable", "name or service not known", "temporary failure in name resolution")
 MAX_NAME = 255  # a model name is a folder name
 _NUMPY = {"BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
           **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
@@ -95,10 +98,26 @@ def error_kind(exc: BaseException) -> str:
     return SERVER
 
 
+def reason_of(exc: BaseException) -> str:
+    """What went wrong, in a few words: ``connection refused``, not ``<urlopen error [Errno 111] ...>``."""
+    if isinstance(exc, InferenceServerException):
+        return " ".join((exc.message() or type(exc).__name__).split())
+    cause = exc.reason if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError) \
+        else exc
+    text = getattr(cause, "strerror", None) or " ".join(str(cause).split()) or type(cause).__name__
+    return text[:1].lower() + text[1:] if isinstance(cause, OSError) else text
+
+
+def cause_of(exc: BaseException) -> str:
+    """Why a connection failed: a known cause ("connection refused" ...; gRPC's paragraph and httpx's errno
+    reduced to it), else :func:`reason_of`."""
+    reason = reason_of(exc)
+    return next((known for known in CAUSES if known in reason.lower()), reason)
+
+
 def error_message(exc: BaseException, url: str, protocol: str, lost: bool = False) -> str:
     """One line for a failed call; ``lost``: the server had answered before (it went away)."""
-    message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
-    message = " ".join((message or type(exc).__name__).split())
+    message = reason_of(exc)
     if isinstance(exc, http.client.HTTPException):
         return f"{url} does not answer HTTP ({type(exc).__name__}): is it tritonserver's gRPC port? (HTTP is " \
                "usually the gRPC port - 1, e.g. 8000)"
@@ -107,7 +126,8 @@ def error_message(exc: BaseException, url: str, protocol: str, lost: bool = Fals
         hint = ""
         if protocol.lower() == "grpc" and "Socket closed" in message:
             hint = " (is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
-        return f"{what} tritonserver at {url} ({protocol}): {message}{hint}"
+        shown = PROTOCOL_NAMES.get(protocol.lower(), protocol)
+        return f"{what} tritonserver at {url} ({shown}): {cause_of(exc)}{hint}"
     return message
 
 

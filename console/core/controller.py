@@ -1,6 +1,5 @@
-"""One server controller for every front end: start tritonserver here or connect to a running one
-(Triton, or an OpenAI-compatible server by its ``/v1`` URL), follow its models, bring back a model whose
-backend died, stop it.
+"""One server controller for every front end: start tritonserver here or connect to a running server of any
+kind (its adapter, :mod:`.adapters`), follow its models, bring back a model whose backend died, stop it.
 
 The TUI and the web UI drive the same :class:`ServerController`. ``start`` returns at once (the
 server starts in a thread); ``connect``, ``poll`` and ``stop`` block briefly, so a UI calls them
@@ -16,7 +15,6 @@ models, and reloaded; the next request is served again without restarting anythi
 from __future__ import annotations
 
 import contextlib
-import re
 import signal
 import threading
 from collections import deque
@@ -25,16 +23,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from console.clients import OPENAI, TRITON, ClientError, ModelInfo, info_from_config, normalize_url, openai_info
-from console.clients.openai_api import OpenAIServer, resolve_api
-from console.server import LOG_KEEP, ServerError, ServerHandle, TritonServer, logparse
+from console.clients import ClientError, ModelInfo
+from console.server import LOG_KEEP, ServerError, TritonServer, logparse
 from console.server.embedded import START_TIMEOUT, embedded_repo
+from console.server.stubs import StubWatch
 
-from .request import Endpoint
+from .adapters import Adapter, adapter_for, started_here
 
 NOT_CONNECTED = "not connected: start a server or connect to a running one by URL"
 BUSY = ("starting", "stopping")
-_INSTANCE = re.compile(r"^(?P<model>.+)_\d+_\d+$")  # a model instance's name: <model>_<group>_<index>
 
 Listener = Callable[["Snapshot"], None]
 
@@ -56,23 +53,28 @@ class Snapshot:
     phase: str  # idle | starting | ready | connected | stopping | stopped | failed | unreachable
     message: str
     owned: bool = False  # started here (its log is visible, quitting stops it)
-    http_url: str | None = None
-    grpc_url: str | None = None
-    metrics_url: str | None = None
+    server: Adapter | None = None  # where it answers, while it does
     repository: str = ""
     models: tuple[ModelRow, ...] = ()
     generation: int = 0
     stale: tuple[Any, ...] = ()  # servers a dead console left (a start failed on them): start(stop_stale=True)
-    api: str = TRITON  # openai: an OpenAI-compatible server (http_url is its base URL; no log, states or gRPC)
 
     @property
-    def endpoint(self) -> Endpoint:
-        return Endpoint(self.http_url, self.grpc_url, self.api)
+    def http_url(self) -> str | None:
+        return self.server.http_url if self.server else None
+
+    @property
+    def grpc_url(self) -> str | None:
+        return self.server.grpc_url if self.server else None
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self.server.metrics_url if self.server else None
 
     @property
     def server_name(self) -> str:
-        """``tritonserver`` or ``the OpenAI-compatible server``."""
-        return "the OpenAI-compatible server" if self.api == OPENAI else "tritonserver"
+        """The server in a sentence (``tritonserver``)."""
+        return self.server.name if self.server else "tritonserver"
 
     @property
     def infos(self) -> dict[str, ModelInfo]:
@@ -84,12 +86,6 @@ class Snapshot:
         return self.phase in ("ready", "connected")
 
 
-def grpc_guess(http_url: str) -> str:
-    """Triton's default gRPC endpoint beside an HTTP one: the HTTP port + 1 (8000 -> 8001)."""
-    host, _, port = normalize_url(http_url).rpartition(":")
-    return f"{host}:{int(port) + 1}" if port.isdigit() else ""
-
-
 class ServerController:
     """The server a console talks to: one started here, or one reached by URL."""
 
@@ -98,11 +94,11 @@ class ServerController:
         self._on_change = on_change
         self._on_log = on_log
         self._server: TritonServer | None = None
-        self._handle: ServerHandle | OpenAIServer | None = None
+        self._adapter: Adapter | None = None
         self._snap = Snapshot("idle", NOT_CONNECTED)
         self._log: deque[str] = deque(maxlen=LOG_KEEP)
         self._ready: frozenset[str] = frozenset()
-        self._stubs: dict[str, int] = {}  # model instance -> stub pid, as last seen
+        self._stubs = StubWatch()
         self._reloading: dict[str, str] = {}  # model -> what happened to it
 
     # ---- state
@@ -151,12 +147,11 @@ class ServerController:
         with self._lock:
             if self._snap.phase in BUSY or (self._server is not None and self._server.running):
                 raise ServerError("a tritonserver started here is running: stop it first")
-            self._handle, self._ready, self._stubs, self._reloading = None, frozenset(), {}, {}
+            self._adapter, self._ready, self._stubs, self._reloading = None, frozenset(), StubWatch(), {}
             self._log.clear()
             where = str(repository) if repository else "the embedded samples"
-            self._moved(phase="starting", message=f"starting tritonserver on {where} ...", owned=True,
-                        http_url=None, grpc_url=None, metrics_url=None, repository=str(repository or ""),
-                        models=(), api=TRITON)
+            self._moved(phase="starting", message=f"starting tritonserver on {where} ...", owned=True, server=None,
+                        repository=str(repository or ""), models=())
         self._note(logparse.NOISE_NOTE)
         threading.Thread(target=self._start, args=(repository, tuple(models), timeout, options),
                          name="qc-server-start", daemon=True).start()
@@ -186,122 +181,87 @@ class ServerController:
         with self._lock:
             if self._snap.phase != "starting":
                 return
-            handle = self._handle = server.handle
+            adapter = self._adapter = started_here(server.handle)
             self._moved(phase="ready", message=f"tritonserver {version} started here (pid {server.pid})",
-                        http_url=handle.http_url, grpc_url=handle.grpc_url, metrics_url=handle.metrics_url)
+                        server=adapter)
         self.poll()
 
-    def connect(self, http_url: str, grpc_url: str = "", api: str = "auto") -> Snapshot:
-        """Use a running server: ``http_url`` for batch and state, ``grpc_url`` (default: port + 1) to stream.
-
-        An ``http_url`` ending with ``/v1`` (or ``api="openai"``) is an OpenAI-compatible server's base URL.
-        """
-        if resolve_api(http_url, api) == OPENAI:
-            return self._connect_openai(OpenAIServer.at(http_url))
-        http = normalize_url(http_url)
-        grpc = normalize_url(grpc_url) if grpc_url.strip() else grpc_guess(http)
-        handle = ServerHandle(http, grpc)
-        if not handle.is_ready(timeout=3.0):
-            raise ClientError(f"no ready tritonserver at {http} (HTTP): check the host:port of its HTTP endpoint")
-        version = handle.describe_version()
-        guessed = "" if grpc_url.strip() else " (gRPC guessed as the HTTP port + 1: give it if streaming fails)"
+    def connect(self, url: str, grpc_url: str = "", api: str = "auto") -> Snapshot:
+        """Use a running server at ``url`` (and ``grpc_url``, for a kind that has one); ``api`` names its kind
+        (``auto``: what the URL says, see :func:`~.adapters.adapter_for`). ClientError when nothing answers."""
+        adapter = adapter_for(url, api, grpc_url or None)
+        message = adapter.connect(timeout=3.0)
         with self._lock:
             if self._snap.phase in BUSY or (self._server is not None and self._server.running):
                 raise ClientError("a tritonserver started here is running: stop it first")
-            self._server, self._handle, self._ready = None, handle, frozenset()
+            self._server, self._adapter, self._ready = None, adapter, frozenset()
             self._log.clear()
-            self._moved(phase="connected", message=f"connected to tritonserver {version}{guessed}", owned=False,
-                        http_url=http, grpc_url=grpc, metrics_url=None, repository="", models=(), api=TRITON)
-        return self.poll()
-
-    def _connect_openai(self, handle: OpenAIServer) -> Snapshot:
-        served = handle.models(timeout=3.0)  # ClientError when nothing answers there
-        handle.listed.update({name: ("READY", "") for name in served})  # polls then only check it answers
-        with self._lock:
-            if self._snap.phase in BUSY or (self._server is not None and self._server.running):
-                raise ClientError("a tritonserver started here is running: stop it first")
-            self._server, self._handle, self._ready = None, handle, frozenset()
-            self._log.clear()
-            self._moved(phase="connected", message=f"connected to the OpenAI-compatible server at {handle.base} "
-                                                   f"({len(served)} model{'s' if len(served) != 1 else ''})",
-                        owned=False, http_url=handle.base, grpc_url=None, metrics_url=None, repository="",
-                        models=(), api=OPENAI)
+            self._moved(phase="connected", message=message, owned=False, server=adapter, repository="", models=())
         return self.poll()
 
     def stop(self) -> Snapshot:
         """Stop the server started here (a connected one is only let go); blocks until it is down."""
         with self._lock:
-            server, self._server, self._handle = self._server, None, None
+            server, self._server, self._adapter = self._server, None, None
             if server is None:
-                return self._moved(phase="idle", message=NOT_CONNECTED, http_url=None, grpc_url=None, models=(),
-                                   api=TRITON)
-            self._moved(phase="stopping", message="stopping tritonserver ...", http_url=None, grpc_url=None,
-                        metrics_url=None, models=())
+                return self._moved(phase="idle", message=NOT_CONNECTED, server=None, models=())
+            self._moved(phase="stopping", message="stopping tritonserver ...", server=None, models=())
         code = server.stop()
         return self._set(phase="stopped", message=f"tritonserver stopped (exit code {code}): start it again or "
                                                   "connect by URL")
-
-    close = stop
 
     # ---- following the server
 
     def poll(self) -> Snapshot:
         """Read the models' states now; notice a server that died or stopped answering."""
         with self._lock:
-            handle, server, snap = self._handle, self._server, self._snap
-        if handle is None or snap.phase in BUSY:
+            adapter, server, snap = self._adapter, self._server, self._snap
+        if adapter is None or snap.phase in BUSY:
             return snap
         if server is not None and not server.running:
             return self._died(server)
         try:
-            states = handle.model_states()
+            states = adapter.model_states()
         except (OSError, ValueError) as exc:
             if snap.phase != "unreachable":
-                return self._set(phase="unreachable", message=f"{snap.server_name} at {handle.http_url} does not "
-                                                              f"answer: {exc}")
+                return self._set(phase="unreachable", message=f"{adapter.name} at {adapter.title()} does not "
+                                                              f"answer: {' '.join(str(exc).split())}")
             return snap
         ready = frozenset(n for n, (state, _) in states.items() if state == "READY")
         if server is not None:
-            self._watch_stubs(server, handle, ready)
+            self._watch_stubs(server, ready)
         with self._lock:
             failed = dict(self._reloading)
         known = {m.name: m.info for m in snap.models}
-        infos = {n: known.get(n) or self._info(handle, n) for n in ready}
+        infos = {n: known.get(n) or self._info(adapter, n) for n in ready}
         rows = tuple(ModelRow(n, "FAILED", failed[n], None) if n in failed else
                      ModelRow(n, s, r.splitlines()[0][:200] if r else "", infos.get(n))
                      for n, (s, r) in sorted(states.items()))
         ready -= set(failed)
         phase = "ready" if snap.owned else "connected"
-        message = snap.message if snap.phase == phase else f"{snap.server_name} at {handle.http_url} answers again"
+        message = snap.message if snap.phase == phase else f"{adapter.name} at {adapter.title()} answers again"
         with self._lock:
-            if self._handle is not handle:  # stopped or replaced meanwhile
+            if self._adapter is not adapter:  # stopped or replaced meanwhile
                 return self._snap
             changed, self._ready = ready != self._ready, ready
         if changed:
             return self._moved(phase=phase, message=message, models=rows)
         return self._set(phase=phase, message=message, models=rows)
 
-    def _watch_stubs(self, server: TritonServer, handle: ServerHandle, ready: frozenset[str]) -> None:
+    def _watch_stubs(self, server: TritonServer, ready: frozenset[str]) -> None:
         """Notice READY models whose backend stub process died, and reload each of them once."""
-        # instances only: while a model loads, a stub named after the model itself comes and goes
-        alive = {name: pid for name, pid in server.stub_instances().items() if _INSTANCE.match(name)}
         with self._lock:
-            seen, self._stubs = self._stubs, {**self._stubs, **alive}
-            dead = {}
-            for instance, pid in seen.items():
-                model = _INSTANCE.match(instance)["model"]  # type: ignore[index]
-                if instance not in alive and model in ready and model not in self._reloading:
-                    dead[model] = pid
-                    self._reloading[model] = f"its Python backend stub (pid {pid}) died: reloading it ..."
-                    del self._stubs[instance]
+            dead = self._stubs.dead(server.stub_instances(), ready, skip=set(self._reloading))
+            for model, pid in dead.items():
+                self._reloading[model] = f"its Python backend stub (pid {pid}) died: reloading it ..."
         for model, pid in dead.items():
             self._note(f"model {model}: its Python backend stub (pid {pid}) died; requests to it fail until it "
                        "is reloaded: reloading it now")
-            threading.Thread(target=self._reload, args=(handle, model), name="qc-reload", daemon=True).start()
+            threading.Thread(target=self._reload, args=(server, model), name="qc-reload", daemon=True).start()
 
-    def _reload(self, handle: ServerHandle, model: str) -> None:
+    def _reload(self, server: TritonServer, model: str) -> None:
         try:
-            handle.reload_model(model)
+            server.handle.reload_model(model)
         except (OSError, ValueError) as exc:
             with self._lock:
                 self._reloading[model] = f"its backend died and reloading it failed: {' '.join(str(exc).split())}"
@@ -313,11 +273,9 @@ class ServerController:
         self.poll()
 
     @staticmethod
-    def _info(handle: ServerHandle | OpenAIServer, name: str) -> ModelInfo | None:
-        if isinstance(handle, OpenAIServer):
-            return openai_info(name)
+    def _info(adapter: Adapter, name: str) -> ModelInfo | None:
         with contextlib.suppress(OSError, ValueError):
-            return info_from_config(name, handle.model_config(name))
+            return adapter.listed_info(name)
         return None
 
     def _died(self, server: TritonServer) -> Snapshot:
@@ -329,7 +287,7 @@ class ServerController:
         with self._lock:
             if self._server is not server:
                 return self._snap
-            self._server, self._handle = None, None
+            self._server, self._adapter = None, None
         server.stop(grace=0)  # take down what it left behind (stubs, shared memory)
         return self._moved(phase="failed", message=f"tritonserver exited with code {code} ({reason}): start it "
-                                                   "again", http_url=None, grpc_url=None, metrics_url=None, models=())
+                                                   "again", server=None, models=())

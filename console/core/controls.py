@@ -1,8 +1,8 @@
 """The controls table (:data:`console.clients.CONTROLS`) as click options and as form values.
 
 Every front end builds its controls here: the CLI's options (:func:`click_options`), the TUI's text
-fields and the web's number boxes (:func:`form_default`, :func:`params_from_form`), all validated by
-the table's own rules.
+fields and the web's boxes (:func:`form_default`, :func:`params_from_form`). Each value is checked
+once, where it comes in, by its row's rule (the click callback returns the checked value).
 """
 
 from __future__ import annotations
@@ -13,19 +13,20 @@ from typing import Any, TypeVar
 import click
 
 from console.clients import CONTROLS, ClientError, Control, GenerationParams
+from console.clients.params import check, parse
 
 F = TypeVar("F", bound=Callable[..., Any])
+CLICK_TYPES = {bool: click.BOOL, str: str}  # numbers: click's own int and float
 
 
 def _checker(control: Control) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    def checked(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         try:
-            control.check(value)
+            return check(control, value)
         except ClientError as exc:
             raise click.BadParameter(str(exc)) from None
-        return value
 
-    return check
+    return checked
 
 
 def click_options(skip: Collection[str] = (), defaults: bool = True) -> Callable[[F], F]:
@@ -39,7 +40,7 @@ def click_options(skip: Collection[str] = (), defaults: bool = True) -> Callable
                 continue
             default = control.default if defaults else None
             option = click.option(
-                control.flag, control.name, type=str if control.multiple else control.kind,
+                control.flag, control.name, type=CLICK_TYPES.get(control.kind, control.kind),
                 multiple=control.multiple, default=() if control.multiple else default,
                 show_default=default is not None, help=control.help, callback=_checker(control),
             )
@@ -50,8 +51,8 @@ def click_options(skip: Collection[str] = (), defaults: bool = True) -> Callable
 
 
 def params_from_options(values: Mapping[str, Any]) -> GenerationParams:
-    """GenerationParams from the values :func:`click_options` parsed (other keys are ignored)."""
-    return GenerationParams({c.name: values.get(c.name) for c in CONTROLS})
+    """GenerationParams from the values :func:`click_options` checked (other keys are ignored)."""
+    return GenerationParams.from_checked({c.name: values.get(c.name) for c in CONTROLS})
 
 
 def form_default(control: Control) -> str:
@@ -67,5 +68,5 @@ def params_from_form(fields: Mapping[str, Any]) -> GenerationParams:
     values = {}
     for control in CONTROLS:
         value = fields.get(control.name)
-        values[control.name] = control.parse(value) if isinstance(value, str) else control.check(value)
-    return GenerationParams(values)
+        values[control.name] = parse(control, value) if isinstance(value, str) else check(control, value)
+    return GenerationParams.from_checked(values)

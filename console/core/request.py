@@ -1,27 +1,21 @@
 """The request pipeline every front end uses: settings -> model info -> prompts -> call.
 
-:func:`prepare` reads the model's config (once per :class:`Endpoint`/model when the caller keeps
-the info), applies the chat template (the history only for a single prompt), picks the timeouts
-and the inputs the model declares, and returns the call ready to iterate. Headless, the TUI, the
-web UI and the bench all send through it.
-
-An endpoint is a Triton server's (HTTP and gRPC) or an OpenAI-compatible server's (its base URL
-``http://host:port/v1``). The pipeline is the same for both; with an OpenAI-compatible server the
-chat template is the server's: chat mode sends the messages (system, history, prompt) instead.
+:func:`prepare` reads the model's config (once per server/model when the caller keeps the info), has the
+server's adapter frame the prompts (the chat template applied here, or chat messages for a server that
+applies it itself; the history only for a single prompt), picks the timeouts, and returns the call ready to
+iterate. Headless, the TUI, the web UI and the bench all send through it, to any kind of server.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from console.clients import (
-    OPENAI,
-    TRITON,
     Call,
     ClientError,
     Event,
@@ -29,17 +23,12 @@ from console.clients import (
     GenerationParams,
     ModelInfo,
     Timeouts,
-    generate,
-    infer,
     interface_of,
-    model_info,
     new_request_id,
-    openai_call,
-    stream,
 )
-from console.clients.openai_api import OpenAIServer, base_url, resolve_api
 
-from .template import Progress, chat_messages, chat_prompts
+from .adapters import Adapter
+from .template import Progress
 from .turns import Turn, history
 
 MODES = ("stream", "batch", "generate")
@@ -49,43 +38,6 @@ History = Sequence[dict[str, str]]
 
 def _quiet(_: str) -> None:
     pass
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where the server answers: a Triton server's HTTP and gRPC ``host:port`` (either may be unknown), or
-    an OpenAI-compatible server's base URL in ``http_url`` (``api`` openai)."""
-
-    http_url: str | None = None
-    grpc_url: str | None = None
-    api: str = TRITON
-
-    @classmethod
-    def at(cls, url: str, api: str = "auto", grpc_url: str | None = None) -> Endpoint:
-        """The server ``url`` names: an OpenAI-compatible one when it ends with ``/v1`` (or ``api`` says so),
-        else Triton at ``url`` for both protocols (gRPC at ``grpc_url`` when given)."""
-        if resolve_api(url, api) == OPENAI:
-            return cls(base_url(url), None, OPENAI)
-        return cls(url, grpc_url or url)
-
-    @property
-    def kind(self) -> str:
-        """What the UIs call the server: ``OpenAI`` or ``Triton``."""
-        return "OpenAI" if self.api == OPENAI else "Triton"
-
-    def url(self, mode: str, protocol: str = "http") -> tuple[str, str]:
-        """(url, protocol) a mode needs; ClientError naming the missing endpoint."""
-        if self.api == OPENAI:
-            if mode not in ("stream", "batch"):
-                raise ClientError(f"{mode} mode is Triton's: an OpenAI-compatible server answers stream or batch mode")
-            if not self.http_url:
-                raise ClientError("no OpenAI-compatible server: give its base URL (http://host:port/v1)")
-            return self.http_url, OPENAI
-        grpc = mode == "stream" or (mode == "batch" and protocol == "grpc")
-        url, name = (self.grpc_url, "gRPC") if grpc else (self.http_url, "HTTP")
-        if not url:
-            raise ClientError(f"{mode} mode needs the server's {name} endpoint (host:port)")
-        return url, "grpc" if grpc else "http"
 
 
 @dataclass(frozen=True)
@@ -101,7 +53,7 @@ class Settings:
     chat: bool = False  # apply the model's chat template
     system: str = ""
     tokenizer: str = ""  # local tokenizer folder for the chat template (embedded models have their own)
-    echo: bool = False  # batch: the reply starts with the prompt (exclude_input_in_output=False)
+    echo: bool = False  # show each prompt before its reply (the wire carries new text only)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -125,15 +77,22 @@ class Prepared:
     call: Call
     ignored: list[str]  # set controls this model has no input for (not sent)
     seconds: float  # spent preparing (model config, chat template) before sending
+    notes: list[str] = field(default_factory=list)  # how the controls go out, where a user should know
+
+    @property
+    def controls(self) -> dict[str, Any]:
+        """The controls as they go out (the console's greedy default where a server samples unless told, and "up to
+        the context" as this server understands it)."""
+        interface = interface_of(self.info)
+        return {k: v for k, v in interface.sent(self.call.params).values.items() if k not in self.ignored}
 
 
 def params_for(settings: Settings, request_id: str) -> GenerationParams:
-    """The wire parameters: the controls, the echo choice (streams send new text only) and the id."""
-    exclude = True if settings.mode == "stream" else not settings.echo
-    return settings.params.replace(exclude_input_in_output=exclude, request_id=request_id)
+    """The wire parameters: the controls and the request id."""
+    return settings.params.replace(request_id=request_id)
 
 
-def prepare(endpoint: Endpoint, settings: Settings, prompts: Sequence[str], history: History = (),
+def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history: History = (),
             info: ModelInfo | None = None, request_id: str | None = None,
             progress: Progress = _quiet) -> Prepared:
     """Everything before the first byte is sent; ClientError when the request cannot be made.
@@ -142,52 +101,25 @@ def prepare(endpoint: Endpoint, settings: Settings, prompts: Sequence[str], hist
     prompt: ``a|b`` prompts are answered each on their own.
     """
     t0 = time.perf_counter()
-    url, protocol = endpoint.url(settings.mode, settings.protocol)
-    openai = protocol == OPENAI
-    info = info or read_info(endpoint, settings)
+    server.url(settings.mode, settings.protocol)  # the mode is answered there
+    info = info or read_info(server, settings)
     interface = interface_of(info)
     if settings.mode != "stream":
         info.check_batch("use stream mode")
-    sent = list(prompts)
-    earlier = history if len(prompts) == 1 else ()
-    messages = None
-    if settings.templated and openai:  # the server applies its chat template to the messages
-        messages = chat_messages(prompts, system=settings.system or None, history=earlier)
-        sent = [json.dumps(m, ensure_ascii=False) for m in messages]
-    elif settings.templated:
-        sent = chat_prompts(prompts, info, system=settings.system or None, history=earlier,
-                            tokenizer=settings.tokenizer or None, progress=progress)
+    framed = server.frame(prompts, info, chat=settings.templated, system=settings.system,
+                          tokenizer=settings.tokenizer, history=history if len(prompts) == 1 else (),
+                          progress=progress)
     timeouts = Timeouts(info.network_timeout(settings.timeout),
                         (settings.idle_timeout or None) if settings.mode == "stream" else None)
     params = params_for(settings, request_id or new_request_id())
-    call: Call
-    if openai:
-        call = openai_call(url, info, prompts, params, timeouts, settings.mode == "stream", messages)
-    elif settings.mode == "stream":
-        call = stream(url, info, sent, params, timeouts)
-    elif settings.mode == "batch":
-        call = infer(url, info, sent, params, timeouts, protocol=protocol)
-    else:
-        call = generate(url, info, sent, params, timeouts)
-    return Prepared(info, sent, call, interface.ignored(settings.params), time.perf_counter() - t0)
+    call = server.call(settings.mode, settings.protocol, info, framed, params, timeouts)
+    return Prepared(info, framed.sent, call, interface.ignored(settings.params), time.perf_counter() - t0,
+                    interface.notes(settings.params))
 
 
-def read_info(endpoint: Endpoint, settings: Settings) -> ModelInfo:
-    """The model's config from the server: Triton's model config, or an OpenAI-compatible server's model list."""
-    url, protocol = endpoint.url(settings.mode, settings.protocol)
-    if protocol == OPENAI:
-        return OpenAIServer(url).model_info(settings.model)
-    return model_info(url, settings.model, protocol)
-
-
-def default_model(endpoint: Endpoint, mode: str) -> str:
-    """The model a send goes to when none is named: the first an OpenAI-compatible server lists, the
-    embedded sample of ``mode`` on Triton."""
-    if endpoint.api == OPENAI:
-        return OpenAIServer(endpoint.url(mode)[0]).model_info().name
-    from console.server.embedded import EMBEDDED_DEFAULTS
-
-    return EMBEDDED_DEFAULTS[mode]
+def read_info(server: Adapter, settings: Settings) -> ModelInfo:
+    """The model's info from the server, read over the protocol the send uses."""
+    return server.model_info(settings.model, settings.mode, settings.protocol)
 
 
 class Exchange:
@@ -207,7 +139,7 @@ class Exchange:
         if settings.system:
             recorded["system"] = settings.system
         turn = Turn(settings.mode, settings.model, list(prompts), request_id or new_request_id(),
-                    chat=settings.templated, params=recorded)
+                    chat=settings.templated, params=recorded, echo=settings.echo)
         return cls(turn)
 
     def cancel(self) -> None:
@@ -217,17 +149,19 @@ class Exchange:
         if call is not None:
             call.cancel()
 
-    def run(self, endpoint: Endpoint, settings: Settings, earlier: Sequence[Turn] = (),
+    def run(self, server: Adapter, settings: Settings, earlier: Sequence[Turn] = (),
             info: ModelInfo | None = None, on_event: Callable[[Event], None] | None = None) -> Turn:
         """Send and fold every event into the turn (``on_event`` sees each one too); the turn."""
         turn = self.turn
         try:
-            prepared = prepare(endpoint, settings, turn.prompts, history(earlier, settings.mode), info,
+            prepared = prepare(server, settings, turn.prompts, history(earlier, settings.mode), info,
                                turn.request_id)
         except ClientError as exc:
             events: Iterable[Event] = [Failure(str(exc), exc.kind)]
         else:
             turn.sent, turn.ignored, turn.prepare_seconds = prepared.sent, prepared.ignored, prepared.seconds
+            turn.params.update(prepared.controls)
+            turn.notes = prepared.notes
             turn.sent_at = time.perf_counter()
             with self._lock:
                 self.call = prepared.call

@@ -26,8 +26,10 @@ class Turn:
     request_id: str
     chat: bool = False
     params: dict[str, Any] = field(default_factory=dict)
+    echo: bool = False  # show each prompt (as typed) before its reply
     sent: list[str] = field(default_factory=list)  # after the chat template (the prompts in raw mode)
     ignored: list[str] = field(default_factory=list)  # controls the model did not receive
+    notes: list[str] = field(default_factory=list)  # how the controls went out, where a user should know
     started: float = field(default_factory=time.time)
     sent_at: float | None = None  # perf_counter when the request went out
     prepare_seconds: float = 0.0  # model config + chat template, before sending
@@ -54,17 +56,15 @@ class Turn:
             self.failure = event
 
     def text(self, index: int) -> str:
-        """The reply to prompt ``index`` without an echoed prompt (the text so far while streaming)."""
+        """The reply to prompt ``index`` (the text so far while streaming)."""
         reply = self.replies.get(index)
-        if reply is None:
-            return self.partial.get(index, "")
-        prompt = self.sent[index]
-        return reply.text[len(prompt):] if reply.includes_prompt and reply.text.startswith(prompt) else reply.text
+        return self.partial.get(index, "") if reply is None else reply.text
 
     def shown(self, index: int) -> str:
-        """The reply as the server sent it: with the echoed prompt when it sent one (batch, echo on)."""
-        reply = self.replies.get(index)
-        return reply.text if reply is not None and reply.includes_prompt else self.text(index)
+        """The reply as a front end shows it: after its prompt when the turn echoes (the one place an echo is
+        added)."""
+        text = self.text(index)
+        return self.prompts[index] + text if self.echo and (text or index in self.replies) else text
 
     def figures(self, index: int, now: float | None = None) -> ReplyStats | None:
         """Prompt ``index``'s figures: final once answered, else live up to ``now`` (or the failure)."""
@@ -84,6 +84,14 @@ class Turn:
         stats = self.figures(index)
         reason = reply.finish_reason if reply is not None else (self.failure.kind if self.failure else "")
         return f"{reason or '?'} · {format_stats(stats)}" if stats is not None else reason
+
+    def remarks(self) -> list[str]:
+        """What the figures alone do not say: controls the model never got, how some went out, a batch model
+        that answered a stream in one response."""
+        lines = [f"not sent: {', '.join(self.ignored)} ({self.model} has no input for them)"] if self.ignored else []
+        lines += self.notes
+        batch = batch_model_note(self.model, self.mode, list(self.replies.values()))
+        return lines + ([batch] if batch else [])
 
     # ---- export
 
@@ -107,6 +115,7 @@ class Turn:
             "chat": self.chat,
             "params": self.params,
             "ignored_controls": self.ignored,
+            "notes": self.notes,
             "prepare_ms": round(self.prepare_seconds * 1000, 1),
             "replies": answers,
             "error": self.failure.message if self.failure else None,

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 States = dict[str, tuple[str, str]]  # model -> (state, reason)
+FAILED = "FAILED"  # a model Triton could not load (it says UNAVAILABLE, the reason being the error)
+UNLOADED = "unloaded"  # Triton's reason for a model UNAVAILABLE because it was unloaded
 RELOAD_PARAMETER = "qaic_console_reload"  # changed to make Triton load a model again
 SENDER_FOR_BATCH = (2, 47)  # Triton 24.06: a non-decoupled Python model may answer through its response sender
 
@@ -61,39 +63,45 @@ class ServerHandle:
             return resp.read()
 
     def is_ready(self, timeout: float = 1.0) -> bool:
-        """``GET /v2/health/ready`` answered 200."""
+        """``GET /v2/health/ready`` answered 200: the server answers and every model it loaded is ready (strict
+        readiness, Triton's default: false while a model that failed to load is there)."""
+        return self._answers("/v2/health/ready", timeout)
+
+    def is_live(self, timeout: float = 1.0) -> bool:
+        """``GET /v2/health/live`` answered 200: the server answers (the models it loads at start are done then)."""
+        return self._answers("/v2/health/live", timeout)
+
+    def _answers(self, path: str, timeout: float) -> bool:
         try:
-            self.request("/v2/health/ready", timeout=timeout)
+            self.request(path, timeout=timeout)
         except (OSError, urllib.error.URLError):
             return False
         return True
 
-    def server_version(self) -> str:
+    def server_version(self, timeout: float = 2.0) -> str:
         """The version the server reports (``GET /v2``), e.g. ``2.51.0``."""
-        return json.loads(self.request("/v2")).get("version", "")
+        return json.loads(self.request("/v2", timeout=timeout)).get("version", "")
 
-    def describe_version(self) -> str:
+    def describe_version(self, timeout: float = 2.0) -> str:
         """The version, followed by what it cannot do when it is older than the bundled backend needs."""
-        version = self.server_version()
+        version = self.server_version(timeout)
         note = version_note(version)
         return f"{version} (note: {note})" if note else version
 
     def model_states(self) -> States:
-        """``{model: (state, reason)}`` from ``POST /v2/repository/index``."""
+        """``{model: (state, reason)}`` from ``POST /v2/repository/index``; FAILED for a model that failed to load."""
         index = json.loads(self.request("/v2/repository/index", body={}, timeout=5.0) or b"[]")
         states: States = {}
         for entry in index:
             if entry.get("version") or entry["name"] not in states:
-                states[entry["name"]] = (entry.get("state", ""), entry.get("reason", ""))
+                state, reason = entry.get("state", ""), entry.get("reason", "")
+                failed = state == "UNAVAILABLE" and reason not in ("", UNLOADED)
+                states[entry["name"]] = (FAILED if failed else state, reason)
         return states
 
     def model_config(self, model: str, timeout: float = 10.0) -> dict[str, Any]:
         """The model's config as JSON (``GET /v2/models/<model>/config``)."""
         return json.loads(self.request(f"/v2/models/{model}/config", timeout=timeout))
-
-    def load_model(self, model: str, timeout: float = 600.0) -> None:
-        """(Re)load ``model`` (explicit model control); HTTPError with Triton's reason when it fails."""
-        self.request(f"/v2/repository/models/{model}/load", body={}, timeout=timeout)
 
     def reload_model(self, model: str, timeout: float = 600.0) -> None:
         """Load ``model`` afresh even though Triton thinks it is loaded (its backend died).
@@ -106,5 +114,3 @@ class ServerHandle:
         self.request(f"/v2/repository/models/{model}/load", body={"parameters": {"config": json.dumps(config)}},
                      timeout=timeout)
 
-    def unload_model(self, model: str, timeout: float = 60.0) -> None:
-        self.request(f"/v2/repository/models/{model}/unload", body={}, timeout=timeout)

@@ -20,7 +20,7 @@ from console.core.transcript import export
 
 from .messages import Notice, ServerChanged, ServerDown
 from .widgets.chat_pane import ChatPane
-from .widgets.server_pane import ServerPane, endpoint_title
+from .widgets.server_pane import ServerPane
 
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 CHAT_ACTIONS = {"stop", "copy", "clear", "raw", "controls", "toggle_controls"}
@@ -137,7 +137,7 @@ class QaicConsoleApp(App[None]):
         snap = message.snapshot
         for pane in self.chats.values():
             pane.serve(snap)
-        self.sub_title = endpoint_title(snap) if snap.serving else snap.phase
+        self.sub_title = snap.server.title() if snap.serving and snap.server else snap.phase
 
     # ---- actions
 

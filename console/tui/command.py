@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from console.clients import APIS
+from console.core.adapters import APIS, api_help
 
 from . import run
 
@@ -15,7 +15,7 @@ from . import run
                    "(http://host:port/v1); connects at start.")
 @click.option("--grpc-url", default=None, help="host:port of its gRPC endpoint (the Stream pane needs it).")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-              help="What --http-url is: auto (a URL ending with /v1 is OpenAI-compatible), triton or openai.")
+              help=api_help("--http-url"))
 @click.option("--model-repository", "repository", default=None, type=click.Path(file_okay=False),
               help="Repository for the Server pane's Start and Generate (default: llm_model_dir).")
 @click.option("--export-dir", default=None, type=click.Path(file_okay=False),

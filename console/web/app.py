@@ -101,7 +101,7 @@ def _chat_tab() -> dict[str, Any]:
                 view["timeout"] = gr.Textbox("", label="Timeout s", info="Whole call (blank: 600 KV / 6000 causal; "
                                              "0: none).", placeholder="model default", elem_id="qc-timeout")
             view["system"] = gr.Textbox("", label="System prompt (with the chat template)", lines=2)
-            view["echo"] = gr.Checkbox(False, label="Batch: echo the prompt (exclude_input_in_output=False)",
+            view["echo"] = gr.Checkbox(False, label="Show each prompt before its reply",
                                        elem_id="qc-echo")
             view["tokenizer"] = gr.Textbox("", label="Tokenizer folder (embedded models: built in)")
     return view

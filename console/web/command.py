@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
-from console.clients import APIS
+from console.core.adapters import APIS, api_help
 from console.core.controller import ServerController
 from console.server.embedded import DEFAULT_MODELS
+from console.server.ports import port_taken
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -40,7 +41,7 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
               help="HTTP host:port of a running tritonserver to use, or an OpenAI-compatible server's base URL "
                    "(http://host:port/v1); no server is started.")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-              help="What --url is: auto (a URL ending with /v1 is OpenAI-compatible), triton or openai.")
+              help=api_help("--url"))
 @click.option("--grpc-url", default=None, help="Its gRPC host:port for streaming (default: the HTTP port + 1).")
 @click.option("--model-repository", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Repository to serve (default: the embedded SmolLM2 samples, stream and batch models).")
@@ -58,6 +59,10 @@ def web(host: str, port: int | None, share: bool, url: str | None, api: str, grp
     from .app import launch
     from .handlers import WebConsole
 
+    taken = port_taken(port) if port is not None else None
+    if taken:  # before any tritonserver starts
+        click.echo(f"error: {taken}: choose another --port or leave it out (7860 or the next free one)", err=True)
+        sys.exit(1)
     controller = ServerController()
     try:
         said = begin(controller, url, grpc_url, model_repository, models, start, api)

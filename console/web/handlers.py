@@ -17,7 +17,7 @@ from typing import Any
 
 import gradio as gr
 
-from console.clients import CONNECTION, CONTROLS, OPENAI, ClientError, Failure, ModelInfo, split_prompts
+from console.clients import CONNECTION, CONTROLS, ClientError, Failure, ModelInfo, split_prompts
 from console.core.controller import ServerController, Snapshot
 from console.core.controls import params_from_form
 from console.core.request import Exchange, Settings
@@ -161,13 +161,18 @@ class WebConsole:
         snap = self.controller.snapshot
         exchange = Exchange.new(settings, prompts)
         turn, turns = exchange.turn, [*earlier, exchange.turn]
-        loading = settings.templated and snap.api != OPENAI and self.templates.loading(settings.model)
+        server = snap.server
+        if server is None:
+            gr.Warning(views.no_server(snap))
+            yield SKIP_CHAT
+            return
+        loading = settings.templated and not server.server_template and self.templates.loading(settings.model)
         box = "" if clear_box else gr.skip()
         done = threading.Event()
 
         def work() -> None:
             try:
-                exchange.run(snap.endpoint, settings, earlier, snap.infos.get(settings.model))
+                exchange.run(server, settings, earlier, snap.infos.get(settings.model))
             except Exception as exc:  # the thread's end: whatever the call did not turn into a Failure event
                 turn.apply(Failure(" ".join(str(exc).split()) or type(exc).__name__, getattr(exc, "kind", CONNECTION)))
             finally:

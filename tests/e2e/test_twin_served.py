@@ -23,7 +23,7 @@ pytestmark = pytest.mark.server
 PROMPTS = ["My name is", "Maroon bells are mountains in Colorado, and"]
 CONTINUOUS = {"prefill_seq_len": 4, "ctx_len": 128, "full_batch_size": 4}
 REGULAR = {"prefill_seq_len": 8, "ctx_len": 128, "batch_size": 2}
-PARAMS = GenerationParams(max_tokens=12, exclude_input_in_output=True)
+PARAMS = GenerationParams(max_tokens=12)
 PAIRS = {"onnx_cb": "onnx_cb_decoupled", "onnx_regular": "onnx_regular_decoupled"}
 
 
@@ -33,7 +33,7 @@ def twin_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder; ``qaic-console onnx export`` writes the regular one; the other models name a graph."""
     root = tmp_path_factory.mktemp("twin")
     repo = root / "repo"
-    generate_model(repo, "onnx_cb", CONTINUOUS, "--engine", "onnx")
+    generate_model(repo, "onnx_cb", CONTINUOUS, "--engine", "onnx", "--hf_model_name", "embedded")
     graph = repo / "onnx_cb" / json.loads((repo / "onnx_cb" / "compile_config.json").read_text())["onnx_path"]
     generate_model(repo, "onnx_cb_decoupled", {**CONTINUOUS, "onnx_path": str(graph)}, "--engine", "onnx",
                    "--decoupled")

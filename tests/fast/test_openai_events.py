@@ -8,9 +8,9 @@ import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from console.clients import ClientError, GenerationParams, TextDelta, base_url, interface_of, openai_info, resolve_api
+from console.clients import ClientError, GenerationParams, TextDelta, base_url, interface_of, openai_info
 from console.clients.openai_call import ChunkFolder, answer, openai_call
-from console.core.request import Endpoint
+from console.core.adapters import adapter_for, kind_of
 
 
 def chat_chunk(content: str | None, finish: str | None = None) -> ChatCompletionChunk:
@@ -32,15 +32,20 @@ def test_urls_name_the_kind_of_server() -> None:
     assert base_url("127.0.0.1:8080") == "http://127.0.0.1:8080/v1"
     assert base_url("http://host:8080/v1/") == "http://host:8080/v1"
     assert base_url("https://proxy/llm/v1") == "https://proxy/llm/v1"
-    assert resolve_api("http://host:8080/v1") == "openai" and resolve_api("host:8001") == "triton"
-    assert resolve_api("host:8080", "openai") == "openai"
-    with pytest.raises(ClientError):
-        resolve_api("host:8080", "grpc")
-    assert Endpoint.at("host:8080/v1") == Endpoint("http://host:8080/v1", None, "openai")
-    assert Endpoint.at("host:8001") == Endpoint("host:8001", "host:8001")
-    assert Endpoint.at("host:8080/v1").url("batch") == ("http://host:8080/v1", "openai")
+    assert kind_of("http://host:8080/v1").kind == "openai" and kind_of("host:8001").kind == "triton"
+    assert kind_of("host:8080", "openai").kind == "openai"
+    with pytest.raises(ClientError, match="api must be one of auto, triton, openai"):
+        kind_of("host:8080", "grpc")
+    server = adapter_for("host:8080/v1")
+    assert (server.kind, server.http_url, server.grpc_url) == ("openai", "http://host:8080/v1", None)
+    assert server.url("batch") == ("http://host:8080/v1", "openai")
     with pytest.raises(ClientError, match="generate mode is Triton's"):
-        Endpoint.at("host:8080/v1").url("generate")
+        server.url("generate")
+    triton = adapter_for("host:8000", grpc_url="host:9001")
+    assert (triton.kind, triton.url("batch"), triton.url("stream")) == ("triton", ("host:8000", "http"),
+                                                                         ("host:9001", "grpc"))
+    grpc_only = adapter_for("", grpc_url="host:8001")  # HTTP is its neighbour below
+    assert (grpc_only.url("batch"), grpc_only.url("stream")) == (("host:8000", "http"), ("host:8001", "grpc"))
 
 
 def test_the_body_carries_the_controls_the_api_has_and_top_k_as_an_extension() -> None:
@@ -54,10 +59,10 @@ def test_the_body_carries_the_controls_the_api_has_and_top_k_as_an_extension() -
     assert body == {"model": "m", "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "seed": 3, "stop": ["\n"],
                     "stream": True, "extra_body": {"top_k": 40}, "stream_options": {"include_usage": True},
                     "messages": [{"role": "user", "content": "q"}]}
-    raw = openai_call("host:1/v1", info, ["My name is"], GenerationParams(exclude_input_in_output=False),
-                      streaming=False).request_body()
-    # the consoles' default is greedy; the API's is to sample: an unset temperature goes as 0
-    assert raw == {"model": "m", "stream": False, "prompt": "My name is", "echo": True, "temperature": 0.0}
+    raw = openai_call("host:1/v1", info, ["My name is"], GenerationParams(), streaming=False).request_body()
+    # the consoles' default is greedy; the API's is to sample: an unset temperature goes as 0. The console asks for
+    # new text only (no "echo": a front end that shows the prompt adds it itself)
+    assert raw == {"model": "m", "stream": False, "prompt": "My name is", "temperature": 0.0}
 
 
 def test_a_b_calls_split_into_one_request_per_prompt_with_its_own_messages() -> None:
@@ -102,7 +107,28 @@ def test_an_unstreamed_answer_has_a_latency_and_the_servers_count() -> None:
         "id": "c", "object": "chat.completion", "created": 0, "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
         "usage": {"completion_tokens": 3, "prompt_tokens": 12, "total_tokens": 15}})
-    reply = answer(whole, "q", chat=True, latency=0.5, echo=False)
-    assert reply.text == "Paris." and reply.finish_reason == "stop" and not reply.includes_prompt
+    reply = answer(whole, "q", chat=True, latency=0.5)
+    assert reply.text == "Paris." and reply.finish_reason == "stop"
     assert reply.stats.time_to_first_token is None and reply.stats.output_tokens == 3
     assert reply.stats.output_token_throughput == pytest.approx(6.0)
+
+
+def test_each_kind_of_openai_server_gets_the_extensions_it_takes_and_its_own_up_to_the_context() -> None:
+    """vLLM (owned_by vllm) and llama.cpp (owned_by me/llamacpp) take min_tokens and a repetition penalty beside
+    top_k; max_tokens 0 goes as vLLM's max_model_len, as llama.cpp's 0 (unlimited), and to another server not at
+    all, saying the server's default applies."""
+    from console.clients import openai_info
+
+    params = GenerationParams(max_tokens=0, repetition_penalty=1.2, min_tokens=3, top_k=5)
+    vllm = openai_info("m", {"id": "m", "owned_by": "vllm", "max_model_len": 1024})
+    llama = openai_info("m", {"id": "m", "owned_by": "me"})
+    other = openai_info("m", {"id": "m", "owned_by": "someone"})
+    assert interface_of(vllm).body(params) == ({"max_tokens": 1024, "temperature": 0.0},
+                                               {"repetition_penalty": 1.2, "min_tokens": 3, "top_k": 5})
+    assert interface_of(llama).body(params) == ({"max_tokens": 0, "temperature": 0.0},
+                                                {"repeat_penalty": 1.2, "min_tokens": 3, "top_k": 5})
+    assert interface_of(other).body(params) == ({"temperature": 0.0}, {"top_k": 5})
+    assert interface_of(other).ignored(params) == ["repetition_penalty", "min_tokens"]
+    assert not interface_of(vllm).ignored(params) and not interface_of(vllm).notes(params)
+    assert "the server's default applies (OpenAI's API: 16 tokens on /v1/completions)" in interface_of(other).notes(
+        params)[0]

@@ -7,14 +7,15 @@ import dataclasses
 import pytest
 
 from console.clients import BatchCall, ClientError, GenerationParams, ModelInfo, StreamCall, Tensor
-from console.core.request import Endpoint, Exchange, Settings, prepare
+from console.core.adapters.triton import TritonAdapter
+from console.core.request import Exchange, Settings, prepare
 
 INPUTS = (Tensor("prompt", "BYTES"), Tensor("max_tokens", "INT32", (1,), True),
           Tensor("exclude_input_in_output", "BOOL", (1,), True))
 OUTPUTS = (Tensor("text_output", "BYTES"),)
 STREAMING = ModelInfo("smollm2_decoupled", True, True, "embedded", inputs=INPUTS, outputs=OUTPUTS)
 BATCH = dataclasses.replace(STREAMING, name="smollm2_causal", decoupled=False, use_kv_cache=False)
-HERE = Endpoint("127.0.0.1:8000", "127.0.0.1:8001")
+HERE = TritonAdapter("127.0.0.1:8000", "127.0.0.1:8001")
 HISTORY = [{"role": "user", "content": "Earlier question"}, {"role": "assistant", "content": "Earlier answer"}]
 
 
@@ -23,9 +24,9 @@ def test_endpoints_name_what_is_missing() -> None:
     assert HERE.url("batch") == ("127.0.0.1:8000", "http")
     assert HERE.url("batch", "grpc") == ("127.0.0.1:8001", "grpc")
     with pytest.raises(ClientError, match="batch mode needs the server's HTTP endpoint"):
-        Endpoint(grpc_url="h:1").url("batch")
+        TritonAdapter(grpc_url="h:1").url("batch")
     with pytest.raises(ClientError, match="stream mode needs the server's gRPC endpoint"):
-        Endpoint(http_url="h:1").url("stream")
+        TritonAdapter(http_url="h:1").url("stream")
 
 
 def test_settings_are_checked() -> None:
@@ -41,13 +42,12 @@ def test_stream_and_batch_calls_get_their_timeouts_and_inputs() -> None:
     call = ready.call
     assert isinstance(call, StreamCall) and call.url == "127.0.0.1:8001"
     assert call.timeouts.network == 600 and call.timeouts.idle == 300
-    assert call.params.exclude_input_in_output is True and ready.sent == ["a", "b"]
+    assert ready.sent == ["a", "b"] and call.params.status_key  # the call's own key for its status questions
     assert ready.ignored == ["top_k"]  # the model declares no top_k input
 
     ready = prepare(HERE, Settings("smollm2_causal", mode="batch", timeout=0, echo=True), ["a"], info=BATCH)
     assert isinstance(ready.call, BatchCall) and ready.call.protocol == "http"
     assert ready.call.timeouts.network is None and ready.call.timeouts.idle is None
-    assert ready.call.params.exclude_input_in_output is False
     assert prepare(HERE, Settings("smollm2_causal", mode="batch"), ["a"], info=BATCH).call.timeouts.network == 6000
     with pytest.raises(ClientError, match="decoupled .* use stream mode"):
         prepare(HERE, Settings("smollm2_decoupled", mode="batch"), ["a"], info=STREAMING)
@@ -70,3 +70,15 @@ def test_an_exchange_cancelled_before_its_call_sends_nothing() -> None:
     turn = exchange.run(HERE, settings, info=STREAMING)
     assert turn.failure is not None and turn.failure.kind == "cancelled" and not turn.replies
     assert turn.sent == ["a"] and turn.sent_at is not None
+
+
+def test_the_turn_records_the_controls_as_they_go_out() -> None:
+    """A server that samples unless told is sent temperature 0 (the consoles' greedy default): the record says so."""
+    from console.clients import openai_info
+    from console.core.adapters import adapter_for
+
+    params = GenerationParams(max_tokens=8, repetition_penalty=1.2)
+    ready = prepare(adapter_for("h:1/v1"), Settings("m", params=params), ["a"], info=openai_info("m"))
+    assert ready.controls == {"max_tokens": 8, "temperature": 0.0} and ready.ignored == ["repetition_penalty"]
+    assert prepare(HERE, Settings("smollm2_decoupled", params=params), ["a"], info=STREAMING).controls == {
+        "max_tokens": 8}

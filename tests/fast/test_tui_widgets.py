@@ -144,8 +144,8 @@ def test_readable_notices_without_a_server(tmp_path: Path) -> None:
             assert not stream.submit("a|")  # bad input
             assert not stream.submit("hello")  # not connected
             await pilot.press("ctrl+s", "escape")  # nothing to export, nothing to stop
-            expected = (f"no ready tritonserver at 127.0.0.1:{port}", "not connected", "prompt 2 of 2 is empty",
-                        "nothing to export", "nothing to stop")
+            expected = (f"cannot reach tritonserver at 127.0.0.1:{port} (HTTP): connection refused", "not connected",
+                        "prompt 2 of 2 is empty", "nothing to export", "nothing to stop")
             await until(pilot, lambda: all(any(e in text for _, text in app.notices) for e in expected), 10,
                         "the notices")
 

@@ -37,9 +37,9 @@ def test_batch_replies_report_latency_not_ttft() -> None:
     stats = reply_stats([], 1.5, 10, streamed=False)
     assert stats.time_to_first_token is None and stats.inter_token_latency is None
     assert stats.request_latency == 1.5 and not stats.streamed
-    turn = Turn("batch", "m", ["a"], "r2")
-    turn.apply(Reply(0, "a", "a b", "length", stats, includes_prompt=True))
-    assert turn.text(0) == " b" and turn.shown(0) == "a b"
+    turn = Turn("batch", "m", ["a"], "r2", echo=True)
+    turn.apply(Reply(0, "a", " b", "length", stats))
+    assert turn.text(0) == " b" and turn.shown(0) == "a b"  # the echo is added when shown
     assert "one response" in turn.status(0) and "latency 1.50 s" in turn.status(0) and "ttft" not in turn.status(0)
 
 

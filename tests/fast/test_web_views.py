@@ -20,6 +20,7 @@ from console.clients import (
     format_stats,
     reply_stats,
 )
+from console.core.adapters.triton import TritonAdapter
 from console.core.controller import ModelRow, ServerController, Snapshot
 from console.core.request import Exchange, Settings
 from console.core.turns import Turn
@@ -60,10 +61,9 @@ def batch_turn(latency: float = 0.8) -> Turn:
 
 
 def test_markup_from_prompts_models_and_servers_stays_text() -> None:
-    turn = Turn("batch", "m", ["<b>a</b>", "b"], "qc-1")
+    turn = Turn("batch", "m", ["<b>a</b>", "b"], "qc-1", echo=True)
     turn.sent_at = 1.0
-    turn.apply(Reply(0, "<b>a</b>", "<b>a</b><script>x()</script>", "length",
-                     reply_stats([], 0.5, 10, streamed=False), includes_prompt=True))
+    turn.apply(Reply(0, "<b>a</b>", "<script>x()</script>", "length", reply_stats([], 0.5, 10, streamed=False)))
     turn.apply(Failure("<i>gone</i> **bold**", "server", 0.6))
     shown = [m["content"] for m in views.messages([turn])]
     assert shown[0] == "[1/2] &lt;b&gt;a&lt;/b&gt;\n[2/2] b"
@@ -112,7 +112,7 @@ def test_a_turn_says_what_it_spent_before_sending_and_which_controls_it_did_not_
     turn.prepare_seconds, turn.ignored = 0.0123, ["seed", "stop"]
     last = views.messages([turn])[-1]["content"]
     assert "prepared in 12 ms before sending (model config, chat template; not part of ttft)" in last
-    assert "not sent, smollm2_kv has no input for: seed, stop" in last
+    assert "not sent: seed, stop (smollm2_kv has no input for them)" in last
 
 
 def test_speed_tab_measures_stream_ttft_and_batch_latency_apart_in_ms() -> None:
@@ -132,11 +132,11 @@ def test_speed_tab_measures_stream_ttft_and_batch_latency_apart_in_ms() -> None:
 
 
 def test_header_after_a_death_says_how_to_restart_without_addresses() -> None:
-    ready = Snapshot("ready", "tritonserver 2.51.0 started here", owned=True, http_url="127.0.0.1:8000",
-                     grpc_url="127.0.0.1:8001")
+    ready = Snapshot("ready", "tritonserver 2.51.0 started here", owned=True,
+                     server=TritonAdapter("127.0.0.1:8000", "127.0.0.1:8001"))
     assert "HTTP 127.0.0.1:8000 · gRPC 127.0.0.1:8001" in views.status_markdown(ready).replace("\\", "")
     dead = replace(ready, phase="failed", message="tritonserver exited with code -9 (killed by SIGKILL): start it "
-                                                  "again", http_url=None, grpc_url=None)
+                                                  "again", server=None)
     header = views.status_markdown(dead).replace("\\", "")
     assert "Server tab → Start tritonserver" in header and "127.0.0.1" not in header
     assert "Server tab → Start tritonserver" in views.no_server(dead)

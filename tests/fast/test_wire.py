@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from console.clients import (
     ClientError,
     GenerationParams,
-    ReplyStats,
     aggregate,
     info_from_config,
     interface_of,
@@ -73,7 +74,7 @@ def test_model_config_and_generate_body() -> None:
     assert info.input("prompt").datatype == "BYTES" and info.input("prompt").dims == (-1,)
     assert info.input("max_tokens").optional and info.input("top_k") is None
     interface = interface_of(info)
-    params = GenerationParams(max_tokens=4, top_k=2, stop=("\n",), exclude_input_in_output=True)
+    params = GenerationParams(max_tokens=4, top_k=2, stop=("\n",))
     body = interface.generate_body(["a"], params, "42")
     assert body == {"prompt": "a", "id": "42", "max_tokens": 4, "stop": ["\n"], "exclude_input_in_output": True}
     assert interface.generate_body(PROMPTS, GenerationParams(), "7")["prompt"] == PROMPTS
@@ -89,14 +90,21 @@ def test_model_config_and_generate_body() -> None:
 
 
 
-def test_reply_stats_type_is_frozen() -> None:
-    stats = ReplyStats(0.1, None, None, 0.2, 5.0, 1, 1)
-    with pytest.raises(AttributeError):
-        stats.request_latency = 1.0  # type: ignore[misc]
-
-
 def test_an_over_long_model_name_is_refused_before_any_connection() -> None:
     from console.clients import ClientError, model_info
 
     with pytest.raises(ClientError, match=r"model name is too long \(400 bytes in UTF-8\).*at most 255 bytes"):
         model_info("127.0.0.1:1", "é" * 200)
+
+
+@pytest.mark.parametrize(("protocol", "name"), [("http", "HTTP"), ("grpc", "gRPC")])
+def test_nothing_listening_is_said_in_words(protocol: str, name: str) -> None:
+    """Not urllib's raw ``<urlopen error [Errno 111] Connection refused>``, nor gRPC's paragraph."""
+    from console.clients import model_info
+
+    with socket.socket() as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ClientError) as error:
+        model_info(f"127.0.0.1:{port}", "m", protocol=protocol)
+    assert str(error.value) == f"cannot reach tritonserver at 127.0.0.1:{port} ({name}): connection refused"

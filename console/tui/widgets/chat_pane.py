@@ -13,9 +13,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Checkbox, Input, Select, Static
 
-from console.clients import CANCELLED, OPENAI, ClientError, Event, Failure, ModelInfo, split_prompts
+from console.clients import CANCELLED, ClientError, Event, Failure, ModelInfo, split_prompts
+from console.core.adapters import DEFAULT, Adapter
 from console.core.controller import Snapshot
-from console.core.request import Endpoint, Exchange, Settings
+from console.core.request import Exchange, Settings
 from console.core.template import chat_tokenizer
 from console.core.turns import Turn, last_reply
 from console.server.embedded import EMBEDDED_DEFAULTS
@@ -24,8 +25,6 @@ from ..messages import Notice, TemplateLoaded, TurnEnded, TurnEvent
 from .answer_block import AnswerBlock, elapsed, turn_notes
 from .controls import Controls, model_options, offered
 
-MODES = {"stream": "gRPC stream", "batch": "HTTP batch"}
-OPENAI_MODES = {"stream": "OpenAI stream (SSE)", "batch": "OpenAI, one response"}
 SERVER_TEMPLATE = "chat messages (the server applies its chat template)"
 HINTS = {
     "stream": "Chat over gRPC streaming: text arrives token by token, with live time to first token, "
@@ -44,7 +43,7 @@ class ChatPane(Horizontal):
     def __init__(self, mode: str, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.mode = mode
-        self.endpoint = Endpoint()
+        self.server: Adapter | None = None  # where sends go, while it serves
         self.serving = False
         self.infos: dict[str, ModelInfo] = {}
         self.generation = -1
@@ -74,7 +73,7 @@ class ChatPane(Horizontal):
     def serve(self, snapshot: Snapshot) -> None:
         """Follow the server: its endpoint and, when its models changed, the models this pane offers."""
         self.serving = snapshot.serving
-        self.endpoint = snapshot.endpoint if snapshot.serving else Endpoint()
+        self.server = snapshot.server if snapshot.serving else None
         if snapshot.generation != self.generation:
             self.generation = snapshot.generation
             self.infos = {n: i for n, i in snapshot.infos.items() if offered(self.mode, i)}
@@ -92,9 +91,9 @@ class ChatPane(Horizontal):
     # ---- the chat template, loaded ahead of the first send
 
     def _template_key(self) -> tuple[str, str] | None:
-        """(model, tokenizer) of a chat template loaded here; None in raw mode and for OpenAI-compatible servers."""
+        """(model, tokenizer) of a chat template loaded here; None in raw mode and for a server that applies it."""
         model = self.controls.model
-        if not self.controls.chat or model not in self.infos or self.endpoint.api == OPENAI:
+        if not self.controls.chat or model not in self.infos or self.server is None or self.server.server_template:
             return None
         return model, self.controls.tokenizer
 
@@ -124,7 +123,7 @@ class ChatPane(Horizontal):
     def _template_state(self) -> str:
         if not self.controls.chat:
             return "raw prompts (Ctrl+R: chat template)"
-        if self.endpoint.api == OPENAI:
+        if self.server is not None and self.server.server_template:
             return SERVER_TEMPLATE
         key = self._template_key()
         state = self.template.get(key) if key else None
@@ -143,11 +142,12 @@ class ChatPane(Horizontal):
     def show_status(self, text: str = "") -> None:
         """The line under the conversation: transport, endpoint, model kind, chat template (or the progress)."""
         if not text:
+            server = self.server
             try:
-                where = self.endpoint.url(self.mode)[0] if self.serving else "not connected (F2: Server pane)"
+                where = server.url(self.mode)[0] if server is not None else "not connected (F2: Server pane)"
             except ClientError as exc:
                 where = str(exc)
-            parts = [(OPENAI_MODES if self.endpoint.api == OPENAI else MODES)[self.mode], where]
+            parts = [(server or DEFAULT).mode_label(self.mode), where]
             info = self.infos.get(self.controls.model or "")
             if self.mode == "stream" and info is not None and not info.decoupled:
                 parts.append(f"{info.name} is a batch model: one response, no ttft/itl")
@@ -169,7 +169,7 @@ class ChatPane(Horizontal):
             if not text.strip():
                 raise ClientError("type a message first")
             prompts = split_prompts(text)
-            if not self.serving:
+            if self.server is None:
                 raise ClientError(f"not connected: the {self.mode} pane needs a server (F2: Server pane; F5 there "
                                   "serves the embedded SmolLM2)")
             settings = self.controls.settings()
@@ -182,18 +182,18 @@ class ChatPane(Horizontal):
         self.exchange = exchange
         self.query_one(".prompt", Input).value = ""
         self._show_turn(exchange.turn)
-        self._send(exchange, settings, self.endpoint, earlier, self.infos.get(settings.model))
+        self._send(exchange, settings, self.server, earlier, self.infos.get(settings.model))
         return True
 
     @work(thread=True, group="chat")
-    def _send(self, exchange: Exchange, settings: Settings, endpoint: Endpoint, earlier: list[Turn],
+    def _send(self, exchange: Exchange, settings: Settings, server: Adapter, earlier: list[Turn],
               info: ModelInfo | None) -> None:
         """Worker: the core prepares, calls and folds; every event is posted back."""
         def posted(event: Event) -> None:
             self.post_message(TurnEvent(exchange, event))
 
         try:
-            exchange.run(endpoint, settings, earlier, info, on_event=posted)
+            exchange.run(server, settings, earlier, info, on_event=posted)
         except Exception as exc:  # e.g. a chat template that fails: readable, and the pane keeps working
             exchange.turn.apply(Failure(f"{type(exc).__name__}: {exc}", "error"))
         finally:

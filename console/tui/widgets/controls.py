@@ -65,7 +65,7 @@ class Controls(VerticalScroll, can_focus=False):
                                              "KV-cache models, 6000 s for causal ones; 0: none)."))
         for control in CONTROLS:
             yield row(control.label, Field(form_default(control), placeholder=placeholder(control),
-                                           id=control_id(control.name), type=INPUT_TYPES[control.kind],
+                                           id=control_id(control.name), type=INPUT_TYPES.get(control.kind, "text"),
                                            compact=True, tooltip=control.help))
         yield row("System", Field(placeholder="system prompt (chat template)", id="system", compact=True))
         yield Checkbox("Chat template + history", True, id="chat", compact=True)

@@ -18,7 +18,7 @@ from textual.content import Content
 from textual.markup import escape
 from textual.widgets import Button, Collapsible, DataTable, Input, Label, Log, Static
 
-from console.clients import OPENAI, ClientError, interface_of
+from console.clients import ClientError, interface_of
 from console.core.controller import ModelRow, ServerController, Snapshot
 from console.server import LOG_KEEP, ServerError
 from console.server.embedded import DEFAULT_MODELS, START_TIMEOUT
@@ -38,16 +38,14 @@ MARKS = {
 }
 LOG_HINT = ("No server yet: F5 serves the embedded SmolLM2 (CPU), F6 starts the repository on the left, F8 connects "
             "to a running server by its URLs.")
-ELSEWHERE = "Connected to a tritonserver started elsewhere: its log is not shown here."
-OPENAI_NOTE = ("Connected to an OpenAI-compatible server: the console sends chat messages (the server applies its "
-               "chat template) or raw completions; such a server has no log, model states or generate mode here.")
+TYPES = {"kv_cache": "kv", "causal": "causal"}
 
 
 def model_row(model: ModelRow) -> tuple[str, ...]:
     """A models-table row: name, state, type (kv/causal), mode (stream/batch), the interface it speaks, why."""
     info, kind, mode, interface = model.info, "", "", ""
     if info is not None:
-        kind = "-" if info.backend == OPENAI else "kv" if info.use_kv_cache else "causal"
+        kind = TYPES.get(info.model_type, "-")
         mode = "/".join(info.modes)
         try:
             interface = interface_of(info).name
@@ -56,23 +54,12 @@ def model_row(model: ModelRow) -> tuple[str, ...]:
     return model.name, model.state or "not loaded", kind, mode, interface, model.reason
 
 
-def endpoint_title(snap: Snapshot) -> str:
-    """Where the server answers, in one line: ``OpenAI http://host:port/v1`` or ``HTTP ... · gRPC ...``."""
-    if snap.api == OPENAI:
-        return f"OpenAI {snap.http_url}"
-    return f"HTTP {snap.http_url} · gRPC {snap.grpc_url or '-'}"
-
-
 def state_markup(snap: Snapshot) -> str:
     """The phase, its message, and where the server answers."""
     mark, style = MARKS.get(snap.phase, ("?", "text"))
     lines = [f"[${style}]{mark} {snap.phase}[/]  {escape(snap.message)}"]
-    if snap.http_url and snap.api == OPENAI:
-        lines.append(f"[b]OpenAI[/]   {escape(snap.http_url)}")
-    elif snap.http_url:
-        lines += [f"[b]HTTP[/]     {escape(snap.http_url)}", f"[b]gRPC[/]     {escape(snap.grpc_url or '-')}"]
-    if snap.metrics_url:
-        lines.append(f"[b]metrics[/]  {escape(snap.metrics_url)}")
+    for label, address in snap.server.addresses() if snap.server else ():
+        lines.append(f"[b]{escape(label)}[/]{' ' * max(9 - len(label), 1)}{escape(address)}")
     return "\n".join(lines)
 
 
@@ -83,7 +70,7 @@ class ServerPane(Horizontal):
                  repository: str | None = None, api: str = "auto", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._initial = (http_url or "", grpc_url or "", repository or DEFAULT_REPOSITORY)
-        self.api = api  # what the URL field names: auto (a /v1 URL is OpenAI-compatible), triton or openai
+        self.api = api  # what the URL field names: auto, or an adapter kind (--api)
         self.controller = ServerController(on_change=lambda s: self.post_message(ServerChanged(s)),
                                            on_log=lambda line: self.post_message(ServerLog(line)))
         self.phase = self.controller.snapshot.phase
@@ -153,9 +140,9 @@ class ServerPane(Horizontal):
     def _show(self, snap: Snapshot) -> None:
         self.query_one("#state", Static).update(Content.from_markup(state_markup(snap)))
         hint = self.query_one("#log-hint", Static)
-        hint.update(OPENAI_NOTE if snap.api == OPENAI else ELSEWHERE if snap.phase == "connected" else LOG_HINT)
+        hint.update(snap.server.note if snap.server is not None and not snap.owned else LOG_HINT)
         hint.display = not snap.owned
-        self.query_one("#server-log", Log).display = snap.api != OPENAI
+        self.query_one("#server-log", Log).display = snap.owned or snap.server is None
         if snap.phase != "idle" or not self.listing:
             self._table([model_row(m) for m in snap.models])
             self.listing = False

@@ -69,7 +69,7 @@ def _inputs(module: Any, prompts: list[str], max_tokens: int | None) -> list[Any
     """The ``prompt`` tensor (and ``max_tokens`` when given) for tritonclient.grpc or .http."""
     tensors = [("prompt", "BYTES", np.array([p.encode("utf-8") for p in prompts], dtype=np.object_))]
     if max_tokens is not None:
-        tensors.append(("max_tokens", "INT32", np.array([max_tokens], dtype=np.int32)))
+        tensors.append(("max_tokens", "INT64", np.array([max_tokens], dtype=np.int64)))  # as the config declares
     inputs = []
     for name, datatype, data in tensors:
         item = module.InferInput(name, list(data.shape), datatype)

@@ -1,0 +1,125 @@
+"""The adapter protocol: what a front end may ask of a server, whatever its kind.
+
+An :class:`Adapter` is one server at its address. It owns the URL rules, the model listing and states, the
+capabilities (modes, chat template side, what the consoles say about it), the request it builds for a send
+and how a send that went quiet is checked. Front ends hold an adapter and ask it; they never branch on a kind.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts
+
+States = dict[str, tuple[str, str]]  # model -> (state, reason)
+Messages = list[dict[str, str]]
+History = Sequence[dict[str, str]]
+Progress = Callable[[str], None]
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Framed:
+    """The prompts as typed and as they go out: ``sent`` is the text each prompt is sent as (after a chat template
+    applied here); ``messages``, one conversation per prompt, when the server applies the chat template itself."""
+
+    prompts: list[str]
+    sent: list[str]
+    messages: list[Messages] | None = None
+
+
+class Adapter(ABC):
+    """One server, reached at its address; every front end talks to it through these methods."""
+
+    kind: ClassVar[str]  # the registry's key (``--api``)
+    label: ClassVar[str]  # a short name for tables and status lines
+    name: ClassVar[str]  # the server in a sentence ("tritonserver")
+    modes: ClassVar[tuple[str, ...]]  # the send modes it answers
+    server_template: ClassVar[bool] = False  # it applies the model's chat template (chat sends messages)
+    note: ClassVar[str] = ""  # what the consoles say about a server of this kind reached by URL
+    rule: ClassVar[str] = ""  # the URLs :meth:`claims`, in words
+
+    http_url: str | None = None  # where it answers HTTP (an OpenAI-compatible server: its base URL)
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+
+    @classmethod
+    def claims(cls, url: str) -> bool:
+        """Whether ``url`` names a server of this kind when ``--api`` is ``auto``."""
+        return False
+
+    @classmethod
+    @abstractmethod
+    def at(cls, url: str, grpc_url: str | None = None) -> Adapter:
+        """The server ``url`` (and ``grpc_url``, where the kind has one) names; ClientError on a bad URL."""
+
+    # ---- where it answers
+
+    @abstractmethod
+    def url(self, mode: str, protocol: str = "http") -> tuple[str, str]:
+        """(url, protocol) a send of ``mode`` goes to; ClientError naming what is missing."""
+
+    @abstractmethod
+    def addresses(self) -> list[tuple[str, str]]:
+        """(label, address) rows for a status pane."""
+
+    def title(self) -> str:
+        """Where it answers, in one line."""
+        return " · ".join(f"{label} {address}" for label, address in self.addresses())
+
+    @classmethod
+    @abstractmethod
+    def mode_label(cls, mode: str) -> str:
+        """How a send of ``mode`` travels, in a few words ("gRPC stream")."""
+
+    # ---- what it serves
+
+    @abstractmethod
+    def describe(self, timeout: float = 5.0) -> str:
+        """What the server is, in one line (its version where it says one); ClientError when it does not answer."""
+
+    @abstractmethod
+    def connect(self, timeout: float = 3.0) -> str:
+        """Check that the server answers; the line a console says on connecting. ClientError when it does not."""
+
+    @abstractmethod
+    def model_states(self, timeout: float = 5.0) -> States:
+        """Every model it knows with its state; OSError when the server does not answer."""
+
+    @abstractmethod
+    def model_info(self, model: str, mode: str = "stream", protocol: str = "http", timeout: float = 10.0) -> ModelInfo:
+        """What a send of ``mode`` needs to know of ``model`` (read over the protocol the send uses); ClientError
+        when it is not served."""
+
+    @abstractmethod
+    def listed_info(self, model: str) -> ModelInfo:
+        """A model :meth:`model_states` listed, as the model rows show it (read as cheaply as the kind allows);
+        OSError or ValueError when it cannot be read."""
+
+    @abstractmethod
+    def default_model(self, mode: str) -> str:
+        """The model a send of ``mode`` goes to when none is named."""
+
+    # ---- sending
+
+    def check_mode(self, mode: str) -> None:
+        """ClientError when this server does not answer ``mode``."""
+        if mode not in self.modes:
+            raise ClientError(f"{mode} mode is not answered by {self.name}: it answers {' or '.join(self.modes)} "
+                              "mode")
+
+    @abstractmethod
+    def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,
+              history: History, progress: Progress = quiet) -> Framed:
+        """The prompts as they go out, with the chat template when ``chat`` (``history`` before a single prompt)."""
+
+    @abstractmethod
+    def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,
+             timeouts: Timeouts) -> Call:
+        """The call that sends ``framed`` to the model; iterate it for events."""

@@ -1,0 +1,210 @@
+"""Triton Inference Server: HTTP and gRPC endpoints, the repository's model states, client-side chat templates.
+
+The URL rule: both endpoints when both are given; a lone address is asked once which protocol it speaks (an
+HTTP request to a gRPC port gets no HTTP answer), and the other endpoint is Triton's neighbour (gRPC = HTTP + 1),
+said as guessed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import urllib.error
+from collections.abc import Sequence
+
+from console.clients import (
+    Call,
+    ClientError,
+    GenerationParams,
+    ModelInfo,
+    Timeouts,
+    generate,
+    infer,
+    info_from_config,
+    model_info,
+    normalize_url,
+    stream,
+)
+from console.clients.call import Probe
+from console.clients.errors import CONNECTION
+from console.clients.status import ask_status
+from console.clients.wire import error_message
+from console.server.health import ServerHandle
+
+from ..template import chat_prompts
+from .base import Adapter, Framed, History, Progress, States, quiet
+
+MODE_LABELS = {"stream": "gRPC stream", "batch": "HTTP batch", "generate": "HTTP generate"}
+
+
+def neighbour(url: str, step: int) -> str:
+    """``host:port`` with the port moved by ``step`` (Triton's defaults: HTTP 8000, gRPC 8001)."""
+    host, _, port = url.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) + step < 65536:
+        raise ClientError(f"{url}: give the server's other endpoint too (its port cannot be guessed)")
+    return f"{host}:{int(port) + step}"
+
+
+def unreachable(url: str, exc: BaseException) -> ClientError:
+    """The one line for a server that does not answer HTTP at ``url``."""
+    return ClientError(error_message(exc, url, "http"), CONNECTION)
+
+
+def speaks_http(url: str, timeout: float = 3.0) -> bool:
+    """Whether ``url`` answers HTTP (a gRPC port answers an HTTP request with no HTTP); ClientError when nothing
+    answers there at all."""
+    host, _, port = url.rpartition(":")
+    conn = http.client.HTTPConnection(host or url, int(port) if port.isdigit() else 80, timeout=timeout)
+    try:
+        conn.request("GET", "/v2/health/live")
+        conn.getresponse().read()
+    except http.client.HTTPException:
+        return False
+    except OSError as exc:
+        raise unreachable(url, exc) from None
+    finally:
+        conn.close()
+    return True
+
+
+class TritonAdapter(Adapter):
+    """A tritonserver at its HTTP and gRPC endpoints (``host:port``)."""
+
+    kind = "triton"
+    label = "Triton"
+    name = "tritonserver"
+    modes = ("stream", "batch", "generate")
+    note = "Connected to a tritonserver started elsewhere: its log is not shown here."
+
+    def __init__(self, http_url: str | None = None, grpc_url: str | None = None, metrics_url: str | None = None,
+                 lone: str | None = None) -> None:
+        self.http_url, self.grpc_url, self.metrics_url = http_url, grpc_url, metrics_url
+        self._lone = lone  # an address whose protocol is not known yet
+        self.guessed = ""  # the endpoint guessed as Triton's neighbour, said on connecting
+
+    @classmethod
+    def at(cls, url: str, grpc_url: str | None = None) -> TritonAdapter:
+        """``url`` alone (either endpoint) or ``url`` as HTTP beside ``grpc_url``."""
+        if grpc_url and grpc_url.strip():
+            return cls(normalize_url(url), normalize_url(grpc_url)) if url.strip() else cls.grpc_only(grpc_url)
+        return cls(lone=normalize_url(url))
+
+    @classmethod
+    def grpc_only(cls, grpc_url: str) -> TritonAdapter:
+        """Only the gRPC endpoint given: HTTP is its neighbour below."""
+        grpc = normalize_url(grpc_url)
+        adapter = cls(neighbour(grpc, -1), grpc)
+        adapter.guessed = f"HTTP guessed at {adapter.http_url} (the gRPC port - 1)"
+        return adapter
+
+    @classmethod
+    def of(cls, handle: ServerHandle) -> TritonAdapter:
+        """The server a :class:`ServerHandle` reaches (one started here: its ports are known)."""
+        return cls(handle.http_url, handle.grpc_url, handle.metrics_url)
+
+    def _resolve(self) -> None:
+        """Ask a lone address which protocol it speaks; the other endpoint is its neighbour."""
+        lone, self._lone = self._lone, None
+        if lone is None:
+            return
+        if speaks_http(lone):
+            self.http_url, self.grpc_url = lone, neighbour(lone, 1)
+            self.guessed = f"gRPC guessed at {self.grpc_url} (the HTTP port + 1: give it if streaming fails)"
+        else:
+            self.grpc_url, self.http_url = lone, neighbour(lone, -1)
+            self.guessed = f"{lone} is the gRPC endpoint; HTTP guessed at {self.http_url} (the gRPC port - 1)"
+
+    @property
+    def handle(self) -> ServerHandle:
+        self._resolve()
+        return ServerHandle(self.http_url or "", self.grpc_url, self.metrics_url)
+
+    def url(self, mode: str, protocol: str = "http") -> tuple[str, str]:
+        self.check_mode(mode)
+        self._resolve()
+        grpc = mode == "stream" or (mode == "batch" and protocol == "grpc")
+        url, name = (self.grpc_url, "gRPC") if grpc else (self.http_url, "HTTP")
+        if not url:
+            raise ClientError(f"{mode} mode needs the server's {name} endpoint (host:port)")
+        return url, "grpc" if grpc else "http"
+
+    def addresses(self) -> list[tuple[str, str]]:
+        self._resolve()
+        rows = [("HTTP", self.http_url or "-"), ("gRPC", self.grpc_url or "-")]
+        return rows + ([("metrics", self.metrics_url)] if self.metrics_url else [])
+
+    @classmethod
+    def mode_label(cls, mode: str) -> str:
+        return MODE_LABELS[mode]
+
+    def version(self, timeout: float = 5.0) -> str:
+        """The server's version (with what an older server cannot do); ClientError when it does not answer HTTP."""
+        handle = self.handle
+        try:
+            return handle.describe_version(timeout=timeout)
+        except http.client.HTTPException as exc:
+            raise ClientError(f"{handle.http_url} does not answer HTTP ({type(exc).__name__}): is it tritonserver's "
+                              "gRPC port? (HTTP is usually the gRPC port - 1, e.g. 8000)", CONNECTION) from None
+        except (OSError, ValueError) as exc:
+            raise self._with_guess(unreachable(handle.http_url, exc)) from None
+
+    def _with_guess(self, exc: ClientError) -> ClientError:
+        """A connection error that also says which endpoint was guessed (the guess may be what is wrong)."""
+        if exc.kind == CONNECTION and self.guessed:
+            return ClientError(f"{exc} ({self.guessed})", exc.kind)
+        return exc
+
+    def describe(self, timeout: float = 5.0) -> str:
+        return f"tritonserver {self.version(timeout)} at {self.http_url}"
+
+    def connect(self, timeout: float = 3.0) -> str:
+        guessed = f" ({self.guessed})" if self.guessed else ""
+        return f"connected to tritonserver {self.version(timeout)}{guessed}"
+
+    def model_states(self, timeout: float = 5.0) -> States:
+        try:
+            return self.handle.model_states()
+        except http.client.HTTPException as exc:  # not HTTP there
+            raise OSError(f"{self.http_url} does not answer HTTP ({type(exc).__name__})") from None
+        except urllib.error.URLError as exc:
+            raise OSError(str(exc.reason)) from None
+
+    def model_info(self, model: str, mode: str = "stream", protocol: str = "http", timeout: float = 10.0) -> ModelInfo:
+        url, protocol = self.url(mode, protocol)
+        try:
+            return model_info(url, model, protocol, timeout=timeout)
+        except ClientError as exc:
+            raise self._with_guess(exc) from None
+
+    def listed_info(self, model: str) -> ModelInfo:
+        return info_from_config(model, self.handle.model_config(model))
+
+    def default_model(self, mode: str) -> str:
+        from console.server.embedded import EMBEDDED_DEFAULTS
+
+        return EMBEDDED_DEFAULTS[mode]
+
+    def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,
+              history: History, progress: Progress = quiet) -> Framed:
+        if not chat:
+            return Framed(list(prompts), list(prompts))
+        return Framed(list(prompts), chat_prompts(prompts, info, system=system or None, history=history,
+                                   tokenizer=tokenizer or None, progress=progress))
+
+    def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,
+             timeouts: Timeouts) -> Call:
+        url, protocol = self.url(mode, protocol)
+        probe = dead_backend_probe(info, mode)
+        if mode == "stream":
+            return stream(url, info, framed.sent, params, timeouts, probe)
+        if mode == "batch":
+            return infer(url, info, framed.sent, params, timeouts, protocol=protocol, probe=probe)
+        return generate(url, info, framed.sent, params, timeouts, probe)
+
+
+def dead_backend_probe(info: ModelInfo, mode: str) -> Probe | None:
+    """How a send that went quiet tells a slow model from a dead one: the bundled backend answers ``status_of``
+    (a stream only from a decoupled model: a batch model's one answer comes at its end); other backends cannot
+    be asked."""
+    if info.input("status_of") is None or (mode == "stream" and not info.decoupled):
+        return None
+    return ask_status

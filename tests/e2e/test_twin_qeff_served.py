@@ -17,7 +17,7 @@ from console.clients import GenerationParams, TextDelta, generate, infer, stream
 from repo_gen.inspection import list_models
 
 pytestmark = pytest.mark.server
-PARAMS = GenerationParams(max_tokens=24, exclude_input_in_output=True)
+PARAMS = GenerationParams(max_tokens=24)
 EXPORT = "LlamaForCausalLM-5f1b2c3d4e"  # QEfficient's <dir>-<hash> export folder
 MODES = {"qeff_regular": "batch_size=1", "qeff_cb": "continuous batching full_batch_size=2"}
 

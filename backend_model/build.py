@@ -1,8 +1,9 @@
 """From a model's settings to a running engine: pick QAIC, its ONNX twin or CPU, load or compile, report it.
 
-``engine=onnx`` runs ``compile_config.json``'s ``onnx_path`` (a QEfficient-style graph, relative
-to the model folder unless absolute) through ``QaicSession`` on the card's ONNX Runtime twin: the
-card's code path with real numbers, before a long compile.
+``engine=onnx`` runs ``compile_config.json``'s ``onnx_path`` (QEfficient's export or ours: the
+.onnx file or its folder, relative to the model folder unless absolute) through ``QaicSession`` on
+the card's ONNX Runtime twin: the card's code path with real numbers, before a long compile. A
+graph without specializations.json beside it is compiled for the compile config's dimensions.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
 
     c = settings.compile
     fallback = specializations.build(c["batch_size"], c["prefill_seq_len"], c["ctx_len"], c["full_batch_size"] or 0)
-    return QaicSession(c["onnx_path"], settings.device_ids, onnx_opener(fallback, threads))
+    return QaicSession(c["onnx_path"], settings.device_ids, onnx_opener(fallback, threads, "compile_config.json"))
 
 
 def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str):
@@ -181,7 +182,10 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         engine = Engine(session, tokenizer, eos)
-        extra = f" graph={settings.compile['onnx_path']} threads={threads} ({chosen})" if kind == "onnx" else ""
+        extra = ""
+        if kind == "onnx":
+            extra = (f" graph={settings.compile['onnx_path']} specializations={session.session.specializations_from}"
+                     f" threads={threads} ({chosen})")
     else:
         engine, extra = _cpu_engine(settings, progress, threads)
         extra += f" threads={threads} ({chosen})"

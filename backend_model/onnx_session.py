@@ -1,12 +1,15 @@
 """The card's twin: QEfficient's ``QAICInferenceSession`` surface over an ONNX graph on ONNX Runtime.
 
 A QPC is a QEfficient ONNX graph compiled for its specializations. The twin takes such a graph
-(dynamic ``batch_size`` / ``seq_len`` / ``ctx_len`` / ``full_batch_size`` axes) and those
-specializations, and behaves as the card does: ``bindings`` and ``allowed_shapes`` (empty for a
-fixed-shape build, as qaicrt reports it), output buffers that fix the output shape, skipped
-buffers whose retained state stays inside between runs, and QEfficient's ValueError listing the
-allowed shapes for a call no specialization allows. ``QaicSession`` drives it unchanged through
-its ``opener`` seam. onnxruntime is imported lazily: only this engine needs it.
+(dynamic ``batch_size`` / ``seq_len`` / ``ctx_len`` / ``full_batch_size`` input axes; QEfficient's
+own export or ``qaic-console onnx export``), made ready as the card runs it (:mod:`.onnx_graph`:
+custom ops inlined, invalid-index constants), and those specializations, and behaves as the
+card does: ``bindings`` and ``allowed_shapes`` (empty for a fixed-shape build, as qaicrt reports
+it), output buffers that fix the output shape, skipped buffers whose retained state stays inside
+between runs, and QEfficient's ValueError listing the allowed shapes for a call no specialization
+allows. Input dims come from the specialization's symbols; output dims are what the graph gives
+under it (as the compiler fixes them; QEfficient leaves names such as ``Castlogits_dim_0``).
+``QaicSession`` drives it unchanged through its ``opener`` seam. onnxruntime is imported lazily.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import specializations
+from . import onnx_graph, specializations
 from .contract import SessionError
 from .qaic_session import Opener
 from .specializations import Symbols
@@ -55,17 +58,22 @@ def _resolve(shape: list[Any], symbols: Symbols, name: str) -> list[int]:
 class OnnxInferenceSession:
     """QAICInferenceSession's twin on ONNX Runtime (CPU)."""
 
-    def __init__(self, onnx_path: str | Path, specs: list[Symbols], threads: int = 0) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        self._ort = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-        args = [(a, True) for a in self._ort.get_inputs()] + [(a, False) for a in self._ort.get_outputs()]
-        shapes = [[_resolve(a.shape, spec, a.name) for a, _ in args] for spec in specs]
-        self.bindings = [Binding(a.name, i, shapes[0][i], np.dtype(DTYPES.get(a.type, np.float32)), is_in)
-                         for i, (a, is_in) in enumerate(args)]
+    def __init__(self, onnx_path: str | Path, specs: list[Symbols], threads: int = 0, source: str = "") -> None:
+        real = Path(onnx_path).resolve()  # its weights lie beside the file a link points to
+        model, self.prepared = _prepare(real)
+        self.specializations_from = source  # where ``specs`` came from, for the log line
+        self._ort = _open(model, real, threads)
+        inputs, outputs = self._ort.get_inputs(), self._ort.get_outputs()
+        args = [(a, True) for a in inputs] + [(a, False) for a in outputs]
+        dtypes = [np.dtype(DTYPES.get(a.type, np.float32)) for a, _ in args]
+        shapes = []
+        for n, spec in enumerate(specs):
+            try:
+                dims = [_resolve(a.shape, spec, a.name) for a in inputs]
+            except SessionError as exc:
+                raise SessionError(f"{exc} in {source or 'the specializations'}") from None
+            shapes.append(dims + self._probe(dims, dtypes, n, spec))
+        self.bindings = [Binding(a.name, i, shapes[0][i], dtypes[i], is_in) for i, (a, is_in) in enumerate(args)]
         self.binding_index_map = {b.name: b.index for b in self.bindings}
         self.input_names = [b.name for b in self.bindings if b.is_input]
         self.output_names = [b.name for b in self.bindings if not b.is_input]
@@ -126,6 +134,15 @@ class OnnxInferenceSession:
         return outputs
 
     # -- internals ------------------------------------------------------------------------------
+    def _probe(self, dims: list[list[int]], dtypes: list[Any], n: int, spec: Symbols) -> list[list[int]]:
+        """The output dims of one specialization: one run on zeros of its input dims (not kept)."""
+        feeds = {a.name: np.zeros(d, dtype=t) for a, d, t in zip(self._ort.get_inputs(), dims, dtypes)}
+        try:
+            return [list(out.shape) for out in self._ort.run(None, feeds)]
+        except Exception as exc:  # onnxruntime's own error types
+            raise SessionError(f"the graph does not run under specialization {n} ({_symbols(spec)}): "
+                               f"{_first_line(exc)}") from None
+
     def _is_retained_output(self, name: str) -> bool:
         return name.endswith(RETAINED_SUFFIX) and name[: -len(RETAINED_SUFFIX)] in self._retained
 
@@ -155,21 +172,55 @@ class OnnxInferenceSession:
         raise ValueError(f"Failed to run\n\nAllowed shapes:{allowed}\n\nPassed shapes:\n{passed}")
 
 
-def onnx_opener(fallback: list[dict[str, Any]] | None = None, threads: int = 0) -> Opener:
+def _prepare(path: Path) -> tuple[bytes, onnx_graph.Prepared]:
+    try:
+        return onnx_graph.prepare(path)
+    except OSError as exc:
+        raise SessionError(f"cannot read ONNX graph {path}: {_first_line(exc)}") from None
+    except Exception as exc:  # onnx's DecodeError, an invalid-index constant no rule places ...
+        raise SessionError(f"{path} is not a usable ONNX graph: {_first_line(exc)}") from None
+
+
+def _open(model: bytes, path: Path, threads: int) -> Any:
+    """An ONNX Runtime session on the prepared graph; its weights are read from the files beside ``path``."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent))
+    try:
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's Fail / InvalidGraph / NotImplemented
+        raise SessionError(f"ONNX Runtime cannot open {path}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _symbols(spec: Symbols) -> str:
+    return ", ".join(f"{k}={v}" for k, v in spec.items())
+
+
+def onnx_opener(fallback: list[dict[str, Any]] | None = None, threads: int = 0,
+                fallback_from: str = "the compile config") -> Opener:
     """The twin's opener for ``QaicSession``: the graph and the specializations.json beside it.
 
-    ``fallback`` (named entries, e.g. built from compile_config.json) compiles a graph that has no
-    specializations.json, as QEfficient's compile does with the compile config's dimensions.
+    ``fallback`` (named entries, e.g. built from compile_config.json: ``fallback_from`` names it)
+    compiles a graph that has no specializations.json (QEfficient's export writes none), as
+    QEfficient's compile does with the compile config's dimensions.
     """
 
     def open_onnx(path: Path, device_ids: list[int] | None) -> tuple[OnnxInferenceSession, Path]:
         graph = specializations.find_graph(path)
-        beside = graph.parent / specializations.FILE
+        beside = specializations.beside(graph)
+        source = str(beside) if beside else f"{fallback_from} (no {specializations.FILE} beside the graph)"
         try:
-            specs = specializations.read(beside) if beside.is_file() else specializations.parse(
-                {"specializations": fallback})
+            specs = specializations.read(beside) if beside else specializations.parse({"specializations": fallback})
         except ValueError as exc:
             raise SessionError(f"{exc}: the twin needs the shapes to compile {graph.name} for") from None
-        return OnnxInferenceSession(graph, specs, threads), graph
+        return OnnxInferenceSession(graph, specs, threads, source), graph
 
     return open_onnx

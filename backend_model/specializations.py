@@ -30,6 +30,13 @@ def find_graph(path: str | Path) -> Path:
     return found[0]
 
 
+def beside(graph: Path) -> Path | None:
+    """The specializations.json beside a graph (the file ``find_graph`` gives), or None: QEfficient's
+    export writes none (its ``compile()`` does, in the compile folder)."""
+    path = graph.parent / FILE
+    return path if path.is_file() else None
+
+
 def parse(document: Any) -> list[Symbols]:
     """The symbols of every entry (flat or named form); ValueError when it is neither."""
     entries = document.get("specializations") if isinstance(document, dict) else None

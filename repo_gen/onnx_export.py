@@ -1,16 +1,19 @@
 """QEfficient-style ONNX export of a Llama-family model: the graph a QPC is compiled from.
 
-The graph has QEfficient's interface: ``input_ids`` / ``position_ids`` int64 [batch_size, seq_len],
-``batch_index`` int64 [batch_size, 1] with continuous batching, ``past_key.{i}`` / ``past_value.{i}``
-[batch_size or full_batch_size, kv_heads, ctx_len, head_dim]; out ``logits`` [batch_size, 1, vocab]
-at each row's largest position, and ``past_*.{i}_RetainedState``. The axes are dynamic and named
-like the specialization symbols; ``specializations.json`` beside the graph fixes them as a compile
-of the given dimensions would. Position -1 marks padding: it is neither written nor attended.
+The graph has QEfficient's interface, input for input: ``input_ids`` / ``position_ids`` int64
+[batch_size, seq_len], ``past_key.{i}`` / ``past_value.{i}`` [batch_size or full_batch_size,
+kv_heads, ctx_len, head_dim] and, with continuous batching, ``batch_index`` int64 [batch_size, 1]
+last; out ``logits`` [batch_size, 1, vocab] at each row's largest position, and
+``past_*.{i}_RetainedState``. The axes are dynamic and named like the specialization symbols;
+``specializations.json`` beside the graph fixes them as a compile of the given dimensions would.
 
-Cache writes select by position (a one-hot product, exact in float32) instead of QEfficient's
-scatter, so padding needs no out-of-range index (QEfficient's ORT check rewrites that index to 0,
-which would overwrite position 0 of a slot). The export is TorchScript at opset 17, as
-QEfficient's; the layers are Hugging Face's own modules (norms, rotary table, projections, MLP).
+Cache access is QEfficient's too: one ``ScatterND`` writes each new key/value at its position
+and one ``GatherND`` reads the cache back, with QEfficient's invalid index, INT32_MAX, for the
+positions past a row's last one (and, with continuous batching, for position -1, prefill
+padding: the card writes nothing there). Scores there take -inf and values zeros, as in
+QEfficient's attention. So the card's twin runs this graph and QEfficient's the same way
+(:mod:`backend_model.onnx_graph`). The export is TorchScript at opset 17, as QEfficient's; the
+layers are Hugging Face's own modules (norms, rotary table, projections, MLP).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from backend_model import specializations
 from backend_model.contract import SessionError
 from backend_model.cpu_session import LLAMA_LIKE, head_dim
 from backend_model.models import Progress, load_pretrained
+from backend_model.onnx_graph import INVALID_INDEX
 
 GRAPH = "model.onnx"
 OPSET = 17
@@ -44,6 +48,37 @@ class Export:
     layers: int
 
 
+class CacheWrite(torch.autograd.Function):
+    """``cache`` with ``updates`` [B, H, S, D] written at ``indices`` [B, H, S, 3] (row, head, position):
+    one ScatterND. A position past the cache writes nothing, as on the card."""
+
+    @staticmethod
+    def forward(ctx, cache: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+        out = cache.clone()
+        keep = indices[..., 2] < cache.shape[2]
+        row, head, pos = indices[keep].unbind(-1)
+        out[row, head, pos] = updates[keep]
+        return out
+
+    @staticmethod
+    def symbolic(g, cache, indices, updates):
+        return g.op("ScatterND", cache, indices, updates).setType(cache.type())
+
+
+class CacheRead(torch.autograd.Function):
+    """``cache`` [F, H, C, D] read at ``indices`` [B, H, C', 3]: one GatherND. What an invalid
+    position reads is discarded by the caller (position 0 here, as in QEfficient's ops)."""
+
+    @staticmethod
+    def forward(ctx, cache: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        row, head, pos = indices.unbind(-1)
+        return cache[row, head, torch.where(pos < cache.shape[2], pos, 0)]
+
+    @staticmethod
+    def symbolic(g, cache, indices):
+        return g.op("GatherND", cache, indices).setType(cache.type())
+
+
 class KVStep(torch.nn.Module):
     """One step of a Llama-family model with QEfficient's tensor interface."""
 
@@ -56,22 +91,25 @@ class KVStep(torch.nn.Module):
         self.model = model
         self.continuous = continuous
         self.head_dim = head_dim(cfg)
+        self.kv_heads = cfg.num_key_value_heads
         self.groups = cfg.num_attention_heads // cfg.num_key_value_heads
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, *rest: torch.Tensor):
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
-        slots, past = (rest[0].view(-1), rest[1:]) if self.continuous else (None, rest)
+        past, rows = (rest[:-1], rest[-1]) if self.continuous else (rest, None)
         inner = self.model.model
         b, s = input_ids.shape
         x = inner.embed_tokens(input_ids)
         cos, sin = inner.rotary_emb(x, position_ids.clamp(min=0))
-        cache_pos = torch.arange(past[0].shape[2])
-        picks = (position_ids.unsqueeze(-1) == cache_pos).to(x.dtype)  # [B, S, ctx]: -1 picks nothing
-        put = picks.transpose(1, 2).unsqueeze(1)  # [B, 1, ctx, S]
-        written = (picks.sum(1) > 0)[:, None, :, None]  # [B, 1, ctx, 1]
-        attended = cache_pos.view(1, 1, 1, -1) <= position_ids[:, None, :, None]  # [B, 1, S, ctx]
-        mask = torch.where(attended, 0.0, torch.finfo(x.dtype).min)
+        if rows is None:  # regular: row r is cache row r; position -1 wraps to the last one, as in QEfficient
+            rows, written = torch.arange(b).view(b, 1), position_ids
+        else:  # continuous: rows are slots; position -1 is invalid, so nothing is written
+            written = torch.where(position_ids < 0, INVALID_INDEX, position_ids)
+        cache_pos = torch.arange(past[0].shape[2]).view(1, -1)
+        beyond = cache_pos > position_ids.max(1, keepdim=True).values  # [B, ctx]: not read
+        masked = cache_pos.view(1, 1, 1, -1) > position_ids[:, None, :, None]  # [B, 1, S, ctx]
+        write, read = self._coords(rows, written), self._coords(rows, torch.where(beyond, INVALID_INDEX, cache_pos))
         retained = []
         for i, layer in enumerate(inner.layers):
             attn = layer.self_attn
@@ -81,15 +119,23 @@ class KVStep(torch.nn.Module):
             q, k = apply_rotary_pos_emb(q, k, cos, sin)
             caches = []
             for new, old in ((k, past[2 * i]), (v, past[2 * i + 1])):
-                rows = torch.where(written, put @ new, old if slots is None else old[slots])
-                caches.append(rows)
-                retained.append(rows if slots is None else old.index_put((slots,), rows))
+                retained.append(CacheWrite.apply(old, write, new))
+                caches.append(CacheRead.apply(retained[-1], read))
             keys, values = (repeat_kv(c, self.groups) for c in caches)
-            weights = torch.softmax(q @ keys.transpose(2, 3) * attn.scaling + mask, dim=-1, dtype=torch.float32)
+            values = torch.where(beyond[:, None, :, None], 0.0, values)
+            scores = torch.where(masked, float("-inf"), q @ keys.transpose(2, 3) * attn.scaling)
+            weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
             x = x + attn.o_proj((weights @ values).transpose(1, 2).reshape(b, s, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         last = x.reshape(b * s, -1)[torch.arange(b) * s + position_ids.argmax(1)]  # each row's largest position
         return (self.model.lm_head(inner.norm(last)).unsqueeze(1), *retained)
+
+    def _coords(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Cache coordinates [B, kv_heads, P, 3] (row, head, position) for ``positions`` [B or 1, P]."""
+        shape = (rows.shape[0], self.kv_heads, positions.shape[1], 1)
+        heads = torch.arange(self.kv_heads).view(1, -1, 1, 1)
+        return torch.cat([rows.view(-1, 1, 1, 1).expand(shape), heads.expand(shape),
+                          positions[:, None, :, None].expand(shape)], -1)
 
 
 def _interface(model: torch.nn.Module, continuous: bool):
@@ -100,10 +146,6 @@ def _interface(model: torch.nn.Module, continuous: bool):
     rows = {0: "batch_size", 1: "seq_len"}
     args = [torch.zeros((b, s), dtype=torch.int64), torch.arange(s).repeat(b, 1)]
     names, outputs, axes = ["input_ids", "position_ids"], ["logits"], {"input_ids": rows, "position_ids": rows}
-    if continuous:
-        args.append(torch.tensor([[1], [3]], dtype=torch.int64))
-        names.append("batch_index")
-        axes["batch_index"] = {0: "batch_size"}
     cache_axes = {0: "full_batch_size" if continuous else "batch_size", 2: "ctx_len"}
     for i in range(cfg.num_hidden_layers):
         for kind in ("key", "value"):
@@ -112,6 +154,10 @@ def _interface(model: torch.nn.Module, continuous: bool):
             names.append(name)
             outputs.append(f"{name}_RetainedState")
             axes[name] = axes[f"{name}_RetainedState"] = cache_axes
+    if continuous:  # last, as in QEfficient's export
+        args.append(torch.tensor([[1], [3]], dtype=torch.int64))
+        names.append("batch_index")
+        axes["batch_index"] = {0: "batch_size"}
     axes["logits"] = {0: "batch_size"}
     return tuple(args), names, outputs, axes
 

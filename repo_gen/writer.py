@@ -257,8 +257,8 @@ def _compiled(folder: Path, spec: ModelSpec, progress: Progress) -> dict[str, An
 def _with_graph_dims(compiled: dict[str, Any]) -> dict[str, Any]:
     """A named graph's specializations.json is its compile: its dimensions go into compile_config.json
     (so ``repo list`` shows them); a compile config that says otherwise is refused."""
-    beside = specializations.find_graph(compiled["onnx_path"]).parent / specializations.FILE
-    if not beside.is_file():
+    beside = specializations.beside(specializations.find_graph(compiled["onnx_path"]))
+    if beside is None:
         return compiled  # the backend compiles the graph for the compile config's dimensions
     try:
         dims = specializations.compile_dims(specializations.read(beside))

@@ -95,11 +95,13 @@ def engine_tokens(engine: Engine, prompts: list[str], max_tokens: int) -> list[l
 
 
 def check(source: str, graph: str | Path, prompts: list[str], max_tokens: int, qpc: str | Path | None = None,
-          progress: Progress = print) -> Agreement:
-    """Run every path on ``prompts``; the twin's dimensions (from ``graph``) apply to the engines."""
+          fallback: list[dict[str, Any]] | None = None, progress: Progress = print) -> Agreement:
+    """Run every path on ``prompts``; the twin's dimensions (from ``graph``, or ``fallback``'s
+    specializations where none are beside it) apply to the engines."""
     import torch
 
-    twin = QaicSession(graph, opener=onnx_opener(threads=torch.get_num_threads()))  # torch's threads, for a fair speed
+    opener = onnx_opener(fallback, torch.get_num_threads(), "the dimension options")  # torch's threads: fair speed
+    twin = QaicSession(graph, opener=opener)
     model, tokenizer = load_pretrained(source, progress)
     eos = eos_ids(model, tokenizer)
     dims: Dims = twin.dims

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from backend_model import compile_config
+from backend_model import compile_config, specializations
 from backend_model.contract import SessionError
 from backend_model.models import ModelSourceError
 
@@ -23,6 +23,7 @@ from .agreement import REFERENCE, Agreement
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 DEFAULT_PROMPTS = "My name is|The capital of France is|def fibonacci(n):"
 CHECK_EXPORT = {"ctx_len": 256, "prefill_seq_len": 32, "batch_size": 1}  # a check's own export, without --onnx
+DIMENSIONS = ("ctx_len", "prefill_seq_len", "batch_size", "full_batch_size")
 ERRORS = (SessionError, ModelSourceError, compile_config.CompileConfigError, ValueError, OSError)
 MODEL_HELP = "embedded (the embedded SmolLM2) or a local Hugging Face folder of a Llama-family model."
 
@@ -44,17 +45,27 @@ def onnx_group(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
+def dimension_options(defaults: dict[str, Any]):
+    """The compile dimensions as options (``defaults``: shown and used when not given)."""
+    helps = {"ctx_len": "KV cache length the graph is compiled for.", "prefill_seq_len": "Tokens per prefill chunk.",
+             "batch_size": "Rows per run (regular batching).",
+             "full_batch_size": "Continuous batching: a graph with batch_index and a KV cache of this many slots."}
+
+    def apply(command):
+        for key in reversed(DIMENSIONS):
+            command = click.option(f"--{key.replace('_', '-')}", key, type=int, default=defaults.get(key),
+                                   show_default=key in defaults, help=helps[key])(command)
+        return command
+
+    return apply
+
+
 @onnx_group.command("export", context_settings=CONTEXT_SETTINGS)
 @click.option("--model", "source", default="embedded", show_default=True, help=MODEL_HELP)
-@click.option("--ctx-len", type=int, default=128, show_default=True, help="KV cache length the graph is compiled for.")
-@click.option("--prefill-seq-len", type=int, default=32, show_default=True, help="Tokens per prefill chunk.")
-@click.option("--batch-size", type=int, default=1, show_default=True, help="Rows per run (regular batching).")
-@click.option("--full-batch-size", type=int, default=None,
-              help="Continuous batching: a graph with batch_index and a KV cache of this many slots.")
+@dimension_options({"ctx_len": 128, "prefill_seq_len": 32, "batch_size": 1})
 @click.option("-o", "--output-dir", "output_dir", required=True, type=click.Path(path_type=Path),
               help="Folder for model.onnx and specializations.json (created if missing).")
-def export_command(source: str, ctx_len: int, prefill_seq_len: int, batch_size: int, full_batch_size: int | None,
-                   output_dir: Path) -> None:
+def export_command(source: str, output_dir: Path, **dims: int | None) -> None:
     """Export a model with QEfficient's tensor interface (about a minute for the embedded model).
 
     The graph's axes stay dynamic; specializations.json beside it holds the given dimensions, as a
@@ -64,10 +75,7 @@ def export_command(source: str, ctx_len: int, prefill_seq_len: int, batch_size: 
     from repo_gen.onnx_export import export
 
     try:
-        dims = compile_config.validate({"ctx_len": ctx_len, "prefill_seq_len": prefill_seq_len,
-                                        "batch_size": batch_size, "full_batch_size": full_batch_size}, "options")
-        done = export(source, output_dir, ctx_len=dims["ctx_len"], prefill_seq_len=dims["prefill_seq_len"],
-                      batch_size=dims["batch_size"], full_batch_size=dims["full_batch_size"] or 0, progress=_note)
+        done = export(source, output_dir, progress=_note, **_dimensions(dims))
     except ERRORS as exc:
         _fail(exc)
     click.echo(f"{done.graph} ({done.layers} layers, exported in {done.seconds:.1f} s; {done.specializations.name} "
@@ -77,8 +85,9 @@ def export_command(source: str, ctx_len: int, prefill_seq_len: int, batch_size: 
 @click.command("check", context_settings=CONTEXT_SETTINGS)
 @click.option("--model", "source", default="embedded", show_default=True, help=MODEL_HELP)
 @click.option("--onnx", "graph", type=click.Path(path_type=Path),
-              help="The exported graph (.onnx, or its folder) with specializations.json beside it. Default: "
+              help="The exported graph (.onnx, or its folder: QEfficient's export or `onnx export`'s). Default: "
                    "export --model now into a temporary folder (ctx_len 256, prefill_seq_len 32, batch_size 1).")
+@dimension_options({})
 @click.option("--qpc", type=click.Path(path_type=Path),
               help="A compiled QPC of the same model: adds the card's path (needs QEfficient and a card).")
 @click.option("--prompt", "prompt", default=DEFAULT_PROMPTS, show_default=True, help="Prompts, separated by '|'.")
@@ -86,28 +95,51 @@ def export_command(source: str, ctx_len: int, prefill_seq_len: int, batch_size: 
               help="Greedy tokens per prompt (fewer where ctx_len ends first).")
 @click.option("--json", "as_json", is_flag=True,
               help='One object: {"prompts": [...], "paths": {"hf": [[ids...], ...], ...}, "match": true|false}.')
-def check(source: str, graph: Path | None, qpc: Path | None, prompt: str, max_tokens: int, as_json: bool) -> None:
+def check(source: str, graph: Path | None, qpc: Path | None, prompt: str, max_tokens: int, as_json: bool,
+          **dims: int | None) -> None:
     """Token-exact greedy agreement: HF full recompute, the CPU KV engine, the ONNX twin (and the card).
 
     Prints a table and the first divergence (prompt, position, tokens and their text); exits 1 when
-    any path differs from Hugging Face's tokens.
+    any path differs from Hugging Face's tokens. The dimension options compile the check's own
+    export, or a graph without specializations.json beside it (QEfficient's export writes none;
+    default: QEfficient's compile defaults); a graph with one takes its dimensions from it.
     """
     from .agreement import check as run_check
 
     prompts = [p for p in prompt.split("|") if p.strip()]
+    given = {k: v for k, v in dims.items() if v is not None}
     try:
         if not prompts:
             raise ValueError("no prompt given")
         with tempfile.TemporaryDirectory(prefix="qaic-check-") as scratch:
+            fallback = None
             if graph is None:
                 from repo_gen.onnx_export import export
 
-                graph = export(source, scratch, progress=_note, **CHECK_EXPORT).graph
-            result = run_check(source, graph, prompts, max_tokens, qpc, progress=_note)
+                graph = export(source, scratch, progress=_note, **_dimensions({**CHECK_EXPORT, **given})).graph
+            else:
+                fallback = _compile_of(graph, given)
+            result = run_check(source, graph, prompts, max_tokens, qpc, fallback, progress=_note)
     except ERRORS as exc:
         _fail(exc)
     click.echo(json.dumps(result.to_json()) if as_json else report(result))
     sys.exit(0 if result.match else 1)
+
+
+def _compile_of(graph: Path, given: dict[str, int]) -> list[dict[str, Any]]:
+    """The specializations the options compile a graph for that has none beside it (options that a
+    specializations.json beside it would override are an error)."""
+    beside = specializations.beside(specializations.find_graph(graph))
+    if beside is not None and given:
+        options = ", ".join(f"--{k.replace('_', '-')}" for k in given)
+        raise ValueError(f"{beside} fixes the graph's dimensions: drop {options}")
+    return specializations.build(**_dimensions(given))
+
+
+def _dimensions(given: dict[str, int | None]) -> dict[str, int]:
+    """The four dimensions, checked, with compile_config's defaults (full_batch_size 0: regular)."""
+    c = compile_config.validate({k: v for k, v in given.items() if v is not None}, "options")
+    return {k: c[k] or 0 for k in DIMENSIONS}
 
 
 def report(result: Agreement) -> str:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from twin_data import events, generate_model, texts
 
 from backend_model import compile_config
 from backend_model.build import BackendSettings, build_engine
 from backend_model.sampling import SamplingParams
 from console.cli import main
-from console.clients import Failure, GenerationParams, Reply, TextDelta, generate, infer, stream
-from repo_gen.cli import gen
+from console.clients import GenerationParams, TextDelta, generate, infer, stream
 from repo_gen.inspection import list_models
 
 pytestmark = pytest.mark.server
@@ -25,14 +25,6 @@ CONTINUOUS = {"prefill_seq_len": 4, "ctx_len": 128, "full_batch_size": 4}
 REGULAR = {"prefill_seq_len": 8, "ctx_len": 128, "batch_size": 2}
 PARAMS = GenerationParams(max_tokens=12)
 PAIRS = {"onnx_cb": "onnx_cb_decoupled", "onnx_regular": "onnx_regular_decoupled"}
-
-
-def generate_model(repo: Path, name: str, config: dict, *flags: str) -> None:
-    path = repo.parent / f"{name}.json"
-    path.write_text(json.dumps(config))
-    result = CliRunner().invoke(gen, ["--model_name", name, "--compile_config_path", str(path), "-o", str(repo),
-                                      *flags])
-    assert result.exit_code == 0, result.output
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +61,6 @@ def cpu_text() -> list[str]:
     settings = BackendSettings(engine="cpu", compile=compile_config.validate(CONTINUOUS))
     engine, _ = build_engine(settings, progress=lambda message: None)
     return [s.text for s in engine.generate(PROMPTS, SamplingParams(max_tokens=PARAMS.max_tokens))]
-
-
-def events(call) -> list:
-    found = list(call)
-    assert not [e for e in found if isinstance(e, Failure)], found
-    return found
-
-
-def texts(found: list) -> list[str]:
-    return [e.text for e in sorted((e for e in found if isinstance(e, Reply)), key=lambda e: e.index)]
 
 
 def test_the_generated_repository_lists_its_graphs(twin_repo):

@@ -40,10 +40,9 @@ class Dims:
 
 
 class Session(Protocol):
-    """A compiled model the loop can drive. ``kind`` is 'qaic' or 'cpu'."""
+    """A compiled model the loop can drive (a QPC on the card, the CPU engine, the ONNX twin)."""
 
     dims: Dims
-    kind: str
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 

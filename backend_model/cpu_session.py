@@ -45,8 +45,6 @@ class _Layer:
 class CpuKVSession:
     """KV-cache session for Llama-family models (static cache, chunked prefill, batched decode)."""
 
-    kind = "cpu"
-
     def __init__(self, model, dims: Dims, precision: str = "fp32") -> None:
         from transformers.activations import ACT2FN
 

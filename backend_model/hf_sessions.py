@@ -24,8 +24,6 @@ from .cpu_support import DENSE
 class _RowSession:
     """``run`` for sessions that compute each row alone: ``_forward(slot, ids, positions) -> logits``."""
 
-    kind = "cpu"
-
     def __init__(self, model, dims: Dims, precision: str) -> None:
         if precision not in DENSE:
             raise SessionError(f"{type(self).__name__} runs transformers' model in fp32 or bf16, not {precision}")

@@ -62,8 +62,6 @@ def read_dims(session: Any, program: Path) -> tuple[Dims, bool]:
 class QaicSession:
     """A KV-cache or causal QPC behind the session contract."""
 
-    kind = "qaic"
-
     def __init__(self, qpc_path: str | Path, device_ids: list[int] | None = None, opener: Opener = open_qpc):
         self.session, program = opener(Path(qpc_path).expanduser(), device_ids)
         self.dims, self.kv = read_dims(self.session, program)

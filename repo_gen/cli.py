@@ -21,7 +21,7 @@ from backend_model.parameters import precision_label
 
 from . import command
 from .command import DEFAULT_OUT, INPUT_ERRORS
-from .inspection import ModelInfo, list_models
+from .inspection import ModelFolder, list_models
 from .samples import EMBEDDED_SAMPLES, SEED_SAMPLES, write_samples
 
 __all__ = ["format_table", "repo_group"]
@@ -114,13 +114,13 @@ def samples(embedded: bool, output_dir: Path, force: bool) -> None:
 # --------------------------------------------------------------------------- repo list
 
 
-def _kind(model: ModelInfo) -> str:
+def _kind(model: ModelFolder) -> str:
     """The model type, marked when it recomputes every token on the CPU (no QPC): very slow there."""
     slow = model.model_type == "causal" and not model.source.startswith("qpc")
     return f"{model.model_type} (slow on CPU)" if slow else model.model_type
 
 
-def format_table(models: list[ModelInfo]) -> str:
+def format_table(models: list[ModelFolder]) -> str:
     """A plain, aligned table: one row per model."""
     header = ("MODEL", "TYPE", "DECOUPLED", "COMPILE", "PRECISION", "SOURCE", "VALID")
     rows = [header] + [

@@ -17,7 +17,7 @@ from .writer import RepoError
 
 
 @dataclass
-class ModelInfo:
+class ModelFolder:
     """One model folder as ``repo list`` reports it."""
 
     name: str
@@ -45,7 +45,7 @@ class ModelInfo:
         return {**asdict(self), "valid": self.valid}
 
 
-def list_models(repo: str | Path) -> list[ModelInfo]:
+def list_models(repo: str | Path) -> list[ModelFolder]:
     """Every model folder of ``repo`` (hidden folders, e.g. an interrupted write, are skipped)."""
     root = Path(repo)
     if not root.is_dir():
@@ -53,9 +53,9 @@ def list_models(repo: str | Path) -> list[ModelInfo]:
     return [inspect_model(p) for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
 
 
-def inspect_model(folder: Path) -> ModelInfo:
+def inspect_model(folder: Path) -> ModelFolder:
     """Read one model folder; ``problems`` says what would keep it from loading."""
-    info = ModelInfo(folder.name, str(folder))
+    info = ModelFolder(folder.name, str(folder))
     _read_config(folder, info)
     _read_compile(folder, info)
     if info.engine == "onnx":
@@ -69,7 +69,7 @@ def inspect_model(folder: Path) -> ModelInfo:
     return info
 
 
-def _read_config(folder: Path, info: ModelInfo) -> None:
+def _read_config(folder: Path, info: ModelFolder) -> None:
     path = folder / "config.pbtxt"
     if not path.is_file():
         info.problems.append("no config.pbtxt")
@@ -128,7 +128,7 @@ def _config_problems(config: Any, folder_name: str, params: dict[str, str], kv: 
     return problems
 
 
-def _onnx_problems(folder: Path, info: ModelInfo) -> list[str]:
+def _onnx_problems(folder: Path, info: ModelFolder) -> list[str]:
     """An engine=onnx model runs the graph its compile config names (relative to the model folder)."""
     graph = (info.compile or {}).get("onnx_path")
     if not graph:
@@ -141,7 +141,7 @@ def _onnx_problems(folder: Path, info: ModelInfo) -> list[str]:
     return []
 
 
-def _read_compile(folder: Path, info: ModelInfo) -> None:
+def _read_compile(folder: Path, info: ModelFolder) -> None:
     path = folder / "compile_config.json"
     try:
         info.compile = compile_config.load(path) if path.exists() else compile_config.validate({})

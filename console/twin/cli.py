@@ -18,13 +18,15 @@ from backend_model import compile_config, specializations
 from backend_model.contract import SessionError
 from backend_model.models import ModelSourceError
 
+from ..clients.errors import ClientError
+from ..clients.events import split_prompts
 from .agreement import REFERENCE, Agreement
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 DEFAULT_PROMPTS = "My name is|The capital of France is|def fibonacci(n):"
 CHECK_EXPORT = {"ctx_len": 256, "prefill_seq_len": 32, "batch_size": 1}  # a check's own export, without --onnx
 DIMENSIONS = ("ctx_len", "prefill_seq_len", "batch_size", "full_batch_size")
-ERRORS = (SessionError, ModelSourceError, compile_config.CompileConfigError, ValueError, OSError)
+ERRORS = (SessionError, ModelSourceError, compile_config.CompileConfigError, ClientError, ValueError, OSError)
 MODEL_HELP = "embedded (the embedded SmolLM2) or a local Hugging Face folder of a Llama-family model."
 
 
@@ -90,7 +92,8 @@ def export_command(source: str, output_dir: Path, **dims: int | None) -> None:
 @dimension_options({})
 @click.option("--qpc", type=click.Path(path_type=Path),
               help="A compiled QPC of the same model: adds the card's path (needs QEfficient and a card).")
-@click.option("--prompt", "prompt", default=DEFAULT_PROMPTS, show_default=True, help="Prompts, separated by '|'.")
+@click.option("--prompt", "prompt", default=DEFAULT_PROMPTS, show_default=True,
+              help="Prompts, separated by '|' (\\| for a literal |).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
               help="Greedy tokens per prompt (fewer where ctx_len ends first).")
 @click.option("--json", "as_json", is_flag=True,
@@ -106,11 +109,9 @@ def check(source: str, graph: Path | None, qpc: Path | None, prompt: str, max_to
     """
     from .agreement import check as run_check
 
-    prompts = [p for p in prompt.split("|") if p.strip()]
     given = {k: v for k, v in dims.items() if v is not None}
     try:
-        if not prompts:
-            raise ValueError("no prompt given")
+        prompts = split_prompts(prompt)
         with tempfile.TemporaryDirectory(prefix="qaic-check-") as scratch:
             fallback = None
             if graph is None:

@@ -147,7 +147,7 @@ def log_text(lines: Iterable[str]) -> str:
 
 
 def repo_table(models: Iterable[Any]) -> pd.DataFrame:
-    """A repository listing (``repo_gen.inspection.ModelInfo`` rows): name, type, mode, source, validity."""
+    """A repository listing (``repo_gen.inspection.ModelFolder`` rows): name, type, mode, source, validity."""
     rows = [[m.name, m.model_type, {True: "stream", False: "batch", None: "?"}[m.decoupled], m.source,
              "yes" if m.valid else "no: " + "; ".join(m.problems)] for m in models]
     return pd.DataFrame(rows, columns=REPO_COLUMNS)

@@ -42,8 +42,9 @@ def perturbed(graphs, reference, tmp_path_factory):
 
 
 def test_check_matches_on_the_embedded_model(graphs, reference):
-    prompts = PROMPTS[:2]
-    result = run_check("--onnx", str(graphs["regular"]), "--prompt", "|".join(prompts), "--max-tokens", "8", "--json")
+    prompts = [PROMPTS[0], f"{PROMPTS[1]} | x"]  # a typed "\|" is a literal "|"
+    typed = "|".join(p.replace("|", "\\|") for p in prompts)
+    result = run_check("--onnx", str(graphs["regular"]), "--prompt", typed, "--max-tokens", "8", "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert set(out) == {"prompts", "paths", "match"} and out["match"] is True
@@ -51,6 +52,11 @@ def test_check_matches_on_the_embedded_model(graphs, reference):
     assert out["paths"]["hf"] == [reference(p)[:8] for p in prompts]
     assert out["paths"]["cpu_kv"] == out["paths"]["onnx"] == out["paths"]["hf"]
     assert "onnx: " in result.stderr and "tokens/s" in result.stderr  # each path's speed, on stderr
+
+
+def test_an_empty_prompt_is_refused_before_any_work():
+    result = run_check("--prompt", "My name is|")
+    assert result.exit_code == 2 and "error: prompt 2 of 2 is empty" in result.stderr
 
 
 def test_a_perturbed_graph_reports_its_first_divergence(perturbed, reference):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -168,11 +167,3 @@ def test_engine_selection_reports_cpu_here_and_refuses_forced_qaic():
     settings.engine = "qaic"
     with pytest.raises(SessionError, match="engine=qaic but QEfficient"):
         choose_engine(settings)
-
-
-def test_fake_runtime_refuses_shapes_no_specialization_allows():
-    fake = FakeQaicRuntime(kv_specs(2, 4, 32, 10), compute=lambda inputs: {})
-    fake.set_buffers({"logits": np.zeros((1, 1, 10), np.float32)})
-    with pytest.raises(ValueError, match="not in allowed shapes"):
-        fake.run({"input_ids": np.zeros((1, 5), np.int64), "position_ids": np.zeros((1, 5), np.int64),
-                  "batch_index": np.zeros((1, 1), np.int64)})

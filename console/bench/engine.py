@@ -78,8 +78,9 @@ def run_engine(engine: Engine, concurrency: int, max_tokens: int) -> Timed:
     return Timed(sum(len(s.tokens) for s in seqs), time.perf_counter() - start)
 
 
-def loop_overhead_ms(tokenizer, slots: int = 16, steps: int = 500) -> float:
-    """Host time per decode step of the loop with a zero-cost session at ``slots`` sequences."""
+def loop_overhead(tokenizer, slots: int = 16, steps: int = 500) -> Timed:
+    """The loop's decode steps with a zero-cost session at ``slots`` sequences: the tokens they made
+    (every slot decodes in each timed step) and the host time they took."""
     dims = Dims(1, 32, steps + 64, len(tokenizer), slots)
     engine = Engine(ZeroCostSession(dims, digit_tokens(tokenizer)), tokenizer)
     prompts = (BENCH_PROMPTS * 2)[:slots]
@@ -87,10 +88,17 @@ def loop_overhead_ms(tokenizer, slots: int = 16, steps: int = 500) -> float:
         engine.submit(engine.encode(p), SamplingParams(max_tokens=steps))
     while any(s is None for s in engine.slots) or engine.queue:  # admit every slot first
         engine.step()
+    made = sum(len(s.tokens) for s in engine.slots if s is not None)
     start = time.perf_counter()
     for _ in range(steps - 2):
         engine.step()
-    return (time.perf_counter() - start) / (steps - 2) * 1000
+    seconds = time.perf_counter() - start
+    return Timed(sum(len(s.tokens) for s in engine.slots if s is not None) - made, seconds)
+
+
+def loop_overhead_ms(tokenizer, slots: int = 16, steps: int = 500) -> float:
+    """Host time per decode step of the loop with a zero-cost session at ``slots`` sequences."""
+    return loop_overhead(tokenizer, slots, steps).seconds / (steps - 2) * 1000
 
 
 def hf_generate(model, tokenizer, max_tokens: int) -> Timed:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
 from typing import Any
 
@@ -17,7 +16,7 @@ from console.bench import report as perf
 from console.bench.capacity import client_capacity, zero_cost_server
 from console.bench.cli import bench_group
 from console.bench.display import ProgressBar, levels_table
-from console.bench.engine import loop_overhead_ms
+from console.bench.engine import loop_overhead
 from console.bench.load import LevelResult, RequestRecord, Runner, Target
 from console.bench.plots import throughput_figure
 from console.bench.prompts import BenchRequest, SyntheticPrompts, read_jsonl
@@ -194,14 +193,14 @@ def test_report_ratios_and_json_keys() -> None:
     assert perf.best_rate([perf.Timed(10, 1.0), perf.Timed(30, 1.0), perf.Timed(20, 2.0)]) == 30.0
 
 
-def test_loop_overhead_is_a_positive_number() -> None:
+def test_the_loop_overhead_times_full_batch_decode_steps() -> None:
     from transformers import AutoTokenizer
 
     from backend_model.models import prepare_embedded
 
     tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))
-    value = loop_overhead_ms(tokenizer, slots=4, steps=40)
-    assert 0 < value < 100 and math.isfinite(value)
+    timed = loop_overhead(tokenizer, slots=4, steps=40)
+    assert timed.tokens == 4 * 38 and timed.seconds > 0  # each timed step decoded all four slots
 
 
 # --------------------------------------------------------------------------- pure helpers

@@ -15,6 +15,7 @@ from backend_model import compile_config
 from backend_model.errors import SessionError
 from backend_model.qpc import find_qpc, model_type_of
 
+from . import memory
 from .samples import SAMPLES
 from .writer import ModelSpec, RepoError, check_backend_dir, check_name, write_model
 
@@ -28,8 +29,9 @@ def _quiet(_: str) -> None:
 
 
 def read_compile_config(path: Path) -> dict[str, Any]:
-    """The keys a compile_config.json gives, validated; copied as given (read once: a pipe works) but for a
-    relative onnx_path, which is taken relative to the file and written absolute."""
+    """The keys a compile_config.json gives (a small regular file: a device or a FIFO is refused at once),
+    validated; copied as given but for a relative onnx_path, which is taken relative to the file and written
+    absolute."""
     raw = compile_config.read(path)
     compile_config.validate(raw, str(path))  # errors name the file and the key
     if raw.get("onnx_path"):
@@ -108,7 +110,8 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
     """Write ``<output_dir>/<model_name>/`` from :func:`resolve_spec` (``fields``: its keywords); (spec, folder).
 
     Checked before anything slow (a QPC load may take minutes): the name, an existing folder (unless
-    ``force``), the backend folder. RepoError / CompileConfigError / SessionError on bad input.
+    ``force``), the backend folder; then the memory the compile config asks (:mod:`.memory`: refused when it
+    cannot fit, said when it is tight). RepoError / CompileConfigError / SessionError on bad input.
     """
     check_name(model_name)
     if (output_dir / model_name).exists() and not force:
@@ -116,4 +119,5 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
     if python_backend_dir is not None:
         check_backend_dir(python_backend_dir)
     spec = resolve_spec(model_name, note=note, **fields)
+    memory.check(spec, note)
     return spec, write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force, progress=note)

@@ -24,7 +24,7 @@ from .call import Arrived, Broke, Call, Ended
 from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
 from .interfaces import OpenAIInterface
-from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client, model_info
+from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client, model_info, request_headers
 from .params import GenerationParams
 from .stats import reply_stats
 
@@ -157,7 +157,7 @@ class OpenAICall(Call):
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
             return
         create = api.chat.completions.create if self.chat else api.completions.create
-        body["timeout"] = self.timeouts.backstop()
+        body["timeout"], body["extra_headers"] = self.timeouts.backstop(), request_headers(self.url)
         folder = ChunkFolder(self.chat)
         t0 = last = time.perf_counter()
         threading.Thread(target=self._read, args=(create, body), name="qc-openai", daemon=True).start()

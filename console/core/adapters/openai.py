@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 
 from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts, openai_call
-from console.clients.openai_api import base_url, is_openai_url, listed_models, model_info, openai_info
+from console.clients.openai_api import base_url, is_openai_url, key_note, listed_models, model_info, openai_info
 
 from ..template import chat_messages
 from .base import Adapter, Framed, History, Progress, States, quiet
@@ -68,8 +68,9 @@ class OpenAIAdapter(Adapter):
     def connect(self, timeout: float = 3.0) -> str:
         served = self.models(timeout)
         self.listed = {name: ("READY", "") for name in served}
+        note = key_note(self.base)
         return (f"connected to the OpenAI-compatible server at {self.base} ({len(served)} "
-                f"model{'s' if len(served) != 1 else ''})")
+                f"model{'s' if len(served) != 1 else ''})" + (f"; {note}" if note else ""))
 
     def model_states(self, timeout: float = 2.0) -> States:
         """Every model listed once is ready (the API knows no other state) while the server answers HTTP."""

@@ -139,7 +139,7 @@ def open_page(console: Any, log: LogWatch, ready: str = "idle") -> Iterator[Web]
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
             page.goto(served.url)  # as a user logs in: the printed address with its token, then the cookie
             page.wait_for_function("r => document.querySelector('#qc-status')?.innerText.includes(r)", arg=ready,
                                    timeout=WAIT_MS)

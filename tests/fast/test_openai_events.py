@@ -111,3 +111,23 @@ def test_an_unstreamed_answer_has_a_latency_and_the_servers_count() -> None:
     assert reply.text == "Paris." and reply.finish_reason == "stop"
     assert reply.stats.time_to_first_token is None and reply.stats.output_tokens == 3
     assert reply.stats.output_token_throughput == pytest.approx(6.0)
+
+
+def test_the_key_goes_only_to_the_server_openai_base_url_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from console.clients.openai_api import api_key, key_note, request_headers
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-k")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert api_key("http://127.0.0.1:8080/v1") == ""  # no address given for the key: it goes nowhere
+    assert set(request_headers("http://127.0.0.1:8080/v1")) == {"Authorization", "OpenAI-Organization",
+                                                                 "OpenAI-Project"}
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://vllm.lan:8000/v1/")
+    assert api_key("http://VLLM.lan:8000/v1") == "sk-k" and request_headers("http://vllm.lan:8000/v1") == {}
+    for elsewhere in ("http://vllm.lan:8001/v1", "https://vllm.lan:8000/v1", "http://127.0.0.1:8000/v1",
+                      "http://vllm.lan.evil.example:8000/v1"):
+        assert api_key(elsewhere) == "", elsewhere
+    assert key_note("http://127.0.0.1:8000/v1") == (
+        "OPENAI_API_KEY is not sent to http://127.0.0.1:8000/v1: it goes only to the server OPENAI_BASE_URL names "
+        "(OPENAI_BASE_URL=http://127.0.0.1:8000/v1 sends it)")
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert key_note("http://127.0.0.1:8000/v1") == ""  # no key: nothing to say

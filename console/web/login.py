@@ -89,20 +89,24 @@ class Login:
             return address or ""
         return f"{address.rstrip('/')}/?{TOKEN}={self.token}"
 
-    def _host_ok(self, name: str) -> bool:
-        return _is_ip(name) or name == "localhost" or name in self.hosts
-
     def judge(self, scope: Scope) -> Verdict:
-        """Whether the request of ``scope`` comes in."""
+        """Whether the request of ``scope`` comes in: from where (Host, Origin), then with what (the token)."""
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        return self._where(headers) or self._credential(scope, headers)
+
+    def _where(self, headers: dict[str, str]) -> Verdict | None:
+        """A refusal when the Host header is not this console's or the Origin is another page's; else None."""
         host = headers.get("host", "")
         name = (urllib.parse.urlsplit(f"//{host}").hostname or "") if host else ""
-        if not self._host_ok(name):
+        if not (_is_ip(name) or name == "localhost" or name in self.hosts):
             return Verdict(403, f"qaic-console web: Host {host!r} is not this console's address (a page reaching it "
                                 "under another name: DNS rebinding?); open it by its address")
         origin = headers.get("origin")
         if origin is not None and urllib.parse.urlsplit(origin).netloc.lower() != host.lower():
             return Verdict(403, f"qaic-console web: a request from another page ({origin}) is refused")
+        return None
+
+    def _credential(self, scope: Scope, headers: dict[str, str]) -> Verdict:
         if self.token is None:
             return Verdict()
         if not self.opened and scope["type"] == "http" and scope["path"] == STARTUP:

@@ -5,8 +5,8 @@ A KV-cache model allocates ``2 (K and V) × layers × KV heads × head_dim × ct
 value and what must hold them: the CPU engine (fp32 values; bf16 at bf16 precision) or the ONNX twin (fp32) in
 this machine's memory; a card (fp16, mxint8 with mxint8_kv_cache; mxfp6 weights with mxfp6_matmul) in one Cloud
 AI 100 device (16 GB on a Standard card, 32 GB on a Pro, and on each of an Ultra's four). A QPC already
-compiled fixed its own memory, and a model whose config.json is not here (a hub name missing from the local
-Hugging Face cache) cannot be estimated: neither is checked.
+compiled fixed its own memory, and a model whose config.json is not here (:func:`~.spec.local_config`: a hub
+name missing from the local Hugging Face cache) cannot be estimated: neither is checked.
 
 Standard library only, and Python 3.8: the release artifacts' generator imports it.
 """
@@ -14,11 +14,10 @@ Standard library only, and Python 3.8: the release artifacts' generator imports 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from backend_model import compile_config
 
@@ -63,36 +62,12 @@ def size(count: float) -> str:
     return f"{count / 1e6:.0f} MB"
 
 
-def _hub_config(name: str) -> Path | None:
-    """config.json of ``org/model`` in the local Hugging Face cache (no network), or None."""
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
-    snapshots = Path(hub) / f"models--{name.replace('/', '--')}" / "snapshots"
-    found = sorted(snapshots.glob("*/config.json")) if snapshots.is_dir() else []
-    return found[0] if found else None
-
-
-def model_config(hf_model_name: str) -> dict[str, Any] | None:
-    """The model's config.json: the embedded model's, a local folder's, or the local hub cache's; else None."""
-    if hf_model_name in ("", "embedded"):
-        return dict(EMBEDDED_CONFIG)
-    folder = Path(hf_model_name).expanduser()
-    path = folder / "config.json" if folder.is_dir() else _hub_config(hf_model_name)
-    if path is None:
-        return None
-    try:
-        config = json.loads(compile_config.read_small(path))
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
-
-
-def _first(config: dict[str, Any], *keys: str) -> int | None:
+def _first(config: Mapping[str, Any], *keys: str) -> int | None:
     value = next((config[k] for k in keys if isinstance(config.get(k), int)), None)
     return value if value is None or value > 0 else None
 
 
-def _shape(config: dict[str, Any]) -> tuple[float, int] | None:
+def _shape(config: Mapping[str, Any]) -> tuple[float, int] | None:
     """(parameters, cache values per token and row) of a decoder-only model, or None when its config is not one."""
     hidden = _first(config, "hidden_size", "n_embd", "d_model")
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
@@ -128,9 +103,11 @@ def _formats(spec: ModelSpec, c: dict[str, Any]) -> tuple[str, str, float, str, 
     return ("the CPU engine", spec.precision, CPU_WEIGHT_BYTES[spec.precision], *cache)
 
 
-def estimate(spec: ModelSpec) -> Estimate | None:
-    """The memory ``spec``'s compile config asks where it runs; None when its model's config.json is not here."""
-    config = model_config(spec.hf_model_name)
+def estimate(spec: ModelSpec, config: Mapping[str, Any] | None) -> Estimate | None:
+    """The memory ``spec``'s compile config asks where it runs, from its model's ``config`` (the embedded model's
+    when ``spec`` names it); None without one."""
+    if spec.hf_model_name in ("", "embedded"):
+        config = EMBEDDED_CONFIG
     shape = _shape(config) if config is not None else None
     if shape is None:
         return None
@@ -164,10 +141,12 @@ def _bounds(found: Estimate, machine: tuple[float, float] | None) -> tuple[tuple
     return (machine[0], f"this machine's {size(machine[0])}"), (machine[1], f"the {size(machine[1])} free here now")
 
 
-def check(spec: ModelSpec, note: Note, machine: tuple[float, float] | None = None) -> None:
+def check(spec: ModelSpec, note: Note, config: Mapping[str, Any] | None,
+          machine: tuple[float, float] | None = None) -> None:
     """Refuse (RepoError) a compile config whose memory cannot fit where the model runs; warn (``note``) when it
-    is tight. ``machine``: this machine's (total, available) bytes (default: read)."""
-    found = estimate(spec)
+    is tight. ``config``: the model's config.json, when it is here; ``machine``: this machine's (total, available)
+    bytes (default: read)."""
+    found = estimate(spec, config)
     if found is None or (spec.aic_binary_dir and found.place == CARD):
         return
     bounds = _bounds(found, machine or machine_memory())

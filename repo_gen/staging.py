@@ -30,7 +30,8 @@ def holder(repository: Path, model: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{HOLDER}-{os.getpid()}-{model}-", dir=repository))
 
 
-def _writer_gone(pid: int) -> bool:
+def process_gone(pid: int) -> bool:
+    """No process ``pid`` runs on this machine (another user's live one counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -43,7 +44,7 @@ def _writer_gone(pid: int) -> bool:
 def _abandoned(folder: Path) -> str | None:
     """The model of a holder whose writer is gone, else None (a live write, or not a holder)."""
     match = _HOLDER_RE.match(folder.name)
-    if match is None or not folder.is_dir() or not _writer_gone(int(match.group(1))):
+    if match is None or not folder.is_dir() or not process_gone(int(match.group(1))):
         return None
     return match.group(2)
 

@@ -16,7 +16,7 @@ from console.core.controller import ServerController
 from console.server.embedded import DEFAULT_MODELS
 from console.server.ports import port_taken
 
-from .files import private_folder, remove
+from .files import private_folder, remove, sweep
 
 if TYPE_CHECKING:
     from .app import Served
@@ -81,6 +81,8 @@ def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None
     if taken:  # before any tritonserver starts
         click.echo(f"error: {taken}: choose another --port or leave it out (7860 or the next free one)", err=True)
         sys.exit(1)
+    for left in sweep():
+        click.echo(f"note: removed {left}, left by a web console that was killed", err=True)
     folder = private_folder()  # before Gradio is imported
     controller = ServerController()
     served = None

@@ -250,3 +250,11 @@ def test_the_private_folder_is_0700_and_goes_when_the_console_ends(tmp_path: Pat
         assert folder.stat().st_mode & 0o777 == 0o700
         assert running.proc.poll() is None
     assert running.proc.returncode == 0 and list(tmp_path.iterdir()) == []
+    with web_console(tmp_path) as killed:
+        (left,) = tmp_path.glob("qaic-web-*")
+        killed.proc.kill()
+        killed.proc.wait()
+    assert left.is_dir()  # nothing runs at a SIGKILL: the next console removes it
+    with web_console(tmp_path) as following:
+        assert not left.exists() and f"note: removed {left}, left by a web console that was killed" in following.said
+        assert [p.name.split("-")[2] for p in tmp_path.iterdir()] == [str(following.proc.pid)]  # its own only

@@ -86,6 +86,12 @@ def key_note(base: str) -> str:
     return f"{KEY} is not sent to {base}: it goes only to the server {KEY_SERVER} names ({KEY_SERVER}={base} sends it)"
 
 
+def client_options(base: str) -> dict[str, Any]:
+    """How the console's ``openai`` clients of ``base`` are made: no retries (a request is sent once, as Triton's
+    are); the key only for the key's server (:func:`api_key`): each request sends :func:`request_headers`."""
+    return {"base_url": base, "api_key": api_key(base) or "none", "max_retries": 0}
+
+
 def request_headers(base: str) -> dict[str, Any]:
     """What each request to ``base`` adds: nothing, or (no key for it) the key's headers left out altogether."""
     if api_key(base):
@@ -96,17 +102,13 @@ def request_headers(base: str) -> dict[str, Any]:
 
 
 def client(base: str) -> Any:
-    """The ``openai`` client of ``base`` (one per server and key: its connections are kept alive and shared).
-
-    No retries (a request is sent once, as Triton's are). It holds the key only for the key's server
-    (:func:`api_key`); requests send :func:`request_headers`, which leave the key's headers out elsewhere.
-    """
+    """The ``openai`` client of ``base`` for listings (one per server and key: its connections are kept alive)."""
     key = api_key(base)
     with _LOCK:
         if (base, key) not in _CLIENTS:
             import openai
 
-            _CLIENTS[base, key] = openai.OpenAI(base_url=base, api_key=key or "none", max_retries=0)
+            _CLIENTS[base, key] = openai.OpenAI(**client_options(base))
         return _CLIENTS[base, key]
 
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import http.server
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,41 +22,12 @@ from pathlib import Path
 
 import pytest
 from gradio_client import Client
-from helpers import SESSION_MARK, marked_servers
+from helpers import SESSION_MARK, Listener, marked_servers
 
 from console.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-" + uuid.uuid4().hex
-
-
-class Listener:
-    """An OpenAI-compatible stand-in that records the Authorization header of every request it gets."""
-
-    def __init__(self) -> None:
-        self.seen: list[str | None] = []
-        seen = self.seen
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                seen.append(self.headers.get("Authorization"))
-                body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @dataclass

@@ -7,6 +7,8 @@ Defaults are QEfficient's compile defaults; they apply when a key (or the whole 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,9 @@ SCHEMA: dict[str, tuple[type, Any, Any, str]] = {
     "mos": (int, -1, lambda v: v == -1 or 1 <= v <= 16, "-1 or an integer in [1, 16]"),
 }
 KEYS = tuple(SCHEMA)
+MAX_BYTES = 64 * 1024  # a compile config is a few hundred bytes; a model's config.json a few kilobytes
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+          (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"))
 
 
 class CompileConfigError(ValueError):
@@ -61,15 +66,32 @@ def load(path: str | Path) -> dict[str, Any]:
     return validate(read(path), str(path))
 
 
+def read_small(path: str | Path, limit: int = MAX_BYTES) -> str:
+    """The text of ``path``, a regular file of at most ``limit`` bytes, checked before anything is read: a device
+    (``/dev/zero``), a FIFO or a bigger file is a ValueError naming it at once. OSError when it cannot be read."""
+    path = Path(path)
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise ValueError(f"{path} is {kind}: only a regular file is read")
+    with open(path, "rb") as file:  # a regular file: opening it cannot block
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is over {limit} bytes: too big to read")
+    return data.decode("utf-8")
+
+
 def read(path: str | Path) -> dict[str, Any]:
-    """The JSON object of a compile_config.json as written, read once (a pipe works too); not validated."""
+    """The JSON object of a compile_config.json as written (a small regular file); not validated."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small(path)
     except FileNotFoundError:
         raise CompileConfigError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CompileConfigError(f"{path}: cannot read ({exc})") from None
+    except ValueError as exc:
+        raise CompileConfigError(str(exc)) from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -23,6 +23,7 @@ from . import command
 from .command import DEFAULT_OUT, INPUT_ERRORS
 from .inspection import ModelFolder, list_models
 from .samples import EMBEDDED_SAMPLES, SEED_SAMPLES, write_samples
+from .staging import leftovers
 
 __all__ = ["format_table", "repo_group"]
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -139,11 +140,15 @@ def format_table(models: list[ModelFolder]) -> str:
 def list_command(directory: Path, as_json: bool) -> None:
     """Show each model of DIRECTORY (default llm_model_dir): type, mode, source, dimensions, validity.
 
+    Hidden folders (a killed generator run's leftovers) are not models: each is named on stderr.
+
     Exit code 1 when a model would not load. Causal models recompute the whole sequence at every token:
     on the CPU they are very slow (about 1 token/s for the embedded one); prefer kv_cache models there.
     """
     with _errors():
         models = list_models(directory)
+    for line in leftovers(directory):
+        click.echo(f"note: ignored {line}", err=True)
     if as_json:
         click.echo(json.dumps([m.to_json() for m in models], indent=2))
     elif models:

@@ -11,6 +11,7 @@ from backend_model.errors import SessionError
 from backend_model.parameters import BOOLEANS, ENGINES, PRECISIONS, TRUE
 
 from .spec import cpu_refusal
+from .staging import model_names
 from .writer import RepoError
 
 # --------------------------------------------------------------------------- listing a repository
@@ -46,11 +47,12 @@ class ModelFolder:
 
 
 def list_models(repo: str | Path) -> list[ModelFolder]:
-    """Every model folder of ``repo`` (hidden folders, e.g. an interrupted write, are skipped)."""
+    """Every model folder of ``repo`` (hidden folders, e.g. a killed write's, are not models: see
+    :func:`~.staging.leftovers`)."""
     root = Path(repo)
     if not root.is_dir():
         raise RepoError(f"no model repository at {root}")
-    return [inspect_model(p) for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+    return [inspect_model(root / name) for name in model_names(root)]
 
 
 def inspect_model(folder: Path) -> ModelFolder:

@@ -17,6 +17,7 @@ from backend_model import compile_config, cpu_support
 from backend_model.errors import SessionError
 from backend_model.qpc import find_qpc, model_type_of
 
+from . import memory
 from .samples import SAMPLES
 from .writer import ModelSpec, RepoError, check_backend_dir, check_name, write_model
 
@@ -30,8 +31,9 @@ def _quiet(_: str) -> None:
 
 
 def read_compile_config(path: Path) -> dict[str, Any]:
-    """The keys a compile_config.json gives, validated; copied as given (read once: a pipe works) but for a
-    relative onnx_path, which is taken relative to the file and written absolute."""
+    """The keys a compile_config.json gives (a small regular file: a device or a FIFO is refused at once),
+    validated; copied as given but for a relative onnx_path, which is taken relative to the file and written
+    absolute."""
     raw = compile_config.read(path)
     compile_config.validate(raw, str(path))  # errors name the file and the key
     if raw.get("onnx_path"):
@@ -117,9 +119,11 @@ def local_config(hf_model_name: str) -> dict[str, Any] | None:
         found = sorted(Path(hub, "models--" + hf_model_name.replace("/", "--"), "snapshots").glob("*/config.json"))
     for path in found:
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            config = json.loads(compile_config.read_small(path))  # a small regular file: never a FIFO's wait
         except (OSError, ValueError):
             continue
+        if isinstance(config, dict):
+            return config
     return None
 
 
@@ -153,7 +157,8 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
 
     Checked before anything slow (a QPC load may take minutes): the name, an existing folder (unless
     ``force``), the backend folder; then whether the CPU engine serves the model's config (engine cpu:
-    refused; auto without a QPC: a warning). RepoError / CompileConfigError / SessionError on bad input.
+    refused; auto without a QPC: a warning), and the memory the compile config asks (:mod:`.memory`: refused
+    when it cannot fit, said when it is tight). RepoError / CompileConfigError / SessionError on bad input.
     """
     check_name(model_name)
     if (output_dir / model_name).exists() and not force:
@@ -162,4 +167,5 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
         check_backend_dir(python_backend_dir)
     spec = resolve_spec(model_name, note=note, **fields)
     _check_cpu(spec, note)
+    memory.check(spec, note, local_config(spec.hf_model_name))
     return spec, write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force, progress=note)

@@ -1,7 +1,8 @@
 """Render and write one model folder: config.pbtxt, compile_config.json and 1/ with the backend.
 
-Everything is written into a temporary folder beside the target and renamed into place, so a
-failure never leaves a half-written model. An ``engine=onnx`` model without an ``onnx_path`` also
+Everything is written into a hidden holder beside the target and renamed into place
+(:mod:`.staging`), so a failure never leaves a half-written model, and a killed write leaves nothing the
+next write does not sweep. An ``engine=onnx`` model without an ``onnx_path`` also
 gets its graph, exported into ``onnx/`` (``onnx_path`` then names it relative to the model folder).
 Standard library only, and Python 3.8 (the export, which needs torch, is imported only when used):
 the release artifacts' ``generate_llm_model_repo.py`` runs this module under a bare ``python``.
@@ -14,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -24,6 +24,8 @@ from backend_model import compile_config, specializations
 from backend_model.controls import CONTROLS
 from backend_model.errors import SessionError
 from backend_model.parameters import ENGINES, PRECISIONS
+
+from . import staging
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAME = "config.pbtxt.tmpl"
@@ -211,17 +213,18 @@ def check_backend_dir(python_backend_dir: str | Path) -> Path:
 def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | Path | None = None,
                 force: bool = False, progress: Progress = lambda message: None) -> Path:
     """Write ``out_dir/<model_name>/`` atomically and return it (``python_backend_dir`` None: the bundled
-    backend; ``progress``: an ONNX export's steps)."""
+    backend; ``progress``: an ONNX export's steps, and what a sweep of killed writes did)."""
     check_spec(spec)
     backend = Backend(check_backend_dir(python_backend_dir) if python_backend_dir else None)
     out = Path(out_dir)
+    staging.sweep(out, progress)  # first: it may put back the model a killed --force moved aside
     target = out / spec.model_name
     if target.exists() and not force:
         raise RepoError(f"{target} already exists (use --force to replace it)")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.model_name}.", dir=out))  # private (0700) holder
-    staged, old = tmp / "model", tmp / "old"  # staged by mkdir: the umask's permissions, kept by the rename
+    tmp = staging.holder(out, spec.model_name)  # private (0700)
+    staged, old = tmp / staging.STAGED, tmp / staging.OLD  # staged by mkdir: the umask's permissions, renamed
     try:
         staged.mkdir()
         (staged / "config.pbtxt").write_text(render_config(spec, backend.template), encoding="utf-8")

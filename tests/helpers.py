@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import glob
+import http.server
 import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from functools import lru_cache
@@ -163,3 +165,47 @@ def engine_threads() -> Iterator[int]:
         yield torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
+
+
+class Listener:
+    """An OpenAI-compatible stand-in (listings, unstreamed completions) recording the headers of each request."""
+
+    def __init__(self) -> None:
+        self.headers: list[dict[str, str]] = []
+        self.requests: list[str] = []  # "GET /v1/models" ...
+        got, asked = self.headers, self.requests
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.answer({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+            def do_POST(self) -> None:  # /v1/completions, unstreamed
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.answer({"id": "c", "object": "text_completion", "created": 0, "model": "m", "choices": [
+                    {"index": 0, "text": "ok", "finish_reason": "stop", "logprobs": None}]})
+
+            def answer(self, reply: dict) -> None:
+                got.append({k.lower(): v for k, v in self.headers.items()})
+                asked.append(f"{self.command} {self.path}")
+                body = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def seen(self) -> list[str | None]:
+        """The Authorization header of each request (None: none sent)."""
+        return [h.get("authorization") for h in self.headers]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

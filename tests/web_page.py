@@ -40,10 +40,10 @@ class LogWatch:
 
 
 class Web:
-    """The page, the console behind it and the log it follows."""
+    """The page, the console behind it, the log it follows and the served app (its login)."""
 
-    def __init__(self, page: Any, console: Any, log: LogWatch) -> None:
-        self.page, self.console, self.log = page, console, log
+    def __init__(self, page: Any, console: Any, log: LogWatch, served: Any) -> None:
+        self.page, self.console, self.log, self.served = page, console, log, served
 
     def text(self, selector: str) -> str:
         return self.page.locator(selector).first.inner_text()
@@ -127,26 +127,26 @@ class Web:
 
 @contextlib.contextmanager
 def open_page(console: Any, log: LogWatch, ready: str = "idle") -> Iterator[Web]:
-    """``console`` (a WebConsole) served on a free loopback port and open in Chromium, once its status says
-    ``ready``; the page and the app close afterwards."""
+    """``console`` (a WebConsole) served on a free loopback port and open in Chromium (logged in through the
+    address with the token), once its status says ``ready``; the page and the app close afterwards."""
     if not CHROMIUM.exists():
         pytest.skip("Debian's /usr/bin/chromium is missing (apt-get install chromium; scripts/setup.sh --test)")
     from playwright.sync_api import sync_playwright
 
     from console.web.app import launch
 
-    demo = launch(console, port=free_port(), block=False)
+    served = launch(console, port=free_port(), block=False)
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(demo.local_url)
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            page.goto(served.url)  # as a user logs in: the printed address with its token, then the cookie
             page.wait_for_function("r => document.querySelector('#qc-status')?.innerText.includes(r)", arg=ready,
                                    timeout=WAIT_MS)
-            yield Web(page, console, log)
+            yield Web(page, console, log, served)
             browser.close()
     finally:
-        demo.close()
+        served.close()
 
 
 @contextlib.contextmanager

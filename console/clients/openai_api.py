@@ -63,24 +63,59 @@ def openai_info(name: str, entry: dict[str, Any] | None = None) -> ModelInfo:
                      answers=("stream", "batch"))
 
 
-_CLIENTS: dict[str, Any] = {}
+KEY, KEY_SERVER = "OPENAI_API_KEY", "OPENAI_BASE_URL"
+_NO_KEY = ("Authorization", "OpenAI-Organization", "OpenAI-Project")  # what goes with the key, or not at all
+_CLIENTS: dict[tuple[str, str], Any] = {}
 _LOCK = threading.Lock()
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(base_url(url))
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def api_key(base: str) -> str:
+    """The key requests to the server at ``base`` carry: ``OPENAI_API_KEY`` when ``base`` is on the server
+    ``OPENAI_BASE_URL`` names (same scheme, host and port), else none.
+
+    The one rule for the key: the user names the server it is for; a URL given anywhere else (``--url``, a
+    console's field, whoever calls the web UI) never gets it.
+    """
+    key, server = os.environ.get(KEY, ""), os.environ.get(KEY_SERVER, "")
+    return key if key and server.strip() and _origin(server) == _origin(base) else ""
+
+
+def key_note(base: str) -> str:
+    """What to tell when ``OPENAI_API_KEY`` is set but is not for ``base``; '' otherwise."""
+    if not os.environ.get(KEY) or api_key(base):
+        return ""
+    return f"{KEY} is not sent to {base}: it goes only to the server {KEY_SERVER} names ({KEY_SERVER}={base} sends it)"
 
 
 def client_options(base: str) -> dict[str, Any]:
     """How the console's ``openai`` clients of ``base`` are made: no retries (a request is sent once, as Triton's
-    are); the key comes from ``OPENAI_API_KEY`` when the server wants one."""
-    return {"base_url": base, "api_key": os.environ.get("OPENAI_API_KEY") or "none", "max_retries": 0}
+    are); the key only for the key's server (:func:`api_key`): each request sends :func:`request_headers`."""
+    return {"base_url": base, "api_key": api_key(base) or "none", "max_retries": 0}
+
+
+def request_headers(base: str) -> dict[str, Any]:
+    """What each request to ``base`` adds: nothing, or (no key for it) the key's headers left out altogether."""
+    if api_key(base):
+        return {}
+    import openai
+
+    return dict.fromkeys(_NO_KEY, openai.omit)
 
 
 def client(base: str) -> Any:
-    """The ``openai`` client of ``base`` for listings (one per server: its connections are kept alive)."""
+    """The ``openai`` client of ``base`` for listings (one per server and key: its connections are kept alive)."""
+    key = api_key(base)
     with _LOCK:
-        if base not in _CLIENTS:
+        if (base, key) not in _CLIENTS:
             import openai
 
-            _CLIENTS[base] = openai.OpenAI(**client_options(base))
-        return _CLIENTS[base]
+            _CLIENTS[base, key] = openai.OpenAI(**client_options(base))
+        return _CLIENTS[base, key]
 
 
 def api_error(exc: BaseException, base: str, lost: bool = False) -> ClientError:
@@ -96,7 +131,9 @@ def api_error(exc: BaseException, base: str, lost: bool = False) -> ClientError:
         return ClientError(f"{what} the OpenAI-compatible server at {base}: {cause_of(exc.__cause__ or exc)}",
                            CONNECTION)
     if isinstance(exc, openai.APIStatusError):
-        return ClientError(f"HTTP {exc.status_code} from {base}: {_one_line(_status_message(exc))}", SERVER)
+        note = key_note(base) if exc.status_code in (401, 403) else ""
+        hint = f" ({note})" if note else ""
+        return ClientError(f"HTTP {exc.status_code} from {base}: {_one_line(_status_message(exc))}{hint}", SERVER)
     return ClientError(f"{base}: {_one_line(exc)}", SERVER)
 
 
@@ -121,7 +158,7 @@ def _one_line(exc: BaseException | str) -> str:
 def listing(base: str, timeout: float = 5.0) -> dict[str, dict[str, Any]]:
     """``GET /v1/models`` at ``base``: each model's entry by its id; ClientError when the server does not answer."""
     try:
-        page = client(base).models.list(timeout=timeout)
+        page = client(base).models.list(timeout=timeout, extra_headers=request_headers(base))
         return {m.id: m.model_dump() for m in page.data}
     except Exception as exc:
         raise api_error(exc, base) from None

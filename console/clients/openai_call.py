@@ -24,7 +24,7 @@ from .abortable import Abortable
 from .call import Arrived, Broke, Call, Ended
 from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
-from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client_options, model_info
+from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client_options, model_info, request_headers
 from .openai_interface import OpenAIInterface, server_of
 from .params import GenerationParams
 from .stats import reply_stats
@@ -151,7 +151,7 @@ class OpenAICall(Call):
         except ClientError as exc:
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
             return
-        body["timeout"] = self.timeouts.backstop()
+        body["timeout"], body["extra_headers"] = self.timeouts.backstop(), request_headers(self.url)
         folder = ChunkFolder(self.chat)
         t0 = last = time.perf_counter()
         threading.Thread(target=self._read, args=(body,), name="qc-openai", daemon=True).start()

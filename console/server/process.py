@@ -3,8 +3,9 @@
 The server runs under :mod:`console.server.guard` in its own session: the guard, tritonserver and
 the Python backend stubs form one process group, which :meth:`TritonServer.stop` takes down
 together, and which the guard takes down by itself when this process dies without stopping it.
-Models are loaded in explicit model-control mode (all of them, or the ones asked for), so a model
-can be reloaded while the server runs.
+Models are loaded in explicit model-control mode (every visible folder of the repository, or the ones
+asked for), so a model can be reloaded while the server runs; hidden folders (a killed generator's
+leftovers) are named, never loaded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from repo_gen.staging import leftovers, model_names
 
 from .errors import ServerError, StaleServerError
 from .health import ServerHandle
@@ -129,7 +132,7 @@ class TritonServer:
             str(self.binary),
             f"--model-repository={self.model_repository}",
             "--model-control-mode=explicit",
-            *(f"--load-model={m}" for m in (self.models or ("*",))),
+            *(f"--load-model={m}" for m in (self.models or model_names(self.model_repository))),
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
@@ -197,6 +200,8 @@ class TritonServer:
             stub_for_python(self.binary, python.version)
         env = server_env(self.binary, self.env, python)
         self.log.on_log = on_log
+        for line in leftovers(self.model_repository):  # never loaded: Triton would take them for models
+            self.log.record(f"qaic-console: ignoring {line}")
         if wheel_root(self.binary) is not None and python.numpy_too_new:
             self.log.record(f"qaic-console: note: {python.describe()} has numpy {python.numpy}: nvidia-pytriton's "
                             "stub breaks on string tensors with numpy 2 (the wheel pins numpy<2): `pip install "

@@ -11,14 +11,16 @@ from typing import Any
 
 import gradio as gr
 import pandas as pd
+from starlette.middleware import Middleware
 
 from console.clients import CONTROLS
 from console.core.controls import form_default
 from console.server.embedded import DEFAULT_MODELS
 from console.server.logparse import NOISE_NOTE
 
-from . import views
+from . import files, views
 from .handlers import WebConsole
+from .login import Gate, Login
 
 HOST = "127.0.0.1"
 TICK_S = 1.0
@@ -205,15 +207,50 @@ def _wire_server(console: WebConsole, v: dict[str, Any], status: gr.Markdown) ->
 # --------------------------------------------------------------------------- serving
 
 
-def launch(console: WebConsole, host: str = HOST, port: int | None = None, share: bool = False,
-           block: bool = True) -> gr.Blocks:
-    """Serve the page on ``host`` (loopback by default; no share link unless ``share``).
+class Served:
+    """The page being served: where to open it (with its token) and its end, which removes the console's folder."""
 
-    ``block=False`` returns at once (the app runs in a thread: ``block_thread()`` or ``close()`` it).
+    def __init__(self, demo: gr.Blocks, login: Login, console: WebConsole) -> None:
+        self.demo, self.login, self.console = demo, login, console
+
+    @property
+    def url(self) -> str:
+        """The address to open, with the token."""
+        return self.login.url(self.demo.local_url)
+
+    @property
+    def share_url(self) -> str:
+        """The share link with the token, or ''."""
+        return self.login.url(self.demo.share_url)
+
+    def block(self) -> None:
+        self.demo.block_thread()
+
+    def close(self) -> None:
+        try:
+            self.demo.close()
+        finally:
+            files.remove(self.console.folder)
+
+
+def launch(console: WebConsole, host: str = HOST, port: int | None = None, share: bool = False,
+           block: bool = True, login: Login | None = None) -> Served:
+    """Serve the page on ``host`` (loopback by default; no share link unless ``share``) behind ``login`` (default:
+    a new token); Gradio keeps its files in the console's folder.
+
+    ``block=False`` returns at once (the app runs in a thread: ``block()`` or ``close()`` it).
     """
+    login = login or Login.new(host)
+    files.gradio_into(console.folder)
     demo = build_app(console)
     demo.queue(default_concurrency_limit=4)
-    demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=not block, theme=THEME,
+    demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True, theme=THEME,
                 css=CSS, ssr_mode=False, mcp_server=False, show_error=False, quiet=True,
-                footer_links=["gradio", "settings"], inbrowser=False)
-    return demo
+                footer_links=["gradio", "settings"], inbrowser=False,
+                app_kwargs={"middleware": [Middleware(Gate, login=login)]})
+    login.opened = True  # Gradio's own start-up call is made: nothing else gets in without the token
+    login.allow(demo.share_url)
+    served = Served(demo, login, console)
+    if block:
+        served.block()
+    return served

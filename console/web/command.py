@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +15,12 @@ from console.core.adapters import APIS, api_help
 from console.core.controller import ServerController
 from console.server.embedded import DEFAULT_MODELS
 from console.server.ports import port_taken
+
+from .files import private_folder, remove, sweep
+
+if TYPE_CHECKING:
+    from .app import Served
+    from .login import Login
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -34,8 +43,11 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
 
 @click.command("web", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to serve the page on (0.0.0.0 exposes it to the network: no login is asked).")
+              help="Address to serve the page on (0.0.0.0 exposes it to the network, over plain HTTP).")
 @click.option("--port", type=int, default=None, help="Port (default: 7860 or the next free one).")
+@click.option("--no-auth", is_flag=True,
+              help="No login: any program or web page that reaches the port may use the console (loopback only; "
+                   "default: a token in the printed URL, then a cookie).")
 @click.option("--share", is_flag=True, help="Also open a public gradio.live link (off unless given).")
 @click.option("--url", default=None,
               help="HTTP host:port of a running tritonserver to use, or an OpenAI-compatible server's base URL "
@@ -50,33 +62,82 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
                    "stream and batch samples).")
 @click.option("--start/--no-start", default=None,
               help="Start tritonserver with the page (default: yes, unless --url is given).")
-def web(host: str, port: int | None, share: bool, url: str | None, api: str, grpc_url: str | None,
+def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None, api: str, grpc_url: str | None,
         model_repository: Path | None, models: tuple[str, ...], start: bool | None) -> None:
-    """A browser console: server control, stream and batch chat, live speed figures."""
+    """A browser console: server control, stream and batch chat, live speed figures.
+
+    It prints the address to open, with a token (as Jupyter does); the browser then keeps a cookie. Scripts
+    send the token as `Authorization: Bearer <token>`. The page's files (exported transcripts) stay in a
+    private folder, removed when the console exits.
+    """
+    from .login import Login
+
+    try:
+        login = Login.new(host, auth=not no_auth)
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    taken = port_taken(port) if port is not None else None
+    if taken:  # before any tritonserver starts
+        click.echo(f"error: {taken}: choose another --port or leave it out (7860 or the next free one)", err=True)
+        sys.exit(1)
+    for left in sweep():
+        click.echo(f"note: removed {left}, left by a web console that was killed", err=True)
+    folder = private_folder()  # before Gradio is imported
+    controller = ServerController()
+    served = None
+    try:
+        with _terminated_as_interrupt():
+            served = _serve(controller, login, folder, host, port, share, url, grpc_url, api, model_repository,
+                            models, start)
+            served.block()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        controller.stop()
+        if served is not None:
+            served.close()  # the folder with it
+        else:
+            remove(folder)
+
+
+def _serve(controller: ServerController, login: Login, folder: Path, host: str, port: int | None, share: bool,
+           url: str | None, grpc_url: str | None, api: str, repository: Path | None, models: tuple[str, ...],
+           start: bool | None) -> Served:
+    """Begin (connect or start a server), launch the page and say where to open it."""
     from console.clients import ClientError
     from console.server import ServerError
 
     from .app import launch
     from .handlers import WebConsole
 
-    taken = port_taken(port) if port is not None else None
-    if taken:  # before any tritonserver starts
-        click.echo(f"error: {taken}: choose another --port or leave it out (7860 or the next free one)", err=True)
-        sys.exit(1)
-    controller = ServerController()
     try:
-        said = begin(controller, url, grpc_url, model_repository, models, start, api)
+        said = begin(controller, url, grpc_url, repository, models, start, api)
         if said:
             click.echo(said)
     except (ClientError, ServerError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    served = launch(WebConsole(controller, folder), host=host, port=port, share=share, block=False, login=login)
+    click.echo(f"qaic-console web on {served.url}" + (f" and {served.share_url}" if served.share_url else ""))
+    if login.token is None:
+        click.echo(f"warning: --no-auth: any program or web page that reaches {served.demo.local_url} can use this "
+                   "console (start servers, chat, read the transcripts)", err=True)
+    if host not in LOOPBACK:
+        click.echo(f"warning: --host {host} serves the page beyond this machine over plain HTTP: whoever can read "
+                   "the traffic can read the token", err=True)
+    click.echo("press Ctrl-C to stop")
+    return served
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the console as Ctrl-C does (the server stopped, the private folder removed)."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
-        demo = launch(WebConsole(controller), host=host, port=port, share=share, block=False)
-        click.echo(f"qaic-console web on {demo.local_url}" + (f" and {demo.share_url}" if demo.share_url else ""))
-        if host not in LOOPBACK:
-            click.echo(f"warning: --host {host} serves the page beyond this machine, without a login", err=True)
-        click.echo("press Ctrl-C to stop")
-        demo.block_thread()
+        yield
     finally:
-        controller.stop()
+        signal.signal(signal.SIGTERM, previous)

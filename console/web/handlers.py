@@ -8,7 +8,6 @@ folded by the core and rendered by :mod:`.views`. Chat state (the turns) is per 
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +26,7 @@ from console.core.turns import Turn
 from console.server import ServerError, embedded
 
 from . import views
+from .files import private_folder
 
 FRAME_S = 0.1  # a running message refreshes the page at most this often
 POLL_S = 1.0  # the server is polled at most this often, whatever the number of tabs
@@ -112,11 +112,10 @@ class Templates:
 class WebConsole:
     """The page's handlers on one server controller."""
 
-    def __init__(self, controller: ServerController, export_dir: Path | None = None) -> None:
-        self.controller = controller
-        self.running = Running()
-        self.templates = Templates()
-        self.export_dir = export_dir or Path(tempfile.mkdtemp(prefix="qaic-web-"))
+    def __init__(self, controller: ServerController, folder: Path | None = None) -> None:
+        self.controller, self.running, self.templates = controller, Running(), Templates()
+        self.folder = folder or private_folder()  # the transcripts and Gradio's copies: see :mod:`.files`
+        self.export_dir = self.folder / "transcripts"
         self._poll_lock = threading.Lock()
         self._polled = 0.0
         self._warmed = -1

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,6 +106,31 @@ def test_server_tab_starts_chosen_models_and_shows_the_served_repository(web: We
     web.wait_text("#qc-model-note", "chat template ready")
 
 
+def test_the_login_is_the_printed_token_then_a_cookie(web: Web) -> None:
+    """The page was opened as a user opens it (the printed address, with its token); the browser then holds a
+    cookie scripts cannot read, which carries the session; a browser without the token is refused."""
+    page, served = web.page, web.served
+    assert served.login.token and "token=" not in page.url  # sent on to the address without it
+    (cookie,) = [c for c in page.context.cookies() if c["name"] == served.login.cookie]
+    assert cookie["value"] == served.login.token and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert served.login.cookie not in page.evaluate("document.cookie")
+    again = page.context.new_page()  # the same browser, no token in the address: the cookie logs it in
+    try:
+        assert again.goto(served.demo.local_url).status == 200
+        again.wait_for_function("document.querySelector('#qc-status')?.innerText.includes('ready')", timeout=WAIT_MS)
+    finally:
+        again.close()
+    fresh = page.context.browser.new_context()  # another browser profile: no cookie
+    try:
+        other = fresh.new_page()
+        refused = other.goto(served.demo.local_url)
+        assert refused.status == 401 and "log in first" in other.inner_text("body")
+        assert other.goto(f"{served.demo.local_url}?token=guess").status == 401
+        assert other.locator("#qc-status").count() == 0
+    finally:
+        fresh.close()
+
+
 def test_stream_grows_live_and_stop_cancels_on_the_server(web: Web) -> None:
     page = web.page
     web.clear()
@@ -136,7 +162,7 @@ def test_stream_grows_live_and_stop_cancels_on_the_server(web: Web) -> None:
 
 
 def test_closing_a_tab_stops_its_message_on_the_server(web: Web) -> None:
-    other = Web(web.page.context.browser.new_page(), web.console, web.log)
+    other = Web(web.page.context.new_page(), web.console, web.log, web.served)  # another tab: the same cookie
     other.page.goto(web.page.url)
     other.wait_text("#qc-model-note", "chat template ready")
     other.fill("max-tokens", "300")
@@ -279,6 +305,27 @@ def test_retry_sends_the_last_prompts_again(web: Web) -> None:
     turns = web.export()["turns"]
     assert len(turns) == 1 and [r["prompt"] for r in turns[0]["replies"]] == ["Say hi.", "Say bye."]
     assert turns[0]["request_id"] != old and "[2/2]" in first
+
+
+def test_exported_transcripts_stay_in_the_private_folder(web: Web) -> None:
+    """The files offered for download are Gradio's copies in the console's 0700 folder (not /tmp/gradio), served
+    to the logged-in page only."""
+    web.clear()
+    web.mode("stream")
+    web.fill("max-tokens", "4")
+    web.send("Say hi.")
+    web.export()
+    links = web.page.evaluate("[...document.querySelectorAll('#qc-files a[href*=\"file=\"]')].map(a => a.href)")
+    paths = [Path(urllib.parse.unquote(link.split("file=", 1)[1])) for link in links]
+    folder = web.console.folder
+    assert paths and all(p.is_relative_to(folder / "gradio") and p.is_file() for p in paths), (paths, folder)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert web.page.request.get(links[0]).ok  # the page's cookie fetches it
+    fresh = web.page.context.browser.new_context()
+    try:
+        assert fresh.request.get(links[0]).status == 401
+    finally:
+        fresh.close()
 
 
 def test_connect_by_url_instead_of_starting(web: Web) -> None:

@@ -5,6 +5,7 @@ console's events and figures."""
 from __future__ import annotations
 
 import pytest
+from helpers import Listener
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -132,3 +133,41 @@ def test_each_kind_of_openai_server_gets_the_extensions_it_takes_and_its_own_up_
     assert not interface_of(vllm).ignored(params) and not interface_of(vllm).notes(params)
     assert "the server's default applies (OpenAI's API: 16 tokens on /v1/completions)" in interface_of(other).notes(
         params)[0]
+
+
+def test_the_key_goes_only_to_the_server_openai_base_url_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from console.clients.openai_api import api_key, key_note, listing
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-k")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-k")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+    def calls(url: str) -> None:  # a listing, then a call (the console's two clients)
+        listing(url)
+        assert "ok" in str(list(openai_call(url, "m", ["hi"], streaming=False)))
+
+    listener = Listener()  # real requests
+    try:
+        assert api_key(listener.url) == ""  # no address given for the key: it goes nowhere
+        calls(listener.url)
+        assert "POST /v1/completions" in listener.requests and not any(
+            {"authorization", "openai-organization", "openai-project"} & set(h) for h in listener.headers)
+        sent = len(listener.headers)
+        monkeypatch.setenv("OPENAI_BASE_URL", listener.url.replace("127.0.0.1", "127.0.0.1.") + "/")
+        assert api_key(listener.url) == ""  # another name: another server
+        monkeypatch.setenv("OPENAI_BASE_URL", listener.url.upper().replace("HTTP:", "http:") + "/")
+        calls(listener.url)
+        assert listener.requests[sent:] == listener.requests[:sent] and len(listener.requests) > sent
+        assert set(listener.seen[sent:]) == {"Bearer sk-k"} and listener.headers[-1]["openai-organization"] == "org-k"
+    finally:
+        listener.close()
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://vllm.lan:8000/v1/")
+    assert api_key("http://VLLM.lan:8000/v1") == "sk-k"
+    for elsewhere in ("http://vllm.lan:8001/v1", "https://vllm.lan:8000/v1", "http://127.0.0.1:8000/v1",
+                      "http://vllm.lan.evil.example:8000/v1"):
+        assert api_key(elsewhere) == "", elsewhere
+    assert key_note("http://127.0.0.1:8000/v1") == (
+        "OPENAI_API_KEY is not sent to http://127.0.0.1:8000/v1: it goes only to the server OPENAI_BASE_URL names "
+        "(OPENAI_BASE_URL=http://127.0.0.1:8000/v1 sends it)")
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert key_note("http://127.0.0.1:8000/v1") == ""  # no key: nothing to say

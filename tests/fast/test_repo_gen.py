@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from tritonclient.grpc import model_config_pb2
 from backend_model import compile_config
 from backend_model.qpc import DETECT_MESSAGE
 from console.cli import main as console_main
+from repo_gen import staging
 from repo_gen.cli import gen, repo_group
 from repo_gen.inspection import inspect_model, list_models
 from repo_gen.samples import EMBEDDED_SAMPLES, SAMPLES, SEED_SAMPLES, write_samples
@@ -368,6 +368,45 @@ def test_failed_force_keeps_the_old_model(tmp_path: Path, backend_dir: Path) -> 
     assert tree(tmp_path / "out") == before
 
 
+def dead_pid() -> int:
+    """The pid of a process that has exited."""
+    done = subprocess.Popen([sys.executable, "-c", ""])
+    done.wait()
+    return done.pid
+
+
+def test_the_next_write_sweeps_what_killed_writes_left_and_puts_a_moved_model_back(tmp_path: Path) -> None:
+    """Holders of writers that are gone are removed, a model one had moved aside goes back; a live writer's
+    holder and a hidden folder that is not a holder stay. ``repo list`` names every hidden folder."""
+    write_samples(("smollm2_kv", "smollm2_decoupled"), tmp_path)
+    pid = dead_pid()
+    moved = tmp_path / f"{staging.HOLDER}-{pid}-smollm2_kv-abcd_123"  # killed between its two renames
+    moved.mkdir()
+    os.replace(tmp_path / "smollm2_kv", moved / staging.OLD)
+    half = tmp_path / f"{staging.HOLDER}-{pid}-smollm2_decoupled-zz00zz00"  # killed while staging
+    (half / staging.STAGED / "1").mkdir(parents=True)
+    live = staging.holder(tmp_path, "smollm2_causal")  # this process's: a write in progress
+    (tmp_path / ".git").mkdir()
+
+    listed = run(["list", str(tmp_path)])
+    assert listed.exit_code == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["smollm2_decoupled"]
+    notes = listed.stderr.splitlines()
+    assert notes == [f"note: ignored {line}" for line in staging.leftovers(tmp_path)] and len(notes) == 4
+    assert ".git: a hidden folder, not loaded" in notes[0]
+    assert f"{moved.name}: left by a killed generator run; it holds smollm2_kv" in listed.stderr
+    assert f"{half.name}: left by a killed generator run, not loaded" in listed.stderr
+    assert staging.model_names(tmp_path) == ["smollm2_decoupled"]
+
+    said: list[str] = []
+    write_model(SAMPLES["smollm2_decoupled_fp32"], tmp_path, progress=said.append)
+    assert f"note: put back {tmp_path / 'smollm2_kv'}, which a killed --force had moved aside into {moved.name}" \
+        in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
+        ".git", live.name, "smollm2_decoupled", "smollm2_decoupled_fp32", "smollm2_kv"])
+    assert inspect_model(tmp_path / "smollm2_kv").valid and params_of(tmp_path / "smollm2_kv")["precision"] == "int4"
+
+
 def test_writer_rejects_bad_specs(tmp_path: Path) -> None:
     for spec, needle in ((ModelSpec("m", engine="gpu"), "--engine"), (ModelSpec("m", precision="fp8"), "--precision"),
                          (ModelSpec("m", model_type="seq2seq"), "--model_type"),
@@ -465,17 +504,33 @@ def test_cpu_threads_reach_the_engine_settings(tmp_path: Path) -> None:
     assert_error(run(["gen", "--model_name", "x", "--cpu_threads", "-1", "-o", str(tmp_path)]), "cpu_threads")
 
 
-def test_compile_config_from_a_pipe_is_read_once(tmp_path: Path) -> None:
-    fifo = tmp_path / "compile_config"
-    os.mkfifo(fifo)
-    writer = threading.Thread(target=lambda: fifo.write_text('{"ctx_len": 256, "full_batch_size": 2}'))
-    writer.start()
-    result = run(["gen", "--model_name", "piped", *EMBEDDED, "--compile_config_path", str(fifo), "-o",
-                  str(tmp_path / "out")])
-    writer.join()
-    assert result.exit_code == 0, result.output
-    written = json.loads((tmp_path / "out" / "piped" / "compile_config.json").read_text())
-    assert written == {"ctx_len": 256, "full_batch_size": 2}
+@pytest.mark.parametrize("kind", ["device", "fifo", "oversized", "folder"])
+def test_compile_config_must_be_a_small_regular_file(tmp_path: Path, kind: str) -> None:
+    """/dev/zero, a FIFO no one writes to, a big file and a folder each fail at once in one line (a real
+    generator process: a hang or an endless read would time out)."""
+    path = {"device": Path("/dev/zero"), "fifo": tmp_path / "fifo", "oversized": tmp_path / "big.json",
+            "folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    if kind == "oversized":
+        path.write_text('{"ctx_len": 256}' + " " * compile_config.MAX_BYTES)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "repo_gen.command", "--model_name", "smollm2_kv",
+                           "--compile_config_path", str(path), "-o", str(out)], capture_output=True, text=True,
+                          timeout=60)
+    what = {"device": "is a device", "fifo": "is a FIFO", "oversized": "is over 65536 bytes", "folder": "is a folder"}
+    assert done.returncode == 2 and done.stderr.splitlines() == [done.stderr.strip()], done.stderr
+    assert done.stderr.startswith(f"error: {path} {what[kind]}"), done.stderr
+    assert not out.exists()
+
+
+def test_list_reads_no_compile_config_that_is_not_a_small_file(tmp_path: Path) -> None:
+    write_samples(("smollm2_kv",), tmp_path)
+    config = tmp_path / "smollm2_kv" / "compile_config.json"
+    config.unlink()
+    os.mkfifo(config)  # reading it would block forever
+    (found,) = list_models(tmp_path)
+    assert found.problems == ["compile_config.json is a FIFO: only a regular file is read"]
 
 
 def test_the_readme_names_every_embedded_sample() -> None:

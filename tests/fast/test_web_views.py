@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -176,7 +177,7 @@ def test_form_controls_zero_is_a_value_blank_is_unset_errors_name_the_field() ->
         settings_from({**form, "timeout": "-1"})
 
 
-def test_a_control_added_to_the_table_appears_in_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_control_added_to_the_table_appears_in_the_page(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     extra = Control("min_p", float, "FP32", "Min p", "Drop tokens below this share of the top one.", default=0.05,
                     minimum=0, maximum=1)
     original, table = CONTROLS, (*CONTROLS, extra)
@@ -189,7 +190,7 @@ def test_a_control_added_to_the_table_appears_in_the_page(monkeypatch: pytest.Mo
     from console.web.app import build_app
     from console.web.handlers import WebConsole, settings_from
 
-    page = build_app(WebConsole(ServerController())).config
+    page = build_app(WebConsole(ServerController(), tmp_path)).config
     fields = {c["props"].get("label"): c["props"] for c in page["components"] if c["props"].get("label")}
     assert fields["Min p"]["value"] == "0.05" and "Drop tokens below" in fields["Min p"]["info"]
     assert settings_from({"model": "m", "min_p": "0.1"}).params.values["min_p"] == 0.1
@@ -207,10 +208,10 @@ def test_stop_cancels_a_tabs_message_even_before_its_call_exists() -> None:
     assert not running.cancel("tab")
 
 
-def test_no_server_no_send(recwarn: pytest.WarningsRecorder) -> None:
+def test_no_server_no_send(recwarn: pytest.WarningsRecorder, tmp_path: Path) -> None:
     from console.web.handlers import WebConsole
 
-    console = WebConsole(ServerController())
+    console = WebConsole(ServerController(), tmp_path)
     frames = list(console.send("tab", "hello", [], {"model": "m", "mode": "stream"}))
     assert len(frames) == 1 and "no server to send to: not connected" in str(recwarn.pop().message)
 
@@ -223,12 +224,15 @@ def test_command_binds_loopback_without_share_and_connects_or_starts() -> None:
 
     defaults = web.make_context("web", []).params
     assert defaults["host"] == "127.0.0.1" and defaults["share"] is False
-    demo = launch(WebConsole(ServerController()), port=free_port(), block=False)
+    served = launch(WebConsole(ServerController()), port=free_port(), block=False)
     try:
+        demo = served.demo
         assert demo.server_name == "127.0.0.1" and demo.local_url.startswith("http://127.0.0.1:")
-        assert not demo.share and demo.share_url is None
+        assert not demo.share and demo.share_url is None and served.share_url == ""
+        assert served.url == f"{demo.local_url}?token={served.login.token}"
     finally:
-        demo.close()
+        served.close()
+    assert not served.console.folder.exists()  # the page's private folder goes with it
 
     class Recorder:
         def __init__(self) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts, openai_call
-from console.clients.openai_api import base_url, is_openai_url, listing, model_info, openai_info
+from console.clients.openai_api import base_url, is_openai_url, key_note, listing, model_info, openai_info
 
 from ..template import chat_messages
 from .base import Adapter, Framed, History, Progress, States, quiet
@@ -64,8 +64,9 @@ class OpenAIAdapter(Adapter):
 
     def connect(self, timeout: float = 3.0) -> str:
         self.listed = listing(self.base, timeout)
+        note = key_note(self.base)
         return (f"connected to the OpenAI-compatible server at {self.base} ({len(self.listed)} "
-                f"model{'s' if len(self.listed) != 1 else ''})")
+                f"model{'s' if len(self.listed) != 1 else ''})" + (f"; {note}" if note else ""))
 
     def model_states(self, timeout: float = 2.0) -> States:
         """Every model listed once is ready (the API knows no other state) while the server answers HTTP."""

@@ -1,0 +1,159 @@
+"""What a compile config asks of memory: the model's weights plus its static KV cache, from its config.json.
+
+A KV-cache model allocates ``2 (K and V) × layers × KV heads × head_dim × ctx_len × rows`` values when it loads
+(rows: full_batch_size, else batch_size); a causal model keeps no cache. Where the model runs sets the bytes per
+value and what must hold them: the CPU engine (fp32 values; bf16 at bf16 precision) or the ONNX twin (fp32) in
+this machine's memory; a card (fp16, mxint8 with mxint8_kv_cache; mxfp6 weights with mxfp6_matmul) in one Cloud
+AI 100 device (16 GB on a Standard card, 32 GB on a Pro, and on each of an Ultra's four). A QPC already
+compiled fixed its own memory, and a model whose config.json is not here (:func:`~.spec.local_config`: a hub
+name missing from the local Hugging Face cache) cannot be estimated: neither is checked.
+
+Standard library only, and Python 3.8: the release artifacts' generator imports it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from backend_model import compile_config
+
+from .writer import ModelSpec, RepoError
+
+Note = Callable[[str], None]
+# SmolLM2-135M-Instruct's config.json (the embedded GGUF's model), the keys an estimate reads
+EMBEDDED_CONFIG = {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                   "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152,
+                   "tie_word_embeddings": True}
+UNGATED = ("gpt2", "gpt_bigcode", "gpt_neox", "gptj", "falcon", "opt", "bloom", "phi")  # an MLP of two matrices
+CPU_WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
+CARD = "a Cloud AI 100 card"
+CARD_MOST, CARD_LEAST = 32e9, 16e9  # bytes of one Cloud AI 100 device: Pro (and each of an Ultra's), Standard
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The bytes a model takes where it runs, and how the KV cache was counted."""
+
+    weights: float
+    kv_cache: float
+    place: str  # "the CPU engine", CARD
+    formats: str  # the weights' and the cache's formats, in words
+    shape: str  # "ctx_len 131072 × full_batch_size 1024"
+    rows: str  # the key that sets the cache's rows: full_batch_size or batch_size
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache
+
+    def __str__(self) -> str:
+        return (f"{self.shape} needs about {size(self.total)} on {self.place} (weights {size(self.weights)} + static "
+                f"KV cache {size(self.kv_cache)}, {self.formats})")
+
+
+def size(count: float) -> str:
+    """Bytes in decimal units, as memory is sold: ``6.2 TB``, ``270 MB``."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count / 1e6:.0f} MB"
+
+
+def _first(config: Mapping[str, Any], *keys: str) -> int | None:
+    value = next((config[k] for k in keys if isinstance(config.get(k), int)), None)
+    return value if value is None or value > 0 else None
+
+
+def _shape(config: Mapping[str, Any]) -> tuple[float, int] | None:
+    """(parameters, cache values per token and row) of a decoder-only model, or None when its config is not one."""
+    hidden = _first(config, "hidden_size", "n_embd", "d_model")
+    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _first(config, "num_attention_heads", "n_head")
+    vocab = _first(config, "vocab_size")
+    if None in (hidden, layers, heads, vocab):
+        return None
+    kv_heads = _first(config, "num_key_value_heads") or (1 if config.get("multi_query") else heads)
+    head_dim = _first(config, "head_dim") or hidden // heads
+    inner = _first(config, "intermediate_size", "n_inner") or 4 * hidden
+    mlp = (2 if config.get("model_type") in UNGATED else 3) * hidden * inner
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return float(embeddings + layers * (attention + mlp)), 2 * layers * kv_heads * head_dim
+
+
+def on_card(spec: ModelSpec) -> bool:
+    """Whether the model will run on a card: engine qaic, or auto with a QPC or with QEfficient on this machine."""
+    if spec.engine == "qaic":
+        return True
+    return spec.engine == "auto" and bool(spec.aic_binary_dir or importlib.util.find_spec("QEfficient"))
+
+
+def _formats(spec: ModelSpec, c: dict[str, Any]) -> tuple[str, str, float, str, float]:
+    """(place, weight format, bytes per weight, cache format, bytes per cache value) where ``spec`` runs."""
+    if on_card(spec):
+        weights = ("mxfp6", 0.78) if c["mxfp6_matmul"] else ("fp16", 2.0)
+        cache = ("mxint8", 1.0) if c["mxint8_kv_cache"] else ("fp16", 2.0)
+        return (CARD, *weights, *cache)
+    if spec.engine == "onnx":
+        return "the ONNX engine (on the CPU)", "fp32", 4.0, "fp32", 4.0
+    cache = ("bf16", 2.0) if spec.precision == "bf16" else ("fp32", 4.0)
+    return ("the CPU engine", spec.precision, CPU_WEIGHT_BYTES[spec.precision], *cache)
+
+
+def estimate(spec: ModelSpec, config: Mapping[str, Any] | None) -> Estimate | None:
+    """The memory ``spec``'s compile config asks where it runs, from its model's ``config`` (the embedded model's
+    when ``spec`` names it); None without one."""
+    if spec.hf_model_name in ("", "embedded"):
+        config = EMBEDDED_CONFIG
+    shape = _shape(config) if config is not None else None
+    if shape is None:
+        return None
+    params, per_token = shape
+    c = compile_config.validate(spec.compile)
+    rows = "full_batch_size" if c["full_batch_size"] else "batch_size"
+    tokens = c["ctx_len"] * c[rows] if spec.model_type == "kv_cache" else 0
+    place, weight_format, weight_bytes, cache_format, cache_bytes = _formats(spec, c)
+    return Estimate(params * weight_bytes, tokens * per_token * cache_bytes, place,
+                    f"{weight_format} weights, {cache_format} cache", f"ctx_len {c['ctx_len']} × {rows} {c[rows]}",
+                    rows)
+
+
+def machine_memory() -> tuple[float, float] | None:
+    """(total, available now) bytes of this machine's memory, or None where it cannot be read."""
+    try:
+        total = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        lines = Path("/proc/meminfo").read_text(encoding="ascii").splitlines()
+    except (AttributeError, OSError, ValueError):
+        return None
+    free = next((float(line.split()[1]) * 1024 for line in lines if line.startswith("MemAvailable:")), total)
+    return total, free
+
+
+def _bounds(found: Estimate, machine: tuple[float, float] | None) -> tuple[tuple[float, str], tuple[float, str]] | None:
+    """((bytes, what) over which the estimate is refused, (bytes, what) over which it is warned), or None."""
+    if found.place == CARD:
+        return (CARD_MOST, "the 32 GB of a Cloud AI 100 device"), (CARD_LEAST, "the 16 GB of an AI 100 Standard")
+    if machine is None:
+        return None
+    return (machine[0], f"this machine's {size(machine[0])}"), (machine[1], f"the {size(machine[1])} free here now")
+
+
+def check(spec: ModelSpec, note: Note, config: Mapping[str, Any] | None,
+          machine: tuple[float, float] | None = None) -> None:
+    """Refuse (RepoError) a compile config whose memory cannot fit where the model runs; warn (``note``) when it
+    is tight. ``config``: the model's config.json, when it is here; ``machine``: this machine's (total, available)
+    bytes (default: read)."""
+    found = estimate(spec, config)
+    if found is None or (spec.aic_binary_dir and found.place == CARD):
+        return
+    bounds = _bounds(found, machine or machine_memory())
+    if bounds is None:
+        return
+    (most, beyond), (tight, beside) = bounds
+    if found.total > most:
+        raise RepoError(f"compile config: {found}, more than {beyond}: lower ctx_len or {found.rows}")
+    if found.total > tight:
+        note(f"warning: compile config: {found}, more than {beside}")

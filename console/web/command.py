@@ -11,9 +11,7 @@ import click
 from console.core.adapters import APIS, api_help
 from console.core.controller import ServerController
 from console.server.embedded import DEFAULT_MODELS
-from console.server.ports import port_taken
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+from console.server.ports import beyond_loopback, port_taken
 
 
 def begin(controller: ServerController, url: str | None, grpc_url: str | None, repository: Path | None,
@@ -74,8 +72,9 @@ def web(host: str, port: int | None, share: bool, url: str | None, api: str, grp
     try:
         demo = launch(WebConsole(controller), host=host, port=port, share=share, block=False)
         click.echo(f"qaic-console web on {demo.local_url}" + (f" and {demo.share_url}" if demo.share_url else ""))
-        if host not in LOOPBACK:
-            click.echo(f"warning: --host {host} serves the page beyond this machine, without a login", err=True)
+        warning = beyond_loopback(host, "the page", ", without a login")
+        if warning:
+            click.echo(warning, err=True)
         click.echo("press Ctrl-C to stop")
         demo.block_thread()
     finally:

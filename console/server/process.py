@@ -3,8 +3,8 @@
 The server runs under :mod:`console.server.guard` in its own session: the guard, tritonserver and
 the Python backend stubs form one process group, which :meth:`TritonServer.stop` takes down
 together, and which the guard takes down by itself when this process dies without stopping it.
-Its repository API answers only a key made for each launch, which this process alone holds
-(:attr:`TritonServer.handle` sends it; :mod:`.arguments`).
+Its repository API answers only a key made for each launch (:mod:`.arguments`), which
+:attr:`TritonServer.handle` sends, as do this user's other consoles (:mod:`.keys`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import logparse
+from . import keys, logparse
 from .arguments import server_arguments
 from .errors import ServerError, StaleServerError
 from .health import ServerHandle
@@ -228,6 +228,7 @@ class TritonServer:
             )
         finally:
             os.close(read_end)
+        keys.remember(self.http_port or 0, self._key, self._proc.pid)  # for this user's other consoles
         _LIVE.add(self)
         self.log.follow(self._proc)
         try:
@@ -275,6 +276,7 @@ class TritonServer:
         with self._regions_lock:
             regions, self._regions = self._regions, set()
         take_down(proc, time.monotonic() + grace, self.log.exit_expired, regions)
+        keys.forget(self.http_port or 0, proc.pid)
         self.log.join(timeout=5)
         if proc.stdout is not None:
             proc.stdout.close()

@@ -29,6 +29,7 @@ from console.clients.errors import CONNECTION
 from console.clients.status import ask_status
 from console.clients.wire import answers_http, error_message
 from console.server.health import ServerHandle
+from console.server.keys import key_for
 
 from ..template import chat_prompts
 from .base import Adapter, Framed, History, Progress, States, quiet
@@ -109,7 +110,8 @@ class TritonAdapter(Adapter):
     @property
     def handle(self) -> ServerHandle:
         self._resolve()
-        return ServerHandle(self.http_url or "", self.grpc_url, self.metrics_url, self._key)
+        return ServerHandle(self.http_url or "", self.grpc_url, self.metrics_url,
+                            self._key or key_for(self.http_url or ""))
 
     def url(self, mode: str, protocol: str = "http") -> tuple[str, str]:
         self.check_mode(mode)

@@ -57,7 +57,7 @@ def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Req
     """A checked request; BadRequest with a message for the client."""
     encoded = encode(engine, inputs.prompts)
     params = inputs.params()
-    if params.max_tokens is None and engine.default_max_tokens:
+    if "max_tokens" not in inputs.controls and engine.default_max_tokens:  # unset; 0 asks for the whole context
         params = replace(params, max_tokens=engine.default_max_tokens)
     streaming = decoupled and inputs.stream is not False
     req = Request(

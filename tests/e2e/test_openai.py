@@ -93,6 +93,23 @@ def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:
     assert "unreachable" not in llama_server.text().lower()
 
 
+def test_a_batch_timeout_closes_the_connection_at_once_and_says_what_the_server_does(llama_server) -> None:
+    """An unstreamed request is read as a streamed response, so its connection is shut the moment the timeout
+    fires (it used to stay open until the process exited); llama.cpp's server finishes it anyway, and says so."""
+    settings = Settings(LLAMA_MODEL, mode="batch", timeout=1.0, params=GenerationParams(max_tokens=1500,
+                                                                                          temperature=0))
+    call = prepare(adapter_for(llama_server.base_url), settings, ["Count from 1 to 1000: 1, 2, 3,"]).call
+    events: list = []
+    reader = threading.Thread(target=lambda: events.extend(call), daemon=True)
+    reader.start()
+    wait_until(lambda: call._response is not None, 10, "the response headers")
+    port = call._response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
+    reader.join(30)
+    (failure,) = events
+    assert failure.kind == "timeout" and "llama.cpp's finishes an unstreamed request" in failure.message, failure
+    wait_until(lambda: not established(port), 5, "the connection to close")
+
+
 def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) -> None:
     endpoint = adapter_for(llama_server.base_url)
     settings = Settings(LLAMA_MODEL, params=GenerationParams(max_tokens=1900, temperature=0))  # ~15 s at best
@@ -133,8 +150,8 @@ def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
     waiting = iter(queued)
     try:
         threading.Thread(target=lambda: list(waiting), daemon=True).start()
-        wait_until(lambda: queued._stream is not None, 10, "the queued request's response headers")
-        port = queued._stream.response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
+        wait_until(lambda: queued._response is not None, 10, "the queued request's response headers")
+        port = queued._response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
         assert established(port)
         queued.cancel()
         wait_until(lambda: not established(port), 10, "the queued request's connection to close")

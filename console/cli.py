@@ -286,6 +286,9 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
     """
     if not model_repository.is_dir():
         fail(f"model repository not found: {model_repository}")
+    warning = beyond_loopback(host, "tritonserver's HTTP, gRPC and metrics ports", SERVE_RISK)
+    if warning:
+        click.echo(warning, err=True)
     controller = ServerController(on_log=click.echo)
     supervisor = Supervisor(controller, click.echo)
     try:
@@ -297,9 +300,6 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
             if snap.phase == "failed":
                 fail(snap.message)
             _print_ready(controller)
-            warning = beyond_loopback(host, "tritonserver's HTTP, gRPC and metrics ports", SERVE_RISK)
-            if warning:
-                click.echo(warning, err=True)
             fail(supervisor.run())
     except (KeyboardInterrupt, _Terminated):
         click.echo("stopping tritonserver ...")

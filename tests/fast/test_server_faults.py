@@ -18,6 +18,7 @@ import pytest
 from helpers import wait_until
 from tritonclient.utils import InferenceServerException
 
+from console.cli import SERVE_RISK
 from console.clients.wire import GONE, WRONG_PORT, error_message
 from console.core.supervisor import RETRIES, pauses
 from console.server import guard, keys, logparse
@@ -154,3 +155,17 @@ def test_key_files_are_this_users_alone_and_go_with_their_server(tmp_path: Path,
     assert keys.key_for("127.0.0.1:8125") == ""
     keys.forget(8123, me)
     assert not path.exists()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1"])
+def test_serve_beyond_loopback_warns_before_it_starts(host: str, tmp_path: Path) -> None:
+    from helpers import cli
+
+    result = cli("serve", "--model-repository", str(tmp_path), "--host", host, "--tritonserver", str(tmp_path / "no"))
+    assert result.exit_code == 1 and "is not an executable tritonserver" in result.stderr
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    if host == "127.0.0.1":
+        assert not warned
+    else:
+        assert warned == [beyond_loopback(host, "tritonserver's HTTP, gRPC and metrics ports", SERVE_RISK)]
+        assert "beyond this machine" in warned[0] and "repository API stays this console's" in warned[0]

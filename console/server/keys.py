@@ -43,6 +43,9 @@ def remember(http_port: int, key: str, pid: int) -> None:
         with os.fdopen(fd, "w") as out:
             json.dump({"pid": pid, "key": key}, out)
         partial.replace(where / str(http_port))
+        for path in where.iterdir():  # the keys of servers whose console was killed (they never forgot theirs)
+            if path.name.isdigit() and not _alive(_entry(int(path.name)).get("pid")):
+                path.unlink()
 
 
 def forget(http_port: int, pid: int) -> None:
@@ -58,16 +61,18 @@ def key_for(http_url: str) -> str:
     if not port.isdigit() or not is_loopback(host.strip("[]")):
         return ""
     entry = _entry(int(port))
-    pid = entry.get("pid")
+    return str(entry.get("key") or "") if _alive(entry.get("pid")) else ""
+
+
+def _alive(pid: object) -> bool:
+    """Whether the process group ``pid`` (a server's) is alive: a gone server's key opens nothing."""
     if not isinstance(pid, int) or pid <= 0:
-        return ""
+        return False
     try:
         os.killpg(pid, 0)
-    except ProcessLookupError:  # a server that is gone (its console was killed): its key opens nothing
-        return ""
-    except PermissionError:
-        return ""
-    return str(entry.get("key") or "")
+    except OSError:
+        return False
+    return True
 
 
 def _entry(http_port: int) -> dict:

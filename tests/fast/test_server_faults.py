@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import os
 import signal
 import socket
@@ -151,8 +152,12 @@ def test_key_files_are_this_users_alone_and_go_with_their_server(tmp_path: Path,
     assert keys.key_for("127.0.0.1:8123") == "k1"
     dead = subprocess.Popen(["true"], start_new_session=True)
     dead.wait()
-    keys.remember(8125, "k2", dead.pid)  # its server is gone (its console was killed): its key is not sent
-    assert keys.key_for("127.0.0.1:8125") == ""
+    left = keys.folder() / "8125"  # a key its console never forgot (killed), of a server that is gone
+    left.write_text(json.dumps({"pid": dead.pid, "key": "k2"}))
+    left.chmod(0o600)
+    assert keys.key_for("127.0.0.1:8125") == ""  # not sent
+    keys.remember(8126, "k3", me)  # and the next server remembered sweeps it away
+    assert not left.exists() and keys.key_for("127.0.0.1:8126") == "k3" and path.exists()
     keys.forget(8123, me)
     assert not path.exists()
 

@@ -6,7 +6,6 @@ import contextlib
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from console.core.adapters import APIS, Adapter, adapter_for, api_help
 from console.core.controller import ServerController
 from console.core.controls import click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
+from console.core.supervisor import Supervisor
 from console.doctor import format_rows, run_doctor
 from console.front import openai_command
 from console.front.command import Beside, front_options
@@ -26,6 +26,7 @@ from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS, START_TIMEOUT
+from console.server.ports import beyond_loopback
 from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
@@ -236,7 +237,8 @@ main.add_command(openai_command, "openai")
 
 # --------------------------------------------------------------------------- serve
 
-POLL_SECONDS = 2.0
+SERVE_RISK = (", without a login: whoever reaches its ports can send inference requests and read its metrics "
+              "(its repository API stays this console's)")
 
 
 def _print_ready(controller: ServerController) -> None:
@@ -248,15 +250,6 @@ def _print_ready(controller: ServerController) -> None:
     for label, address in snap.server.addresses() if snap.server else ():
         click.echo(f"  {label:<7} {address}")
     click.echo("press Ctrl-C to stop")
-
-
-def _watch(controller: ServerController) -> str:
-    """Follow the server until it fails; the reason. A model whose backend dies is reloaded meanwhile."""
-    while True:
-        time.sleep(POLL_SECONDS)
-        snap = controller.poll()
-        if snap.phase == "failed":
-            return snap.message
 
 
 @main.command(context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})
@@ -293,31 +286,33 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
     A model that fails to load is named (FAILED, with the reason) and the others serve; a model whose
-    Python backend dies is reported and reloaded. Arguments after the options (or after --) go to
-    tritonserver as they are, e.g.
+    Python backend dies or stops, or that is unloaded, is reported and loaded again; tritonserver itself, should
+    it die, stop or hang, is reported and restarted on the same models and ports. Its repository API answers
+    this console only. Arguments after the options (or after --) go to tritonserver as they are, e.g.
     `qaic-console serve --model-repository llm_model_dir -- --log-info=false`.
     """
     if not model_repository.is_dir():
         fail(f"model repository not found: {model_repository}")
+    warning = beyond_loopback(host, "tritonserver's HTTP, gRPC and metrics ports", SERVE_RISK)
+    if warning:
+        click.echo(warning, err=True)
     try:
         beside = Beside(openai_port, host, api_key, no_api_key, tokenizers)
     except ClientError as exc:
         fail(str(exc))
-    started = threading.Event()
-    controller = ServerController(on_change=lambda snap: snap.phase != "starting" and started.set(),
-                                  on_log=click.echo)
+    controller = ServerController(on_log=click.echo)
+    supervisor = Supervisor(controller, click.echo)
     try:
         with _signals_raise(signal.SIGTERM):
-            controller.start(model_repository, models, timeout, http_port=http_port, grpc_port=grpc_port,
-                             metrics_port=metrics_port, binary=binary, log_verbose=log_verbose, extra_args=extra,
-                             host=host, stop_stale=stop_stale, exclusive=True, python_env=python_env,
-                             backends=backends)
-            started.wait()
-            if controller.snapshot.phase == "failed":
-                fail(controller.snapshot.message)
+            snap = supervisor.start(model_repository, models, timeout, http_port=http_port, grpc_port=grpc_port,
+                                    metrics_port=metrics_port, binary=binary, log_verbose=log_verbose,
+                                    extra_args=extra, host=host, stop_stale=stop_stale, exclusive=True,
+                                    python_env=python_env, backends=backends)
+            if snap.phase == "failed":
+                fail(snap.message)
             _print_ready(controller)
             beside.start(controller.server.grpc_url, click.echo)
-            fail(_watch(controller))
+            fail(supervisor.run())
     except ClientError as exc:  # the OpenAI-compatible API cannot listen
         fail(str(exc))
     except (KeyboardInterrupt, _Terminated):

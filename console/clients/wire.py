@@ -20,6 +20,8 @@ PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
 CAUSES = ("connection refused", "connection reset", "socket closed", "timed out", "no route to host",
           "network is unreachable", "name or service not known", "temporary failure in name resolution")
 MAX_NAME = 255  # a model name is a folder name
+WRONG_PORT = " (it answers HTTP: is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
+GONE = " (the server went away: it stopped, crashed or is restarting)"
 _NUMPY = {"BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
           **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
 
@@ -115,6 +117,21 @@ def cause_of(exc: BaseException) -> str:
     return next((known for known in CAUSES if known in reason.lower()), reason)
 
 
+def answers_http(url: str, timeout: float = 3.0) -> bool:
+    """Whether ``host:port`` answers an HTTP request (a gRPC port answers one with no HTTP); OSError when nothing
+    answers there at all."""
+    host, _, port = url.rpartition(":")
+    conn = http.client.HTTPConnection(host or url, int(port) if port.isdigit() else 80, timeout=timeout)
+    try:
+        conn.request("GET", "/v2/health/live")
+        conn.getresponse().read()
+    except http.client.HTTPException:
+        return False
+    finally:
+        conn.close()
+    return True
+
+
 def error_message(exc: BaseException, url: str, protocol: str, lost: bool = False) -> str:
     """One line for a failed call; ``lost``: the server had answered before (it went away)."""
     message = reason_of(exc)
@@ -123,32 +140,39 @@ def error_message(exc: BaseException, url: str, protocol: str, lost: bool = Fals
                "usually the gRPC port - 1, e.g. 8000)"
     if error_kind(exc) == CONNECTION:
         what = "lost the connection to" if lost else "cannot reach"
-        hint = ""
-        if protocol.lower() == "grpc" and "Socket closed" in message:
-            hint = " (is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
+        hint = GONE if lost else ""
+        if not lost and protocol.lower() == "grpc" and "Socket closed" in message:  # an HTTP port, or a server gone
+            hint = WRONG_PORT if _answers_http_now(url) else GONE
         shown = PROTOCOL_NAMES.get(protocol.lower(), protocol)
         return f"{what} tritonserver at {url} ({shown}): {cause_of(exc)}{hint}"
     return message
 
 
+def _answers_http_now(url: str) -> bool:
+    try:
+        return answers_http(url, timeout=1.0)
+    except OSError:
+        return False
+
+
 def served_models(url: str, protocol: str, timeout: float = 5.0) -> list[str]:
-    """The READY models at ``url`` ([] when they cannot be listed)."""
+    """The loaded (READY) models at ``url``, from their statistics: the repository index may be the console's that
+    started the server alone ([] when they cannot be listed)."""
     try:
         if protocol == "grpc":
             import tritonclient.grpc as grpcclient
 
             client = grpcclient.InferenceServerClient(url)
             try:
-                index = client.get_model_repository_index(as_json=True, client_timeout=timeout).get("models", [])
+                stats = client.get_inference_statistics(as_json=True, client_timeout=timeout).get("model_stats", [])
             finally:
                 client.close()
         else:
-            request = urllib.request.Request(f"http://{url}/v2/repository/index", data=b"{}", method="POST")
-            with urllib.request.urlopen(request, timeout=timeout) as resp:
-                index = json.loads(resp.read() or b"[]")
+            with urllib.request.urlopen(f"http://{url}/v2/models/stats", timeout=timeout) as resp:
+                stats = json.loads(resp.read() or b"{}").get("model_stats", [])
     except (InferenceServerException, OSError, ValueError, http.client.HTTPException):
         return []
-    return sorted({m["name"] for m in index if m.get("state") == "READY"})
+    return sorted({m["name"] for m in stats})
 
 
 def post_generate(url: str, model: str, body: dict[str, Any], timeout: float) -> tuple[int, str, dict[str, Any]]:

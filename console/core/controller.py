@@ -7,15 +7,15 @@ from a worker. Every change produces a new immutable :class:`Snapshot` (``on_cha
 from whatever thread made it); ``generation`` moves when the endpoint or the set of ready models
 changes, which is when a UI rebuilds its model lists.
 
-A server started here is watched at each :meth:`ServerController.poll`: a model whose Python
-backend stub died (Triton itself keeps calling it READY) is reported as FAILED in the log and the
-models, and reloaded; the next request is served again without restarting anything.
+A server started here is watched at each :meth:`ServerController.poll` (:mod:`.keeper`): a model whose
+Python backend stub died or stopped, or which was unloaded behind the console's back, is reported as FAILED
+in the log and the models, and loaded again; the next request is served again without restarting anything.
+A server that died is said with its cause; :meth:`ServerController.restart` starts it again as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -26,9 +26,9 @@ from typing import Any
 from console.clients import ClientError, ModelInfo
 from console.server import LOG_KEEP, ServerError, TritonServer, logparse
 from console.server.embedded import START_TIMEOUT, embedded_repo
-from console.server.stubs import StubWatch
 
 from .adapters import Adapter, adapter_for, started_here
+from .keeper import ModelKeeper
 
 NOT_CONNECTED = "not connected: start a server or connect to a running one by URL"
 BUSY = ("starting", "stopping")
@@ -98,8 +98,9 @@ class ServerController:
         self._snap = Snapshot("idle", NOT_CONNECTED)
         self._log: deque[str] = deque(maxlen=LOG_KEEP)
         self._ready: frozenset[str] = frozenset()
-        self._stubs = StubWatch()
-        self._reloading: dict[str, str] = {}  # model -> what happened to it
+        self._keeper: ModelKeeper | None = None  # the models of the server started here
+        self._started: tuple[Path | None, tuple[str, ...], float, dict[str, Any]] | None = None  # the last start
+        self._ports: dict[str, int | None] = {}  # the ports of the last server that started here
 
     # ---- state
 
@@ -147,7 +148,8 @@ class ServerController:
         with self._lock:
             if self._snap.phase in BUSY or (self._server is not None and self._server.running):
                 raise ServerError("a tritonserver started here is running: stop it first")
-            self._adapter, self._ready, self._stubs, self._reloading = None, frozenset(), StubWatch(), {}
+            self._adapter, self._ready, self._keeper = None, frozenset(), None
+            self._started = (repository, tuple(models), timeout, options)
             self._log.clear()
             where = str(repository) if repository else "the embedded samples"
             self._moved(phase="starting", message=f"starting tritonserver on {where} ...", owned=True, server=None,
@@ -155,6 +157,15 @@ class ServerController:
         self._note(logparse.NOISE_NOTE)
         threading.Thread(target=self._start, args=(repository, tuple(models), timeout, options),
                          name="qc-server-start", daemon=True).start()
+
+    def restart(self) -> None:
+        """Start the last server started here again: the same repository, models and options, on the ports it had."""
+        with self._lock:
+            if self._started is None:
+                raise ServerError("no tritonserver was started here")
+            repository, models, timeout, options = self._started
+            options = {**options, **self._ports}
+        self.start(repository, models, timeout, **options)
 
     def _start(self, repository: Path | None, models: tuple[str, ...], timeout: float,
                options: dict[str, Any]) -> None:
@@ -182,6 +193,9 @@ class ServerController:
             if self._snap.phase != "starting":
                 return
             adapter = self._adapter = started_here(server.handle)
+            self._keeper = ModelKeeper(server, self._note, self.poll)
+            self._ports = {"http_port": server.http_port, "grpc_port": server.grpc_port,
+                           "metrics_port": server.metrics_port}
             self._moved(phase="ready", message=f"tritonserver {version} started here (pid {server.pid})",
                         server=adapter)
         self.poll()
@@ -199,14 +213,15 @@ class ServerController:
             self._moved(phase="connected", message=message, owned=False, server=adapter, repository="", models=())
         return self.poll()
 
-    def stop(self) -> Snapshot:
-        """Stop the server started here (a connected one is only let go); blocks until it is down."""
+    def stop(self, grace: float = 10.0) -> Snapshot:
+        """Stop the server started here (a connected one is only let go); blocks until it is down (SIGKILL after
+        ``grace`` seconds)."""
         with self._lock:
             server, self._server, self._adapter = self._server, None, None
             if server is None:
                 return self._moved(phase="idle", message=NOT_CONNECTED, server=None, models=())
             self._moved(phase="stopping", message="stopping tritonserver ...", server=None, models=())
-        code = server.stop()
+        code = server.stop(grace)
         return self._set(phase="stopped", message=f"tritonserver stopped (exit code {code}): start it again or "
                                                   "connect by URL")
 
@@ -215,7 +230,7 @@ class ServerController:
     def poll(self) -> Snapshot:
         """Read the models' states now; notice a server that died or stopped answering."""
         with self._lock:
-            adapter, server, snap = self._adapter, self._server, self._snap
+            adapter, server, snap, keeper = self._adapter, self._server, self._snap, self._keeper
         if adapter is None or snap.phase in BUSY:
             return snap
         if server is not None and not server.running:
@@ -228,10 +243,7 @@ class ServerController:
                                                               f"answer: {' '.join(str(exc).split())}")
             return snap
         ready = frozenset(n for n, (state, _) in states.items() if state == "READY")
-        if server is not None:
-            self._watch_stubs(server, ready)
-        with self._lock:
-            failed = dict(self._reloading)
+        failed = keeper.follow(states) if keeper is not None and server is not None else {}
         known = {m.name: m.info for m in snap.models}
         infos = {n: known.get(n) or self._info(adapter, n) for n in ready}
         rows = tuple(ModelRow(n, "FAILED", failed[n], None) if n in failed else
@@ -248,30 +260,6 @@ class ServerController:
             return self._moved(phase=phase, message=message, models=rows)
         return self._set(phase=phase, message=message, models=rows)
 
-    def _watch_stubs(self, server: TritonServer, ready: frozenset[str]) -> None:
-        """Notice READY models whose backend stub process died, and reload each of them once."""
-        with self._lock:
-            dead = self._stubs.dead(server.stub_instances(), ready, skip=set(self._reloading))
-            for model, pid in dead.items():
-                self._reloading[model] = f"its Python backend stub (pid {pid}) died: reloading it ..."
-        for model, pid in dead.items():
-            self._note(f"model {model}: its Python backend stub (pid {pid}) died; requests to it fail until it "
-                       "is reloaded: reloading it now")
-            threading.Thread(target=self._reload, args=(server, model), name="qc-reload", daemon=True).start()
-
-    def _reload(self, server: TritonServer, model: str) -> None:
-        try:
-            server.handle.reload_model(model)
-        except (OSError, ValueError) as exc:
-            with self._lock:
-                self._reloading[model] = f"its backend died and reloading it failed: {' '.join(str(exc).split())}"
-            self._note(f"model {model}: reloading failed: {exc}")
-            return
-        with self._lock:
-            self._reloading.pop(model, None)
-        self._note(f"model {model}: reloaded; it serves again")
-        self.poll()
-
     @staticmethod
     def _info(adapter: Adapter, name: str) -> ModelInfo | None:
         with contextlib.suppress(OSError, ValueError):
@@ -279,15 +267,10 @@ class ServerController:
         return None
 
     def _died(self, server: TritonServer) -> Snapshot:
-        code = server.wait(0)
-        if code is not None and code < 0:  # its last log line says nothing then, and may name its ports
-            reason = f"killed by {signal.Signals(-code).name}"
-        else:
-            reason = logparse.exit_reason(server.log_tail(LOG_KEEP))
         with self._lock:
             if self._server is not server:
                 return self._snap
-            self._server, self._adapter = None, None
+            self._server, self._adapter, self._keeper = None, None, None
         server.stop(grace=0)  # take down what it left behind (stubs, shared memory)
-        return self._moved(phase="failed", message=f"tritonserver exited with code {code} ({reason}): start it "
-                                                   "again", server=None, models=())
+        return self._moved(phase="failed", message=f"tritonserver {server.exit_cause()}: start it again", server=None,
+                           models=())

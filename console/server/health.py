@@ -6,13 +6,15 @@ import json
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 States = dict[str, tuple[str, str]]  # model -> (state, reason)
 FAILED = "FAILED"  # a model Triton could not load (it says UNAVAILABLE, the reason being the error)
 UNLOADED = "unloaded"  # Triton's reason for a model UNAVAILABLE because it was unloaded
 RELOAD_PARAMETER = "qaic_console_reload"  # changed to make Triton load a model again
+KEY_HEADER = "qaic-console-key"  # the header (gRPC: triton-grpc-protocol-<it>) of the restricted APIs' key
+RESTRICTED = 403  # what Triton answers a restricted API's request without the key
 SENDER_FOR_BATCH = (2, 47)  # Triton 24.06: a non-decoupled Python model may answer through its response sender
 
 
@@ -40,25 +42,30 @@ def _loopback(host: str) -> str:
 
 @dataclass(frozen=True)
 class ServerHandle:
-    """Endpoints of a running server (``host:port``, the form tritonclient expects) and its HTTP API."""
+    """Endpoints of a running server (``host:port``, the form tritonclient expects) and its HTTP API.
+
+    ``key``: the key of its restricted APIs (a server started here), sent with every request.
+    """
 
     http_url: str
     grpc_url: str | None = None
     metrics_url: str | None = None
+    key: str = field(default="", repr=False, compare=False)
 
     @classmethod
-    def on(cls, host: str, http_port: int, grpc_port: int | None = None,
-           metrics_port: int | None = None) -> ServerHandle:
+    def on(cls, host: str, http_port: int, grpc_port: int | None = None, metrics_port: int | None = None,
+           key: str = "") -> ServerHandle:
         """The handle of a server listening on ``host`` with these ports."""
         host = _loopback(host)
         return cls(f"{host}:{http_port}", f"{host}:{grpc_port}" if grpc_port else None,
-                   f"http://{host}:{metrics_port}/metrics" if metrics_port else None)
+                   f"http://{host}:{metrics_port}/metrics" if metrics_port else None, key)
 
     def request(self, path: str, body: dict[str, Any] | None = None, timeout: float = 2.0) -> bytes:
         """GET (or POST ``body`` as JSON) ``path``; urllib's errors pass through."""
         data = None if body is None else json.dumps(body).encode()
         method = "GET" if data is None else "POST"
-        req = urllib.request.Request(f"http://{self.http_url}{path}", data=data, method=method)
+        headers = {KEY_HEADER: self.key} if self.key else {}
+        req = urllib.request.Request(f"http://{self.http_url}{path}", data=data, method=method, headers=headers)
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.read()
 
@@ -89,8 +96,18 @@ class ServerHandle:
         return f"{version} (note: {note})" if note else version
 
     def model_states(self) -> States:
-        """``{model: (state, reason)}`` from ``POST /v2/repository/index``; FAILED for a model that failed to load."""
-        index = json.loads(self.request("/v2/repository/index", body={}, timeout=5.0) or b"[]")
+        """``{model: (state, reason)}`` from ``POST /v2/repository/index``; FAILED for a model that failed to load.
+
+        A server whose repository API is another console's (a 403) lists its loaded models only, READY, from its
+        statistics (``GET /v2/models/stats``).
+        """
+        try:
+            index = json.loads(self.request("/v2/repository/index", body={}, timeout=5.0) or b"[]")
+        except urllib.error.HTTPError as exc:
+            if exc.code != RESTRICTED:
+                raise
+            stats = json.loads(self.request("/v2/models/stats", timeout=5.0)).get("model_stats", [])
+            return {entry["name"]: ("READY", "") for entry in stats}
         states: States = {}
         for entry in index:
             if entry.get("version") or entry["name"] not in states:
@@ -102,6 +119,10 @@ class ServerHandle:
     def model_config(self, model: str, timeout: float = 10.0) -> dict[str, Any]:
         """The model's config as JSON (``GET /v2/models/<model>/config``)."""
         return json.loads(self.request(f"/v2/models/{model}/config", timeout=timeout))
+
+    def load_model(self, model: str, timeout: float = 600.0) -> None:
+        """Load ``model`` (one that is not loaded) from the repository."""
+        self.request(f"/v2/repository/models/{model}/load", body={}, timeout=timeout)
 
     def reload_model(self, model: str, timeout: float = 600.0) -> None:
         """Load ``model`` afresh even though Triton thinks it is loaded (its backend died).

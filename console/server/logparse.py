@@ -7,12 +7,14 @@ console's log views drop them (:func:`is_noise`) and say so once (:data:`NOISE_N
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Sequence
 
 _FAILED_LOAD = re.compile(r"failed to load '(?P<name>[^']+)' version \d+: (?P<reason>.*)")
 _LOG_MESSAGE = re.compile(r'^[EW]\d{4} [\d:.]+\s+\d+ \S+\] "(?P<msg>.*)"\s*$')
 _LOG_LINE = re.compile(r'^(?P<level>[IWE])\d{4} [\d:.]+\s+\d+ (?P<file>[^:\s]+):\d+\] "?(?P<msg>.*?)"?\s*$')
 _GETOPT_ERROR = re.compile(r"^\S*tritonserver: ")
+_TERMINATE = "terminate called after throwing"  # the C++ runtime's last words before abort()
 HARMLESS = ("CudaDriverHelper", "pinned memory", "DCGM", "NVML", "CUDA driver", "cuda_memory_manager",
             "Unable to allocate pinned system memory", "GPU metrics")
 EXIT_EXPIRED = "Exit timeout expired"  # tritonserver stopped waiting for requests and models at shutdown
@@ -52,6 +54,20 @@ def exit_reason(lines: Sequence[str]) -> str:
             if not is_noise(msg):
                 return msg
     return lines[-1].strip() if lines else "no output"
+
+
+def exit_cause(code: int, lines: Sequence[str]) -> str:
+    """How a server that exited with ``code`` (negative: killed by that signal) ended, after its last log ``lines``:
+    ``exited with code -6 (killed by SIGABRT: terminate called after throwing an instance of '...')``."""
+    if code >= 0:
+        return f"exited with code {code} ({exit_reason(lines)})"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    crash = next((line.strip() for line in reversed(lines) if line.startswith(_TERMINATE)), None)
+    # its last log line says nothing then (and may name its ports): only an abort's reason counts
+    return f"exited with code {code} (killed by {name}{f': {crash}' if crash else ''})"
 
 
 def startup_line(line: str) -> str | None:

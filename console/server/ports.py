@@ -1,7 +1,8 @@
-"""Free TCP ports, picked the way tritonserver binds them."""
+"""Free TCP ports, picked the way tritonserver binds them; the warning for listening beyond this machine."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 
 from .stale import find_servers
@@ -43,3 +44,17 @@ def port_taken(port: int) -> str | None:
         return None
     holders = find_servers(ports=[port])
     return f"port {port} is in use" + (f" by {holders[0].describe()}" if holders else "")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is an address of this machine only (127.0.0.0/8, ::1, localhost)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def beyond_loopback(host: str, what: str, risk: str) -> str | None:
+    """The one warning for ``what`` listening on ``host`` beyond this machine (None on loopback): ``risk`` says
+    what whoever reaches it can do."""
+    return None if is_loopback(host) else f"warning: --host {host} serves {what} beyond this machine{risk}"

@@ -5,7 +5,8 @@ the Python backend stubs form one process group, which :meth:`TritonServer.stop`
 together, and which the guard takes down by itself when this process dies without stopping it.
 Models are loaded in explicit model-control mode (every visible folder of the repository, or the ones
 asked for), so a model can be reloaded while the server runs; hidden folders (a killed generator's
-leftovers) are named, never loaded.
+leftovers) are named, never loaded. Its repository API answers only a key made for each launch
+(:mod:`.arguments`), which :attr:`TritonServer.handle` sends, as do this user's other consoles (:mod:`.keys`).
 """
 
 from __future__ import annotations
@@ -13,28 +14,31 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from repo_gen.staging import leftovers, model_names
+from repo_gen.staging import leftovers
 
+from . import keys, logparse
+from .arguments import server_arguments
 from .errors import ServerError, StaleServerError
 from .health import ServerHandle
 from .locate import backend_directory, find_tritonserver, server_env, stub_for_python, wheel_root
 from .ports import free_ports, port_taken
-from .procs import take_down
+from .procs import STOPPED, group_members, parent, process_state, take_down
 from .pyenv import PythonEnv
-from .serverlog import LogCallback, ServerLog
+from .serverlog import LOG_KEEP, LogCallback, ServerLog
 from .stale import already_serving, find_servers, stop_servers
 from .startup import wait_started
-from .stubs import stub_instances
+from .stubs import Stubs
 
 GUARD = Path(__file__).with_name("guard.py")  # standard library only: run by path, isolated
 HOST = "127.0.0.1"
-EXIT_TIMEOUT = 3  # s tritonserver waits for in-flight requests when stopping (Triton's default: 30)
 START_TIMEOUT = 600.0  # s for the server and its models to be ready (a card's QPCs, a first CPU model preparation)
 
 
@@ -94,13 +98,16 @@ class TritonServer:
         self._proc: subprocess.Popen[str] | None = None
         self.log = ServerLog()
         self._lifeline: int | None = None  # write end of the guard's pipe
+        self._regions: set[Path] = set()  # the stubs' shared memory seen while they ran: removed when it is down
+        self._regions_lock = threading.Lock()
+        self._key = ""  # the restricted APIs' key of this launch (never logged; see guard)
 
     # ---- endpoints and state
 
     @property
     def handle(self) -> ServerHandle:
         """The server's endpoints and HTTP API."""
-        return ServerHandle.on(self.host, self.http_port or 0, self.grpc_port, self.metrics_port)
+        return ServerHandle.on(self.host, self.http_port or 0, self.grpc_port, self.metrics_port, self._key)
 
     @property
     def http_url(self) -> str:
@@ -119,6 +126,13 @@ class TritonServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def stopped(self) -> bool:
+        """tritonserver itself (the guard's child) is stopped by a signal: it answers nothing until continued."""
+        guard = self.pid
+        child = next((p for p in group_members(guard) if parent(p) == guard), None) if self.running and guard else None
+        return child is not None and process_state(child) == STOPPED
+
     def log_tail(self, n: int = 50) -> list[str]:
         """The last ``n`` log lines (stdout and stderr merged)."""
         return self.log.tail(n)
@@ -126,28 +140,11 @@ class TritonServer:
     # ---- lifecycle
 
     def command(self, backend_dir: Path | None) -> list[str]:
-        """tritonserver's argument list."""
+        """tritonserver's argument list (:func:`~.arguments.server_arguments`)."""
         assert self.binary is not None
-        args = [
-            str(self.binary),
-            f"--model-repository={self.model_repository}",
-            "--model-control-mode=explicit",
-            *(f"--load-model={m}" for m in (self.models or model_names(self.model_repository))),
-            f"--http-port={self.http_port}",
-            f"--grpc-port={self.grpc_port}",
-            f"--metrics-port={self.metrics_port}",
-            f"--log-verbose={self.log_verbose}",
-            f"--http-address={self.host}",
-            f"--grpc-address={self.host}",
-            f"--metrics-address={self.host}",
-        ]
-        if not any(a.startswith("--exit-timeout-secs") for a in self.extra_args):
-            args.append(f"--exit-timeout-secs={EXIT_TIMEOUT}")  # a hung request (dead stub) must not hold a stop
-        if not any(a.startswith("--exit-on-error") for a in self.extra_args):
-            args.append("--exit-on-error=false")  # a model that cannot load must not take the others down
-        if backend_dir is not None:
-            args.append(f"--backend-directory={backend_dir}")
-        return [*args, *self.extra_args]
+        return server_arguments(self.binary, self.model_repository, self.models, self.host,
+                                (self.http_port, self.grpc_port, self.metrics_port), self.log_verbose, backend_dir,
+                                self.extra_args)
 
     def _clear_stale(self) -> None:
         """Servers left by a console that is gone, on this repository or these ports: stop them or say so; and,
@@ -219,6 +216,8 @@ class TritonServer:
     def _launch(self, backend_dir: Path | None, env: dict[str, str], timeout: float) -> TritonServer:
         read_end, self._lifeline = os.pipe()
         os.set_inheritable(read_end, True)
+        self._key = secrets.token_urlsafe(32)
+        os.write(self._lifeline, f"{self._key}\n".encode())  # the guard's first line: the key, out of every argv
         guard = [sys.executable, "-I", str(GUARD), str(read_end), "--"]
         try:
             self._proc = subprocess.Popen(
@@ -235,18 +234,31 @@ class TritonServer:
             )
         finally:
             os.close(read_end)
+        keys.remember(self.http_port or 0, self._key, self._proc.pid)  # for this user's other consoles
         _LIVE.add(self)
         self.log.follow(self._proc)
         try:
             wait_started(self._proc, self.handle, self.log, self.models, timeout)
+            self.stub_instances()  # the regions of the stubs the start made
         except BaseException:
             self.stop()
             raise
         return self
 
     def stub_instances(self) -> dict[str, int]:
-        """``{model instance name: pid}`` of the model instances' Python backend stubs alive in the server's group."""
-        return {} if self._proc is None else stub_instances(self._proc.pid)
+        """``{model instance name: pid}`` of the model instances' Python backend stubs alive in the server's group
+        (their shared-memory regions are remembered: :meth:`stop` removes what a killed stub leaves)."""
+        if self._proc is None:
+            return {}
+        stubs = Stubs.of(self._proc.pid)
+        with self._regions_lock:
+            self._regions |= stubs.regions
+        return stubs.instances
+
+    def exit_cause(self) -> str:
+        """How the server ended, in a few words (:func:`~.logparse.exit_cause`); '' while it runs."""
+        code = self.wait(0)
+        return "" if code is None else logparse.exit_cause(code, self.log.tail(LOG_KEEP))
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the server process to exit; its exit code, or None on timeout."""
@@ -267,7 +279,10 @@ class TritonServer:
         proc = self._proc
         if proc is None:
             return None
-        take_down(proc, time.monotonic() + grace, self.log.exit_expired)
+        with self._regions_lock:
+            regions, self._regions = self._regions, set()
+        take_down(proc, time.monotonic() + grace, self.log.exit_expired, regions)
+        keys.forget(self.http_port or 0, proc.pid)
         self.log.join(timeout=5)
         if proc.stdout is not None:
             proc.stdout.close()

@@ -12,19 +12,23 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 SHM_PREFIX = "/dev/shm/triton_python_backend_shm_region_"  # the Python backend's shared memory
+STOPPED = "T"  # the state of a process stopped by a signal (a debugger's stop is "t")
+
+
+def _stat(pid: int | str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (the state first); [] when it is gone."""
+    try:
+        stat = Path("/proc", str(pid), "stat").read_text()
+    except OSError:
+        return []
+    return stat[stat.rfind(")") + 2 :].split()
 
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) pids of process group ``pgid``."""
     members = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path("/proc", entry, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
+        fields = _stat(entry) if entry.isdigit() else []
         if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry))
     return members
@@ -39,13 +43,16 @@ def cmdline(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
 
 
+def process_state(pid: int) -> str:
+    """The state letter ``/proc/PID/stat`` shows (R, S, T for stopped, Z ...); '' when it is gone."""
+    fields = _stat(pid)
+    return fields[0] if fields else ""
+
+
 def parent(pid: int) -> int:
     """The parent's pid (0 when ``pid`` is gone)."""
-    try:
-        stat = Path("/proc", str(pid), "stat").read_text()
-    except OSError:
-        return 0
-    return int(stat[stat.rfind(")") + 2 :].split()[1])
+    fields = _stat(pid)
+    return int(fields[1]) if fields else 0
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -86,12 +93,13 @@ def poll_until(done: Callable[[], bool], deadline: float, interval: float = 0.05
     return True
 
 
-def take_down(proc: subprocess.Popen[str], deadline: float, given_up: threading.Event) -> None:
+def take_down(proc: subprocess.Popen[str], deadline: float, given_up: threading.Event,
+              regions: Iterable[Path] = ()) -> None:
     """SIGTERM the process group ``proc`` leads and SIGKILL what is left at ``deadline``, or once ``given_up`` is
     set (tritonserver stopped waiting for its requests: it can hang on a dead stub); then remove the Python
-    backend's shared memory that a kill leaves behind."""
+    backend's shared memory that a kill leaves behind: what the group maps now, and ``regions`` (seen before)."""
     pgid = proc.pid
-    shm = shm_regions(group_members(pgid))
+    shm = shm_regions(group_members(pgid)) | set(regions)
 
     def kill() -> None:
         shm.update(shm_regions(group_members(pgid)))

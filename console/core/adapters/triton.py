@@ -27,8 +27,9 @@ from console.clients import (
 from console.clients.call import Probe
 from console.clients.errors import CONNECTION
 from console.clients.status import ask_status
-from console.clients.wire import error_message
+from console.clients.wire import answers_http, error_message
 from console.server.health import ServerHandle
+from console.server.keys import key_for
 
 from ..template import chat_prompts
 from .base import Adapter, Framed, History, Progress, States, quiet
@@ -52,18 +53,10 @@ def unreachable(url: str, exc: BaseException) -> ClientError:
 def speaks_http(url: str, timeout: float = 3.0) -> bool:
     """Whether ``url`` answers HTTP (a gRPC port answers an HTTP request with no HTTP); ClientError when nothing
     answers there at all."""
-    host, _, port = url.rpartition(":")
-    conn = http.client.HTTPConnection(host or url, int(port) if port.isdigit() else 80, timeout=timeout)
     try:
-        conn.request("GET", "/v2/health/live")
-        conn.getresponse().read()
-    except http.client.HTTPException:
-        return False
+        return answers_http(url, timeout)
     except OSError as exc:
         raise unreachable(url, exc) from None
-    finally:
-        conn.close()
-    return True
 
 
 class TritonAdapter(Adapter):
@@ -76,8 +69,9 @@ class TritonAdapter(Adapter):
     note = "Connected to a tritonserver started elsewhere: its log is not shown here."
 
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None, metrics_url: str | None = None,
-                 lone: str | None = None) -> None:
+                 lone: str | None = None, key: str = "") -> None:
         self.http_url, self.grpc_url, self.metrics_url = http_url, grpc_url, metrics_url
+        self._key = key  # the restricted APIs' key of a server started here
         self._lone = lone  # an address whose protocol is not known yet
         self.guessed = ""  # the endpoint guessed as Triton's neighbour, said on connecting
 
@@ -98,8 +92,8 @@ class TritonAdapter(Adapter):
 
     @classmethod
     def of(cls, handle: ServerHandle) -> TritonAdapter:
-        """The server a :class:`ServerHandle` reaches (one started here: its ports are known)."""
-        return cls(handle.http_url, handle.grpc_url, handle.metrics_url)
+        """The server a :class:`ServerHandle` reaches (one started here: its ports and key are known)."""
+        return cls(handle.http_url, handle.grpc_url, handle.metrics_url, key=handle.key)
 
     def _resolve(self) -> None:
         """Ask a lone address which protocol it speaks; the other endpoint is its neighbour."""
@@ -116,7 +110,8 @@ class TritonAdapter(Adapter):
     @property
     def handle(self) -> ServerHandle:
         self._resolve()
-        return ServerHandle(self.http_url or "", self.grpc_url, self.metrics_url)
+        return ServerHandle(self.http_url or "", self.grpc_url, self.metrics_url,
+                            self._key or key_for(self.http_url or ""))
 
     def url(self, mode: str, protocol: str = "http") -> tuple[str, str]:
         self.check_mode(mode)

@@ -209,7 +209,8 @@ CONTROLS: tuple[Control, ...] = (
     Control("logprobs", int, "INT64", "Logprobs", "Return each generated token's log-probability and this many "
             "most likely alternatives (0: the chosen token's only).", minimum=0, maximum=20, offered=False),
     Control("structured_outputs", dict, "BYTES", "Structured outputs", "Constrain the reply (vLLM's "
-            'StructuredOutputsParams): {"json": <schema>}, {"json_object": true} or {"regex": "<pattern>"}.',
+            'StructuredOutputsParams): {"json": <schema>}, {"json_object": true}, {"regex": "<pattern>"} or '
+            '{"choice": [...]}.',
             offered=False),
 )
 BY_NAME: dict[str, Control] = {c.name: c for c in CONTROLS}

@@ -1,11 +1,12 @@
 """Structured output: the ``structured_outputs`` control as a grammar that masks a row's logits every step.
 
 The request names its constraint as vLLM's ``StructuredOutputsParams`` do: ``{"json": <schema or its text>}``,
-``{"json_object": true}`` (any JSON object) or ``{"regex": "<pattern>"}``. llguidance compiles it against the
-model's tokenizer (imported here, lazily: an environment without it refuses such a request and serves the
-rest); each compiled grammar is kept by its text, so a request pays only for a matcher of its own. A row
-whose grammar has nothing left to match but the end of sequence is finished (``stop``). JSON is written
-compact, without whitespace between items (``{"a":1,"b":[2,3]}``), so a small model cannot pad it forever.
+``{"json_object": true}`` (any JSON object), ``{"regex": "<pattern>"}`` or ``{"choice": ["yes", "no"]}`` (one of
+those strings exactly). llguidance compiles it against the model's tokenizer (imported here, lazily: an
+environment without it refuses such a request and serves the rest); each compiled grammar is kept by its
+text, so a request pays only for a matcher of its own. A row whose grammar has nothing left to match but the
+end of sequence is finished (``stop``). JSON is written compact, without whitespace between items
+(``{"a":1,"b":[2,3]}``), so a small model cannot pad it forever.
 
 The mask is one row's own: masking keeps a row's tokens independent of its neighbours (batch invariance).
 """
@@ -23,7 +24,8 @@ import numpy as np
 from .errors import BadRequest
 
 LIBRARY = "llguidance"
-KINDS = ("json", "json_object", "regex")
+KINDS = ("json", "json_object", "regex", "choice")
+MAX_CHOICES = 256
 CACHED = 64  # compiled grammars kept
 JSON_OPTIONS = {"whitespace_flexible": False}
 _lock = threading.Lock()
@@ -53,6 +55,11 @@ def grammar_of(spec: dict[str, Any]) -> str:
         if not isinstance(value, str) or not value:
             raise BadRequest("structured_outputs regex must be a non-empty string (a regular expression)")
         return matcher.grammar_from_regex(value)
+    if kind == "choice":
+        if not (isinstance(value, list) and 0 < len(value) <= MAX_CHOICES and all(isinstance(c, str) and c
+                                                                               for c in value)):
+            raise BadRequest(f"structured_outputs choice must be a list of 1 to {MAX_CHOICES} non-empty strings")
+        return matcher.grammar_from_lark("start: " + " | ".join(json.dumps(c) for c in value))  # JSON-quoted literals
     if kind == "json_object":
         if value is not True:
             raise BadRequest("structured_outputs json_object must be true")

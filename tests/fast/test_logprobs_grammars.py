@@ -115,16 +115,20 @@ def test_a_bounded_json_schema_always_gives_json_that_validates(smol, precision:
         assert seq.finish_reason == "stop", seq.text  # the grammar ended it: nothing else could follow
 
 
-def test_json_object_and_regex_constrain_the_reply(smol) -> None:
+def test_json_object_regex_and_choice_constrain_the_reply(smol) -> None:
     eng = engine(smol)
-    obj, phone = run(eng, [
+    choices = ["Paris", "Lyon", 'not "sure"']
+    obj, phone, choice = run(eng, [
         eng.prepare(eng.encode(chat(smol, "Give a JSON object about a cat.")),
                     SamplingParams(max_tokens=96, structured_outputs={"json_object": True})),
         eng.prepare(eng.encode(chat(smol, "What is the bakery's phone number?")),
                     SamplingParams(max_tokens=32, structured_outputs={"regex": PHONE})),
+        eng.prepare(eng.encode(chat(smol, "Which city is the capital of Italy?")),
+                    SamplingParams(max_tokens=32, structured_outputs={"choice": choices})),
     ])
     assert obj.finish_reason in ("stop", "eos") and isinstance(json.loads(obj.text), dict), obj.text
     assert re.fullmatch(PHONE, phone.text) and phone.finish_reason == "stop", phone.text
+    assert choice.text in choices and choice.finish_reason == "stop", choice.text
 
 
 def test_a_constrained_row_is_the_same_alone_and_beside_others(smol) -> None:
@@ -146,6 +150,8 @@ def test_a_constrained_row_is_the_same_alone_and_beside_others(smol) -> None:
     ({"grammar": "start: 'a'"}, "grammar is not supported"),
     ({"json": PERSON, "regex": "a"}, "it sets 2 of them"),
     ({"json_object": "yes"}, "json_object must be true"),
+    ({"choice": ["a", ""]}, "choice must be a list of 1 to 256 non-empty strings"),
+    ({"choice": "a"}, "choice must be a list"),
 ])
 def test_a_grammar_that_cannot_compile_is_refused_before_anything_runs(smol, spec, needle) -> None:
     eng = engine(smol)

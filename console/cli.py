@@ -22,6 +22,7 @@ from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.headless import Output
 from console.headless import run as run_headless
+from console.metrics.command import metrics_command
 from console.seed_clients import client
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.tui.command import tui
@@ -228,6 +229,7 @@ main.add_command(web, "web")
 main.add_command(tui, "tui")
 main.add_command(onnx_group, "onnx")
 main.add_command(check, "check")
+main.add_command(metrics_command, "metrics")
 
 
 # --------------------------------------------------------------------------- serve

@@ -87,6 +87,14 @@ def levels_table(levels: Sequence[dict[str, Any]]) -> str:
     return table(header, rows)
 
 
+def server_table(levels: Sequence[dict[str, Any]]) -> str:
+    """The server's side of each level (its metrics, the card), then where the figures come from."""
+    from .server_view import notes, server_rows
+
+    header, rows = server_rows(levels)
+    return "\n".join(["server side", table(header, rows), *(f"  {line}" for line in notes(levels))])
+
+
 def compare_table(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
     """:func:`results.compare` rows: each run's value, and its ratio to the first run's."""
     header = ["level", "metric", *names, *(f"{n} / {names[0]}" for n in names[1:])]

@@ -105,6 +105,22 @@ def write_png(document: dict[str, Any], out_dir: Path) -> list[Path]:
         path = _distribution(document, field, title, out_dir / f"{title}.png")
         if path is not None:
             paths.append(path)
+    return paths + _breakdowns(document, out_dir)
+
+
+def _breakdowns(document: dict[str, Any], out_dir: Path) -> list[Path]:
+    """``ttft_breakdown.png`` (one per server of a run: ``ttft_breakdown_2.png`` ...), where the server has metrics."""
+    import matplotlib.pyplot as plt
+
+    from .server_view import breakdown_figure
+
+    paths = []
+    for i, (name, levels) in enumerate(runs_of(document)):
+        fig = breakdown_figure(levels, name or str(document["config"].get("model", "")))
+        if fig is not None:
+            paths.append(out_dir / f"ttft_breakdown{f'_{i + 1}' if i else ''}.png")
+            fig.savefig(paths[-1], dpi=110)
+            plt.close(fig)
     return paths
 
 
@@ -123,13 +139,22 @@ def _html_table(document: dict[str, Any]) -> str:
     for name, levels in runs:
         rows = [[level_key(lv), lv["request_count"], lv["error_count"],
                  *(value(lv, metric, stat) for metric, stat, _ in HEADLINE)] for lv in levels]
-        parts.append((f"<h2>{html.escape(name)}</h2>" if name else "") + _table(header, rows))
+        parts.append((f"<h2>{html.escape(name)}</h2>" if name else "") + _table(header, rows) + _server_html(levels))
     if document.get("comparison"):
         names = [str(name) for name, _ in runs]
         rows = [[r["level"], r["metric"], *r["values"], *r["ratios"][1:]] for r in document["comparison"]]
         parts.append(f"<h2>side by side (ratios to {html.escape(names[0])})</h2>" + _table(
             ["level", "metric", *names, *(f"{n} / {names[0]}" for n in names[1:])], rows))
     return "".join(parts)
+
+
+def _server_html(levels: list[dict[str, Any]]) -> str:
+    """The server's side of each level (its metrics, the card) and where the figures come from."""
+    from .server_view import notes, server_rows
+
+    header, rows = server_rows(levels)
+    said = "".join(f"<li>{html.escape(line)}</li>" for line in notes(levels))
+    return f"<h3>server side</h3>{_table(header, rows)}<ul>{said}</ul>"
 
 
 def write_html(document: dict[str, Any], out_dir: Path, pngs: list[Path]) -> Path:

@@ -42,6 +42,9 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
               help=api_help("--url"))
 @click.option("--grpc-url", default=None, help="Its gRPC host:port for streaming (default: the HTTP port + 1).")
+@click.option("--metrics-url", default=None,
+              help="Its metrics page (host:port or a URL) for the Server tab's metrics, when it is not its own "
+                   "(Triton reached by URL: the HTTP port + 2; an OpenAI-compatible server: /metrics beside /v1).")
 @click.option("--model-repository", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Repository to serve (default: the embedded SmolLM2 samples, stream and batch models).")
 @click.option("--model", "models", multiple=True,
@@ -50,7 +53,7 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
 @click.option("--start/--no-start", default=None,
               help="Start tritonserver with the page (default: yes, unless --url is given).")
 def web(host: str, port: int | None, share: bool, url: str | None, api: str, grpc_url: str | None,
-        model_repository: Path | None, models: tuple[str, ...], start: bool | None) -> None:
+        metrics_url: str | None, model_repository: Path | None, models: tuple[str, ...], start: bool | None) -> None:
     """A browser console: server control, stream and batch chat, live speed figures."""
     from console.clients import ClientError
     from console.server import ServerError
@@ -67,7 +70,8 @@ def web(host: str, port: int | None, share: bool, url: str | None, api: str, grp
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     try:
-        demo = launch(WebConsole(controller), host=host, port=port, share=share, block=False)
+        demo = launch(WebConsole(controller), host=host, port=port, share=share, block=False,
+                      metrics_url=metrics_url or "")
         click.echo(f"qaic-console web on {demo.local_url}" + (f" and {demo.share_url}" if demo.share_url else ""))
         if host not in LOOPBACK:
             click.echo(f"warning: --host {host} serves the page beyond this machine, without a login", err=True)

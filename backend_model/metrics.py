@@ -212,6 +212,7 @@ class Publisher:
                 self._metric(spec.name)
         for reason in SUCCESS_REASONS:
             self._metric("qaic_request_success_total", reason)
+        self.flush()  # the gauges hold the engine's values from the model's load on
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"{labels.get('model', 'model')}-metrics",
                                         daemon=True)

@@ -159,11 +159,13 @@ class BenchRun:
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
         runners = [Runner(side.target, self.requests(embedded)) for side in sides]
         views = [ServerSide(side.target) for side in sides]  # each server's own metrics, before and after a level
-        for side, runner in zip(sides, runners):
+        for side, runner, view in zip(sides, runners, views):
             if self.o["warmup"]:
                 self.progress(f"warm-up: {self.o['warmup']} requests" + (f" to {side.name}" if len(sides) > 1
                                                                           else "") + " ...")
-                runner.run(concurrency=min(levels[0][0] or 1, self.o["warmup"]), count=self.o["warmup"])
+                view.before()
+                warmup = runner.run(concurrency=min(levels[0][0] or 1, self.o["warmup"]), count=self.o["warmup"])
+                view.after(warmup, {})  # the server has counted the warm-up before the first level's scrape
         done: list[list[tuple[LevelResult, dict[str, Any]]]] = [[] for _ in sides]
         for concurrency, rate in levels:
             for side, runner, results, view in zip(sides, runners, done, views):

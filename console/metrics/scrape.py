@@ -7,6 +7,7 @@ its ``model`` label (Triton's and this backend's) or ``model_name`` (vLLM's).
 
 from __future__ import annotations
 
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -107,6 +108,8 @@ def scrape(url: str, timeout: float = TIMEOUT_S) -> Scrape:
             body = response.read(MAX_BYTES + 1)
     except urllib.error.HTTPError as exc:
         raise MetricsError(f"no metrics at {url} (HTTP {exc.code})") from None
+    except http.client.HTTPException as exc:  # something that is not an HTTP server answers there
+        raise MetricsError(f"no metrics at {url} (no HTTP answer: {type(exc).__name__})") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         said = getattr(reason, "strerror", None) or " ".join(str(reason).split())

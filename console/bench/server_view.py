@@ -115,7 +115,8 @@ class ServerSide:
             notes.append(f"the server had counted {counted:g} of the level's {expected} requests after "
                          f"{CATCH_UP_S:g} s")
         ttft, queue = figures.get("ttft_ms"), figures.get("queue_ms")
-        generated = next((c for c in map(window.counter, RATES["tokens_per_s"]) if c is not None), None)
+        family = window.present(RATES["tokens_per_s"])
+        generated = window.counter(family) if family else None
         values = {**figures, "prefill_ms": ttft - queue if ttft is not None and queue is not None else None,
                   "tokens_per_s": generated / level.duration if generated is not None and level.duration > 0
                   else None}

@@ -43,14 +43,14 @@ DECODE_SEQUENCES, DECODE_STEPS = "qaic_decode_step_sequences", "qaic_decode_step
 # the table every front end shows: (figure, column label)
 COLUMNS = (
     ("requests_per_s", "req/s"),
+    ("tokens_per_s", "tok/s"),
+    ("slots_used", "slots"),
+    ("waiting", "waiting"),
     ("triton_queue_ms", "queue ms"),
     ("triton_compute_ms", "compute ms"),
     ("queue_ms", "slot wait ms"),
     ("ttft_ms", "TTFT ms"),
     ("decode_step_ms", "step ms"),
-    ("slots_used", "slots"),
-    ("waiting", "waiting"),
-    ("tokens_per_s", "tok/s"),
 )
 HEADER = ("model", *(label for _, label in COLUMNS))
 
@@ -84,10 +84,6 @@ def _delta(before: float | None, after: float | None) -> float | None:
     return after - before if after >= before else None
 
 
-def _first(values: Sequence[float | None]) -> float | None:
-    return next((v for v in values if v is not None), None)
-
-
 def _ratio(numerator: float | None, denominator: float | None, scale: float = 1.0) -> float | None:
     return numerator / denominator * scale if numerator is not None and denominator else None
 
@@ -97,6 +93,11 @@ class Window:
 
     def __init__(self, before: Scrape | None, after: Scrape, model: str) -> None:
         self.before, self.after, self.model = before, after, model
+
+    def present(self, families: Sequence[str]) -> str | None:
+        """The first of ``families`` the later page has for this model (the figure is read from that one only)."""
+        return next((f for f in families if self.after.value(f, self.model) is not None
+                     or self.after.histogram(f, self.model) is not None), None)
 
     def counter(self, family: str) -> float | None:
         earlier = self.before.value(family, self.model) if self.before else None
@@ -119,11 +120,14 @@ class Window:
         seconds = self.after.at - self.before.at if self.before else None
         values: dict[str, float | None] = {}
         for name, families in RATES.items():
-            values[name] = _ratio(_first([self.counter(f) for f in families]), seconds) if seconds else None
+            family = self.present(families)
+            values[name] = _ratio(self.counter(family), seconds) if family and seconds else None
         for name, families in MEANS_MS.items():
-            values[name] = _first([self.mean_ms(f) for f in families])
+            family = self.present(families)
+            values[name] = self.mean_ms(family) if family else None
         for name, families in GAUGES.items():
-            values[name] = _first([self.after.value(f, self.model) for f in families])
+            family = self.present(families)
+            values[name] = self.after.value(family, self.model) if family else None
         requests = self.counter(TRITON_REQUESTS)
         for name, families in TRITON_PER_REQUEST_MS.items():
             parts = [self.counter(f) for f in families]

@@ -22,12 +22,13 @@ def table(look: Look) -> pd.DataFrame:
     return pd.DataFrame(rows(look.figures), columns=list(HEADER))
 
 
-def history(look: Look, name: str, label: str) -> pd.DataFrame:
-    """``name``'s recent values per model against the seconds before the last scrape."""
+def history(look: Look, name: str, label: str) -> pd.DataFrame | None:
+    """``name``'s recent values per model against the seconds before the last scrape (None: no history; a plot
+    given an empty frame draws no line afterwards)."""
     newest = max((f.at for h in look.history.values() for f in h), default=0.0)
     frame = [{"seconds": round(f.at - newest, 1), label: value, "model": model}
              for model, figures in look.history.items() for f, value in zip(figures, look.series(model, name))]
-    return pd.DataFrame(frame, columns=["seconds", label, "model"])
+    return pd.DataFrame(frame, columns=["seconds", label, "model"]) if frame else None
 
 
 def metrics_section(controller: ServerController, metrics_url: str = "") -> None:
@@ -41,7 +42,7 @@ def metrics_section(controller: ServerController, metrics_url: str = "") -> None
     frame = gr.Dataframe(pd.DataFrame(columns=list(HEADER)), label="Per model (queue and compute ms: Triton's, per "
                          "request; slot wait, TTFT and step: the backend's)", interactive=False, elem_id="qc-metrics")
     with gr.Row():
-        plots = [gr.LinePlot(history(Look(None, ""), name, label), x="seconds", y=label, color="model",
+        plots = [gr.LinePlot(None, x="seconds", y=label, color="model",
                              title=label, height=220, elem_id=f"qc-metrics-{name.replace('_', '-')}")
                  for name, label in PLOTS]
 

@@ -9,11 +9,13 @@ typed in its field instead), in a thread worker, once a second; it shows only wh
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.widgets import DataTable, Input, Label, Sparkline, Static
 
 from console.core.controller import Snapshot
@@ -23,6 +25,13 @@ from .fields import Field, row, value
 
 REFRESH_S = 1.0
 PLOTS = (("tokens_per_s", "tok/s"), ("occupancy", "slots"))
+
+
+@dataclass
+class Read(Message):
+    """A worker read the metrics (posted from its thread: post_message is thread-safe)."""
+
+    look: Look
 
 
 class MetricsView(Vertical):
@@ -71,10 +80,13 @@ class MetricsView(Vertical):
     @work(thread=True, group="metrics", exclusive=True)
     def _read(self, snap: Snapshot, override: str) -> None:
         try:
-            look = self.watch.look(snap.server, override)
+            self.post_message(Read(self.watch.look(snap.server, override)))
         finally:
             self._reading = False
-        self.app.call_from_thread(self.show, look)
+
+    @on(Read)
+    def _read_done(self, message: Read) -> None:
+        self.show(message.look)
 
     def show(self, look: Look) -> None:
         """Render ``look``: its line, the table, the picked model's history."""

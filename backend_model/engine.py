@@ -95,13 +95,13 @@ class Engine:
     def encode(self, prompt: str) -> list[int]:
         return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
 
-    def check_prompt(self, prompt_ids: list[int]) -> None:
-        """Raise BadRequest for a prompt the compile dimensions cannot serve."""
+    def check_prompt(self, prompt_ids: list[int], what: str = "the prompt") -> None:
+        """Raise BadRequest for a prompt the compile dimensions cannot serve (``what``: the prompt's name in it)."""
         if not prompt_ids:
-            raise BadRequest("empty prompt")
+            raise BadRequest(f"{what} is empty")
         if len(prompt_ids) >= self.dims.ctx_len:
             raise BadRequest(
-                f"prompt is {len(prompt_ids)} tokens but ctx_len is {self.dims.ctx_len}: "
+                f"{what} is {len(prompt_ids)} tokens but ctx_len is {self.dims.ctx_len}: "
                 "no room to generate (shorten the prompt or compile a longer ctx_len)"
             )
 

@@ -204,10 +204,10 @@ def encode(engine: Any, prompts: list[str]) -> list[list[int]]:
     for i, prompt in enumerate(prompts):
         ids = engine.encode(prompt)
         try:
-            engine.check_prompt(ids)
+            engine.check_prompt(ids, _which(i, len(prompts)))
         except BadRequest as exc:
             whole = f"; nothing was generated for the {len(prompts)} prompts of this request" if len(prompts) > 1 \
                 else ""
-            raise BadRequest(f"{_which(i, len(prompts))}: {exc}{whole}") from None
+            raise BadRequest(f"{exc}{whole}") from None
         encoded.append(ids)
     return encoded

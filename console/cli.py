@@ -24,14 +24,13 @@ from console.headless import Output
 from console.headless import run as run_headless
 from console.metrics.command import metrics_command
 from console.seed_clients import client
-from console.server.embedded import EMBEDDED_DEFAULTS
+from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS, START_TIMEOUT
 from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
 from repo_gen.cli import repo_group
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
-DEFAULT_PROMPT = "What is the capital of France?|Write a haiku about mountains."
 
 
 class _Terminated(Exception):
@@ -170,7 +169,9 @@ def main(ctx: click.Context, **values: Any) -> None:
         ctx.invoke(tui, http_url=values["http_url"] or values["url"], grpc_url=values["grpc_url"], api=values["api"])
         return
     if values["prompt"] is None:  # the main job on the embedded default: without a terminal, a chat answer
-        values.update(prompt=DEFAULT_PROMPT, chat=True)
+        if not (values["url"] or values["http_url"] or values["grpc_url"] or values["quiet"]):
+            click.echo(DEMO_NOTE, err=True)
+        values.update(prompt=DEMO_PROMPTS, chat=True)
     sys.exit(_headless(values))
 
 
@@ -267,20 +268,28 @@ def _watch(controller: ServerController) -> str:
 @click.option("--metrics-port", type=int, default=None, help="Metrics port (default: a free one).")
 @click.option("--tritonserver", "binary", default=None,
               help="tritonserver binary (default: $QAIC_TRITONSERVER, /opt/tritonserver, the nvidia-pytriton wheel).")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for readiness.")
+@click.option("--timeout", type=float, default=START_TIMEOUT, show_default=True,
+              help="Seconds to wait for readiness.")
 @click.option("--log-verbose", type=int, default=0, show_default=True, help="tritonserver --log-verbose level.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address tritonserver listens on (0.0.0.0 exposes it to the network).")
 @click.option("--stop-stale", is_flag=True,
               help="Stop tritonservers that a console which is gone left on this repository or these ports.")
+@click.option("--python-env", type=click.Path(path_type=Path), default=None,
+              help="Virtual or conda environment the Python models run in (default: this console's), e.g. one "
+                   "with vllm; a model's own EXECUTION_ENV_PATH parameter still wins for that model.")
+@click.option("--backend-dir", "backends", multiple=True, type=click.Path(path_type=Path),
+              help="Folder of Python-based backends (NAME/model.py; Triton's vLLM backend as vllm/model.py) the "
+                   "models' `backend: \"NAME\"` can name (repeatable).")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
-          stop_stale: bool, extra: tuple[str, ...]) -> None:
+          stop_stale: bool, python_env: Path | None, backends: tuple[Path, ...], extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
-    A model whose Python backend dies is reported and reloaded. Arguments after the options (or
-    after --) go to tritonserver as they are, e.g.
+    A model that fails to load is named (FAILED, with the reason) and the others serve; a model whose
+    Python backend dies is reported and reloaded. Arguments after the options (or after --) go to
+    tritonserver as they are, e.g.
     `qaic-console serve --model-repository llm_model_dir -- --log-info=false`.
     """
     if not model_repository.is_dir():
@@ -292,7 +301,8 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
         with _signals_raise(signal.SIGTERM):
             controller.start(model_repository, models, timeout, http_port=http_port, grpc_port=grpc_port,
                              metrics_port=metrics_port, binary=binary, log_verbose=log_verbose, extra_args=extra,
-                             host=host, stop_stale=stop_stale)
+                             host=host, stop_stale=stop_stale, exclusive=True, python_env=python_env,
+                             backends=backends)
             started.wait()
             if controller.snapshot.phase == "failed":
                 fail(controller.snapshot.message)

@@ -121,6 +121,8 @@ def answer(server: Adapter, settings: Settings, prompts: list[str], output: Outp
         progress(f"prepared in {prepared.seconds:.1f} s (model config, chat template): not part of the figures below")
     if prepared.ignored:
         progress(f"note: {settings.model} has no input for {', '.join(prepared.ignored)}: not sent")
+    for note in prepared.notes:
+        progress(f"note: {note}")
     printer = Printer(turn, settings, output, out, err, tty)
     try:
         with contextlib.closing(iter(prepared.call)) as events:  # closing an unfinished call cancels it

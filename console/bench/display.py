@@ -61,7 +61,7 @@ class ProgressBar:
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A right-aligned plain-text table (the first column left-aligned)."""
-    cells = [[_cell(c) for c in row] for row in [header, *rows]]
+    cells = [[cell(c) for c in row] for row in [header, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
 
     def line(row: list[str]) -> str:
@@ -71,7 +71,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
 
 
-def _cell(item: Any) -> str:
+def cell(item: Any) -> str:
+    """A table cell: ``-`` for nothing, floats rounded (3 significant digits below 10, else 1 decimal)."""
     if item is None:
         return "-"
     if isinstance(item, float):
@@ -79,12 +80,23 @@ def _cell(item: Any) -> str:
     return str(item)
 
 
-def levels_table(levels: Sequence[dict[str, Any]]) -> str:
-    """The run's console table: one row per level, the headline genai-perf figures."""
+def level_rows(levels: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """(header, rows) of a run's levels: one row per level, the headline genai-perf figures."""
     header = ["level", "requests", "errors", *(label for _, _, label in HEADLINE)]
     rows = [[level_key(lv), lv["request_count"], lv["error_count"],
              *(value(lv, metric, stat) for metric, stat, _ in HEADLINE)] for lv in levels]
-    return table(header, rows)
+    return header, rows
+
+
+def comparison_rows(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
+    """(header, rows) of :func:`results.compare` rows: each run's value, and its ratio to the first run's."""
+    header = ["level", "metric", *names, *(f"{n} / {names[0]}" for n in names[1:])]
+    return header, [[r["level"], r["metric"], *r["values"], *r["ratios"][1:]] for r in rows]
+
+
+def levels_table(levels: Sequence[dict[str, Any]]) -> str:
+    """The run's console table."""
+    return table(*level_rows(levels))
 
 
 def server_table(levels: Sequence[dict[str, Any]]) -> str:
@@ -96,7 +108,5 @@ def server_table(levels: Sequence[dict[str, Any]]) -> str:
 
 
 def compare_table(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
-    """:func:`results.compare` rows: each run's value, and its ratio to the first run's."""
-    header = ["level", "metric", *names, *(f"{n} / {names[0]}" for n in names[1:])]
-    body = [[r["level"], r["metric"], *r["values"], *r["ratios"][1:]] for r in rows]
-    return table(header, body)
+    """The comparison's console table."""
+    return table(*comparison_rows(rows, names))

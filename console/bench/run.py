@@ -139,10 +139,11 @@ class BenchRun:
         keys = ("concurrency", "request_rate", "request_distribution", "requests", "duration", "warmup",
                 "input_file", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
                 "output_tokens_stddev", "seed")
-        settings = target.settings
+        settings, server = target.settings, target.servers[0]
         timeouts = {"network": target.info.network_timeout(settings.timeout),
                     "idle": settings.idle_timeout if settings.mode == "stream" else None}
-        return {"model": target.model, "mode": target.mode, "protocol": settings.protocol, "urls": list(urls),
+        spoke = server.url(settings.mode, settings.protocol)[1]  # what the run spoke: gRPC for a Triton stream
+        return {"model": target.model, "mode": target.mode, "api": server.kind, "protocol": spoke, "urls": list(urls),
                 "timeouts": timeouts, "params": dict(settings.params.values), **{k: self.o[k] for k in keys},
                 "levels": [c if c is not None else r for c, r in self.levels()],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

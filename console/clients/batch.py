@@ -9,6 +9,7 @@ generate endpoint (Triton's HTTP inference refuses decoupled models), over gRPC 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from .call import Arrived, Broke, Call, Probe
-from .errors import SERVER, ClientError
+from .errors import CONNECTION, SERVER, ClientError
 from .events import Event, Failure, ModelInfo, Reply, Timeouts
 from .interfaces import Outputs
 from .params import GenerationParams
@@ -97,17 +98,26 @@ class BatchCall(Call):
             self._arrive(Broke(exc))
 
     def _infer_http(self, timeout: float) -> Outputs:
-        import tritonclient.http as httpclient
+        """Triton HTTP inference on this helper thread's own asyncio loop (tritonclient's aiohttp client).
 
-        client = httpclient.InferenceServerClient(
-            self.url, connection_timeout=min(timeout, 30.0), network_timeout=timeout
-        )
+        Not tritonclient's gevent client: a call the caller gave up on (a timeout, a cancel) leaves this daemon
+        thread waiting, and gevent's libev loop, woken by the answer as the process exits, calls into the
+        finalized interpreter and crashes it (exit 139). An asyncio thread just ends there.
+        """
+        return asyncio.run(self._infer_aio(timeout))
+
+    async def _infer_aio(self, timeout: float) -> Outputs:
+        import aiohttp
+        import tritonclient.http.aio as aioclient
+
         try:
-            inputs = self.interface().inputs(httpclient, self.prompts, self.params, streaming=False)
-            result = client.infer(self.model, inputs, request_id=self.request_id)
-            return self.interface().outputs(result, len(self.prompts))
-        finally:
-            client.close()  # an open keep-alive connection delays the server's shutdown
+            async with aioclient.InferenceServerClient(self.url, conn_timeout=timeout) as client:  # closed after
+                inputs = self.interface().inputs(aioclient, self.prompts, self.params, streaming=False)
+                result = await client.infer(self.model, inputs, request_id=self.request_id)
+        except aiohttp.ServerDisconnectedError:  # not an OSError: the server went away mid-request
+            gone = ConnectionResetError("the server closed the connection")
+            raise ClientError(error_message(gone, self.url, self.protocol, lost=True), CONNECTION) from None
+        return self.interface().outputs(result, len(self.prompts))
 
     def _start_grpc(self, timeout: float) -> tuple[Callable[[], None], Callable[[], None]]:
         import tritonclient.grpc as grpcclient

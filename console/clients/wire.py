@@ -16,6 +16,9 @@ from .errors import CANCELLED, CONNECTION, SERVER, TIMEOUT, ClientError
 from .events import ModelInfo, Tensor
 
 PROTOCOLS = ("http", "grpc")
+PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
+CAUSES = ("connection refused", "connection reset", "socket closed", "timed out", "no route to host",
+          "network is unreachable", "name or service not known", "temporary failure in name resolution")
 MAX_NAME = 255  # a model name is a folder name
 _NUMPY = {"BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
           **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
@@ -105,6 +108,13 @@ def reason_of(exc: BaseException) -> str:
     return text[:1].lower() + text[1:] if isinstance(cause, OSError) else text
 
 
+def cause_of(exc: BaseException) -> str:
+    """Why a connection failed: a known cause ("connection refused" ...; gRPC's paragraph and httpx's errno
+    reduced to it), else :func:`reason_of`."""
+    reason = reason_of(exc)
+    return next((known for known in CAUSES if known in reason.lower()), reason)
+
+
 def error_message(exc: BaseException, url: str, protocol: str, lost: bool = False) -> str:
     """One line for a failed call; ``lost``: the server had answered before (it went away)."""
     message = reason_of(exc)
@@ -116,7 +126,8 @@ def error_message(exc: BaseException, url: str, protocol: str, lost: bool = Fals
         hint = ""
         if protocol.lower() == "grpc" and "Socket closed" in message:
             hint = " (is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
-        return f"{what} tritonserver at {url} ({protocol.upper() if protocol == 'http' else protocol}): {message}{hint}"
+        shown = PROTOCOL_NAMES.get(protocol.lower(), protocol)
+        return f"{what} tritonserver at {url} ({shown}): {cause_of(exc)}{hint}"
     return message
 
 

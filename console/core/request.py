@@ -77,12 +77,14 @@ class Prepared:
     call: Call
     ignored: list[str]  # set controls this model has no input for (not sent)
     seconds: float  # spent preparing (model config, chat template) before sending
+    notes: list[str] = field(default_factory=list)  # how the controls go out, where a user should know
 
     @property
     def controls(self) -> dict[str, Any]:
-        """The controls as they go out (the console's greedy default included where a server samples unless told)."""
+        """The controls as they go out (the console's greedy default where a server samples unless told, and "up to
+        the context" as this server understands it)."""
         interface = interface_of(self.info)
-        return {k: v for k, v in interface.greedy(self.call.params).values.items() if k not in self.ignored}
+        return {k: v for k, v in interface.sent(self.call.params).values.items() if k not in self.ignored}
 
 
 def params_for(settings: Settings, request_id: str) -> GenerationParams:
@@ -111,7 +113,8 @@ def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history
                         (settings.idle_timeout or None) if settings.mode == "stream" else None)
     params = params_for(settings, request_id or new_request_id())
     call = server.call(settings.mode, settings.protocol, info, framed, params, timeouts)
-    return Prepared(info, framed.sent, call, interface.ignored(settings.params), time.perf_counter() - t0)
+    return Prepared(info, framed.sent, call, interface.ignored(settings.params), time.perf_counter() - t0,
+                    interface.notes(settings.params))
 
 
 def read_info(server: Adapter, settings: Settings) -> ModelInfo:
@@ -158,6 +161,7 @@ class Exchange:
         else:
             turn.sent, turn.ignored, turn.prepare_seconds = prepared.sent, prepared.ignored, prepared.seconds
             turn.params.update(prepared.controls)
+            turn.notes = prepared.notes
             turn.sent_at = time.perf_counter()
             with self._lock:
                 self.call = prepared.call

@@ -29,6 +29,7 @@ class Turn:
     echo: bool = False  # show each prompt (as typed) before its reply
     sent: list[str] = field(default_factory=list)  # after the chat template (the prompts in raw mode)
     ignored: list[str] = field(default_factory=list)  # controls the model did not receive
+    notes: list[str] = field(default_factory=list)  # how the controls went out, where a user should know
     started: float = field(default_factory=time.time)
     sent_at: float | None = None  # perf_counter when the request went out
     prepare_seconds: float = 0.0  # model config + chat template, before sending
@@ -84,6 +85,14 @@ class Turn:
         reason = reply.finish_reason if reply is not None else (self.failure.kind if self.failure else "")
         return f"{reason or '?'} · {format_stats(stats)}" if stats is not None else reason
 
+    def remarks(self) -> list[str]:
+        """What the figures alone do not say: controls the model never got, how some went out, a batch model
+        that answered a stream in one response."""
+        lines = [f"not sent: {', '.join(self.ignored)} ({self.model} has no input for them)"] if self.ignored else []
+        lines += self.notes
+        batch = batch_model_note(self.model, self.mode, list(self.replies.values()))
+        return lines + ([batch] if batch else [])
+
     # ---- export
 
     def as_json(self) -> dict[str, Any]:
@@ -106,6 +115,7 @@ class Turn:
             "chat": self.chat,
             "params": self.params,
             "ignored_controls": self.ignored,
+            "notes": self.notes,
             "prepare_ms": round(self.prepare_seconds * 1000, 1),
             "replies": answers,
             "error": self.failure.message if self.failure else None,

@@ -11,11 +11,16 @@ from pathlib import Path
 from backend_model.models import cache_root
 
 from . import logparse
-from .process import TritonServer
+from .process import START_TIMEOUT, TritonServer
 
 EMBEDDED_DEFAULTS = {"stream": "smollm2_decoupled", "batch": "smollm2_kv", "generate": "smollm2_kv"}
 DEFAULT_MODELS = tuple(dict.fromkeys(EMBEDDED_DEFAULTS.values()))  # what the consoles load by default
-START_TIMEOUT = 600.0
+# `qaic-console` without a terminal (`make run` piped): a chat demo on the embedded stream sample. Prompts this tiny
+# model answers right and briefly, at int4 (the demo samples) and fp32 alike, alone and together: kept from some sixty
+# tried on the served model (chat template, greedy); "the capital of France" came back as "L'Étoile".
+DEMO_PROMPTS = "What is the capital of Japan?|Name three primary colors."
+DEMO_NOTE = ("demo: the embedded SmolLM2-135M-Instruct (135M parameters, 4-bit on this CPU: quick, right on simple "
+             "questions) answers two prompts through a real tritonserver; on a terminal qaic-console opens the console")
 
 Progress = Callable[[str], None]
 

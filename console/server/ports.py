@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+from .stale import find_servers
+
 
 def free_port() -> int:
     """A TCP port free right now on all interfaces."""
@@ -33,3 +35,11 @@ def port_in_use(port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def port_taken(port: int) -> str | None:
+    """None when ``port`` is free, else one line saying so (naming the tritonserver that holds it, if one does)."""
+    if not port_in_use(port):
+        return None
+    holders = find_servers(ports=[port])
+    return f"port {port} is in use" + (f" by {holders[0].describe()}" if holders else "")

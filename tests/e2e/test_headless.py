@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from helpers import wait_for_log
 
 from console.cli import main
+from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS
 from console.server.logparse import startup_line as _startup_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +108,25 @@ def test_bad_input_gives_one_error_line(embedded_server) -> None:
     assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--timeout", "-1"), "timeout must be >= 0")
     assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--chat", "--tokenizer", "/nonexistent"),
                           "tokenizer folder /nonexistent does not exist")
+
+
+def test_a_timed_out_http_batch_call_exits_with_the_timeouts_code_every_time(embedded_server) -> None:
+    """Triton finishes a timed-out HTTP request: its answer arrives while the process exits. That once crashed
+    the exit now and then (exit 139: the HTTP client's event loop woke in a finalized interpreter)."""
+    from console.clients import GenerationParams, infer
+
+    prompt = "Once upon a time, in a land far away,"
+    params = GenerationParams(max_tokens=24, min_tokens=24)
+    (reply,) = infer(embedded_server.http_url, "smollm2_kv", [prompt], params).replies()
+    timeout = f"{reply.stats.request_latency / 2:.3f}"  # the answer comes soon after the timeout, as the exit runs
+    cmd = [sys.executable, "-c", "from console.cli import main; main()", "--prompt", prompt, "--mode", "batch",
+           "--url", embedded_server.http_url, "--max-tokens", "24", "--min-tokens", "24", "--timeout", timeout]
+    codes = []
+    for _ in range(12):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert f"network timeout: smollm2_kv did not finish within {float(timeout):g} s" in done.stderr, done.stderr
+        codes.append(done.returncode)
+    assert codes == [1] * 12
 
 
 def test_chat_template_of_the_embedded_model(embedded_server) -> None:
@@ -215,6 +235,26 @@ def test_headless_serves_the_embedded_model(tmp_path: Path) -> None:
     proc = subprocess.run([*base, "--model", "mistral_7b", "--prompt", "x"], capture_output=True, text=True,
                           timeout=60, env=env, cwd=ROOT)
     assert proc.returncode == 1 and proc.stderr.startswith("error: model 'mistral_7b' is not an embedded sample")
+    demo = subprocess.run(base, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+    assert demo.returncode == 0, demo.stderr  # no terminal: the demo, first saying what answers it
+    assert demo.stderr.splitlines()[0] == DEMO_NOTE and "SmolLM2-135M-Instruct" in DEMO_NOTE
+    assert "Tokyo" in demo.stdout.split("[2/2]")[0]
+
+
+# the answers of the demo prompts (make run without a terminal): its first impression
+DEMO_ANSWERS = {"What is the capital of Japan?": ("Tokyo",), "Name three primary colors.": ("red", "blue", "yellow")}
+
+
+@pytest.mark.parametrize("model", ["smollm2_decoupled", "smollm2_decoupled_fp32"])  # the demo's int4, and fp32
+def test_the_demo_prompts_are_answered_right_and_briefly(embedded_server, model: str) -> None:
+    result = cli("--prompt", DEMO_PROMPTS, "--chat", "--url", embedded_server.grpc_url, "--model", model, "--json")
+    assert result.exit_code == 0, result.output
+    rows = json_lines(result)
+    assert [row["prompt"] for row in rows] == list(DEMO_ANSWERS)
+    for row in rows:
+        assert all(word in row["text"].lower() for word in map(str.lower, DEMO_ANSWERS[row["prompt"]])), row
+        assert row["finish_reason"] == "eos" and row["output_tokens"] < 40, row  # an answer, not a loop
 
 
 def test_each_prompt_reports_figures_ending_at_its_own_last_token(embedded_server) -> None:

@@ -26,8 +26,8 @@ from console.cli import main
 SDK_22_12 = ["tritonclient[all]==2.29.0", "numpy<1.25"]  # what nvcr.io/nvidia/tritonserver:22.12-py3-sdk has
 PROMPT = "My name is|Maroon bells"
 SEED_MISTRAL = {"num_cores": 16, "prefill_seq_len": 32, "ctx_len": 256, "full_batch_size": 3, "mxfp6_matmul": True}
-BACKEND_MODULES = ("errors", "parameters", "compile_config", "qpc", "contract", "sampling", "detok", "engine",
-                   "models", "qaic_session", "build")  # all but cpu_session (torch) and triton_model (the server's)
+BACKEND_MODULES = ("errors", "parameters", "compile_config", "cpu_support", "qpc", "contract", "sampling", "detok",
+                   "engine", "models", "qaic_session", "build")  # not the torch sessions, nor the server's triton_model
 
 
 def _bare_venv() -> tuple[Path, str]:
@@ -161,8 +161,8 @@ def test_a_foreign_backend_folder_is_copied_and_its_interface_named(exported: Pa
         'input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
         'output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]\n$parameters\n')
     done = subprocess.run([*bare_generator(), "generate_llm_model_repo.py", "--model_name", "theirs",
-                           "--python_backend_dir", str(foreign)], cwd=exported / "llm-models", capture_output=True,
-                          text=True, timeout=120)
+                           "--hf_model_name", "org/theirs", "--python_backend_dir", str(foreign)],
+                          cwd=exported / "llm-models", capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "is not qaic-console's backend" in done.stderr and "its own config.pbtxt.tmpl" in done.stderr
     assert "declares inputs text_input -> outputs text_output" in done.stderr

@@ -41,7 +41,7 @@ def twin_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder; ``qaic-console onnx export`` writes the regular one; the other models name a graph."""
     root = tmp_path_factory.mktemp("twin")
     repo = root / "repo"
-    generate_model(repo, "onnx_cb", CONTINUOUS, "--engine", "onnx")
+    generate_model(repo, "onnx_cb", CONTINUOUS, "--engine", "onnx", "--hf_model_name", "embedded")
     graph = repo / "onnx_cb" / json.loads((repo / "onnx_cb" / "compile_config.json").read_text())["onnx_path"]
     generate_model(repo, "onnx_cb_decoupled", {**CONTINUOUS, "onnx_path": str(graph)}, "--engine", "onnx",
                    "--decoupled")

@@ -257,7 +257,7 @@ def test_controls_are_checked_zero_is_sent_and_ignored_ones_are_named(web: Web) 
     web.send("hello")
     answer = web.answers()[-1]
     assert answer.startswith("echo: hello")
-    assert "not sent, echo_llm has no input for: max_tokens, seed" in answer
+    assert "not sent: max_tokens, seed (echo_llm has no input for them)" in answer
     turn = web.export()["turns"][-1]
     assert turn["params"]["seed"] == 0 and "top_p" not in turn["params"]
     assert turn["ignored_controls"] == ["max_tokens", "seed"]

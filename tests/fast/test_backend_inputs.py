@@ -136,15 +136,18 @@ def test_a_prompt_too_long_is_named_and_no_prompt_is_answered_silently() -> None
         def encode(self, prompt: str) -> list[int]:
             return [1] * len(prompt.split())
 
-        def check_prompt(self, ids: list[int]) -> None:
+        def check_prompt(self, ids: list[int], what: str) -> None:
             if len(ids) >= 8:
-                raise BadRequest(f"prompt is {len(ids)} tokens but ctx_len is 8")
+                raise BadRequest(f"{what} is {len(ids)} tokens but ctx_len is 8")
 
     assert encode(Engine(), ["a b", "c"]) == [[1, 1], [1]]
     with pytest.raises(BadRequest) as error:
         encode(Engine(), ["fine", "w " * 9])
-    assert str(error.value) == ("prompt 2 of 2: prompt is 9 tokens but ctx_len is 8; nothing was generated for the "
+    assert str(error.value) == ("prompt 2 of 2 is 9 tokens but ctx_len is 8; nothing was generated for the "
                                 "2 prompts of this request")
+    with pytest.raises(BadRequest) as error:
+        encode(Engine(), ["w " * 9])
+    assert str(error.value) == "the prompt is 9 tokens but ctx_len is 8"  # said once ("the prompt: prompt is ...")
 
 
 TEXTS = ["lorem ipsum " * 50, "ж" * 300, "🙂" * 200, "\x01\x02" * 100, "a" * 2000, "<|im_start|>" * 50,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from repo_gen.samples import EMBEDDED_SAMPLES, SAMPLES, SEED_SAMPLES, write_samp
 from repo_gen.writer import PRECISIONS, ModelSpec, RepoError, write_model
 
 SEED_BACKEND = "/opt/qti-aic/integrations/triton/backends/qaic/qaic_backend_python/"
+EMBEDDED = ("--hf_model_name", "embedded")  # what a custom model loads on the CPU when nothing else is given
 
 
 # --------------------------------------------------------------------------- helpers
@@ -185,12 +187,34 @@ def test_flags_override_sample_defaults(tmp_path: Path) -> None:
 
 def test_custom_model_defaults(tmp_path: Path) -> None:
     """No sample, no QPC: the template's defaults, kv_cache, batch, empty compile config (backend defaults)."""
-    assert run(["gen", "--model_name", "my.model-1", "-o", str(tmp_path)]).exit_code == 0
+    assert run(["gen", "--model_name", "my.model-1", *EMBEDDED, "-o", str(tmp_path)]).exit_code == 0
     folder = tmp_path / "my.model-1"
     params = params_of(folder)
     assert (params["use_kv_cache"], params["engine"], params["precision"]) == ("true", "auto", "fp32")
     assert json.loads((folder / "compile_config.json").read_text()) == {}
     assert inspect_model(folder).compile == compile_config.validate({})
+
+
+@pytest.mark.parametrize(("args", "guess"), [
+    (["--model_name", "mistral_7B"], "did you mean mistral_7b?"),
+    (["--model_name", "smollm2-decoupled"], "did you mean smollm2_decoupled?"),
+    (["--model_name", "my_model"], "the samples are in --help"),
+    (["--model_name", "my_model", "--hf_model_name"], "the samples are in --help"),  # bare: no model given
+    (["--model_name", "my_model", "--engine", "onnx"], "the samples are in --help"),  # no graph named
+])
+def test_a_name_that_is_not_a_sample_needs_something_to_load(tmp_path: Path, args: list[str], guess: str) -> None:
+    """A typo of a sample's name used to write an embedded SmolLM2 model without a word."""
+    out = tmp_path / "out"
+    line = assert_error(run(["gen", *args, "-o", str(out)]), f"is not a sample ({guess})")
+    assert "needs --aic_binary_dir <path/to/qpc> or --hf_model_name <org/model>" in line
+    assert not out.exists()
+
+
+def test_a_custom_model_named_like_a_sample_is_written_with_a_note(tmp_path: Path) -> None:
+    result = run(["gen", "--model_name", "Mistral_7b", "--hf_model_name", "org/m", "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "note: Mistral_7b is not a sample (did you mean mistral_7b?): writing a custom model" in result.stderr
+    assert params_of(tmp_path / "Mistral_7b")["hf_model_name"] == "org/m"
 
 
 @pytest.mark.parametrize(("where", "entries", "expected"), [
@@ -329,16 +353,16 @@ def test_copy_failure_through_cli_leaves_nothing(tmp_path: Path, backend_dir: Pa
     os.symlink(tmp_path / "nowhere", backend_dir / "dangling.py")
     out = tmp_path / "out"
     out.mkdir()
-    assert_error(run(["gen", "--model_name", "m", "--python_backend_dir", str(backend_dir), "-o", str(out)]),
-                 "dangling.py")
+    assert_error(run(["gen", "--model_name", "m", *EMBEDDED, "--python_backend_dir", str(backend_dir), "-o",
+                      str(out)]), "dangling.py")
     assert list(out.iterdir()) == []
 
 
 def test_failed_force_keeps_the_old_model(tmp_path: Path, backend_dir: Path) -> None:
-    assert run(["gen", "--model_name", "m", "-o", str(tmp_path / "out")]).exit_code == 0
+    assert run(["gen", "--model_name", "m", *EMBEDDED, "-o", str(tmp_path / "out")]).exit_code == 0
     before = tree(tmp_path / "out")
     os.symlink(tmp_path / "nowhere", backend_dir / "dangling.py")
-    result = run(["gen", "--model_name", "m", "--force", "--python_backend_dir", str(backend_dir),
+    result = run(["gen", "--model_name", "m", *EMBEDDED, "--force", "--python_backend_dir", str(backend_dir),
                   "-o", str(tmp_path / "out")])
     assert_error(result)
     assert tree(tmp_path / "out") == before
@@ -363,7 +387,7 @@ def test_precisions_match_the_cpu_engine() -> None:
 
 def test_generated_folders_are_not_private(tmp_path: Path) -> None:
     """The temp folder is private (mkdtemp); the model folder renamed from it gets the umask's mode."""
-    assert run(["gen", "--model_name", "m", "-o", str(tmp_path)]).exit_code == 0
+    assert run(["gen", "--model_name", "m", *EMBEDDED, "-o", str(tmp_path)]).exit_code == 0
     (tmp_path / "reference").mkdir()
     assert (tmp_path / "m").stat().st_mode == (tmp_path / "reference").stat().st_mode
 
@@ -431,7 +455,7 @@ def test_cpu_threads_reach_the_engine_settings(tmp_path: Path) -> None:
     from backend_model.build import BackendSettings
     from backend_model.contract import SessionError
 
-    result = run(["gen", "--model_name", "threaded", "--cpu_threads", "1", "-o", str(tmp_path)])
+    result = run(["gen", "--model_name", "threaded", *EMBEDDED, "--cpu_threads", "1", "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output
     config = (tmp_path / "threaded" / "config.pbtxt").read_text()
     assert 'key: "cpu_threads" value: { string_value: "1" }' in config
@@ -446,8 +470,16 @@ def test_compile_config_from_a_pipe_is_read_once(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_text('{"ctx_len": 256, "full_batch_size": 2}'))
     writer.start()
-    result = run(["gen", "--model_name", "piped", "--compile_config_path", str(fifo), "-o", str(tmp_path / "out")])
+    result = run(["gen", "--model_name", "piped", *EMBEDDED, "--compile_config_path", str(fifo), "-o",
+                  str(tmp_path / "out")])
     writer.join()
     assert result.exit_code == 0, result.output
     written = json.loads((tmp_path / "out" / "piped" / "compile_config.json").read_text())
     assert written == {"ctx_len": 256, "full_batch_size": 2}
+
+
+def test_the_readme_names_every_embedded_sample() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if "repo samples --embedded" in line)
+    stem, names = re.search(r"# (\w+?)_\{([^}]*)\}", line).groups()
+    assert sorted(f"{stem}_{name}" for name in names.split(",")) == sorted(EMBEDDED_SAMPLES)

@@ -112,7 +112,7 @@ def test_a_turn_says_what_it_spent_before_sending_and_which_controls_it_did_not_
     turn.prepare_seconds, turn.ignored = 0.0123, ["seed", "stop"]
     last = views.messages([turn])[-1]["content"]
     assert "prepared in 12 ms before sending (model config, chat template; not part of ttft)" in last
-    assert "not sent, smollm2_kv has no input for: seed, stop" in last
+    assert "not sent: seed, stop (smollm2_kv has no input for them)" in last
 
 
 def test_speed_tab_measures_stream_ttft_and_batch_latency_apart_in_ms() -> None:

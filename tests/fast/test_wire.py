@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from console.clients import (
@@ -93,3 +95,16 @@ def test_an_over_long_model_name_is_refused_before_any_connection() -> None:
 
     with pytest.raises(ClientError, match=r"model name is too long \(400 bytes in UTF-8\).*at most 255 bytes"):
         model_info("127.0.0.1:1", "é" * 200)
+
+
+@pytest.mark.parametrize(("protocol", "name"), [("http", "HTTP"), ("grpc", "gRPC")])
+def test_nothing_listening_is_said_in_words(protocol: str, name: str) -> None:
+    """Not urllib's raw ``<urlopen error [Errno 111] Connection refused>``, nor gRPC's paragraph."""
+    from console.clients import model_info
+
+    with socket.socket() as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ClientError) as error:
+        model_info(f"127.0.0.1:{port}", "m", protocol=protocol)
+    assert str(error.value) == f"cannot reach tritonserver at 127.0.0.1:{port} ({name}): connection refused"

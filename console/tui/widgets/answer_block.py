@@ -14,7 +14,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from console.clients import CANCELLED, format_stats
-from console.core.turns import Turn, batch_model_note
+from console.core.turns import Turn
 
 
 def elapsed(turn: Turn) -> float:
@@ -48,14 +48,8 @@ def figures_line(turn: Turn, index: int, preparing: str = "") -> str:
 
 
 def turn_notes(turn: Turn) -> list[str]:
-    """What the turn's figures alone do not say: controls the model never got, a batch model on a stream."""
-    lines = []
-    if turn.ignored:
-        lines.append(f"not sent: {', '.join(turn.ignored)} ({turn.model} has no input for them)")
-    batch = batch_model_note(turn.model, turn.mode, list(turn.replies.values()))
-    if batch:
-        lines.append(batch)
-    return lines
+    """What the turn's figures alone do not say (:meth:`Turn.remarks`)."""
+    return turn.remarks()
 
 
 class AnswerBlock(Vertical):

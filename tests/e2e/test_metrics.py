@@ -181,7 +181,8 @@ def test_every_bench_level_carries_the_servers_side(embedded_server, tmp_path: P
     assert [float(r["server_tokens_per_s"]) for r in rows] == [lv["server"]["tokens_per_s"]
                                                                for lv in document["levels"]]
     assert (out / "ttft_breakdown.png").stat().st_size > 0
-    assert "server side" in (out / "bench.html").read_text()
+    page_text = (out / "bench.html").read_text()
+    assert "<h3>Server side</h3>" in page_text and f"metrics: {embedded_server.handle.metrics_url}" in page_text
 
 
 def test_a_bench_on_a_server_without_metrics_says_so(embedded_server, tmp_path: Path) -> None:
@@ -192,3 +193,19 @@ def test_a_bench_on_a_server_without_metrics_says_so(embedded_server, tmp_path: 
     assert result.exit_code == 0, result.output
     level = json.loads(result.stdout)["levels"][0]
     assert level["server"] == {"note": f"no metrics at http://{nowhere}/metrics (connection refused)"}
+
+
+def test_an_openai_server_without_a_metrics_page_is_said_to_have_none(embedded_server, llama_server) -> None:
+    page_url = f"{llama_server.base_url.removesuffix('/v1')}/metrics"
+    result = CliRunner().invoke(main, ["metrics", "--url", llama_server.base_url, "--interval", "0.2"])
+    assert result.exit_code == 1
+    assert f"error: no metrics at {page_url} (HTTP 404); guessed at /metrics beside /v1" in result.output
+    run = CliRunner().invoke(main, ["bench", "--url", embedded_server.grpc_url, "--metrics-url",
+                                    embedded_server.handle.metrics_url, "--compare-url", llama_server.base_url,
+                                    "--requests", "2", "--warmup", "0", "--input-tokens-mean", "8",
+                                    "--output-tokens-mean", "3", "--plots", "none", "-q", "--json", "-o",
+                                    str(Path(llama_server.log).parent / "bench")])
+    assert run.exit_code == 0, run.output
+    ours, theirs = (target["levels"][0]["server"] for target in json.loads(run.stdout)["targets"])
+    assert ours["ttft_ms"] > 0 and ours["note"] == f"metrics: {embedded_server.handle.metrics_url}"
+    assert theirs == {"note": f"no metrics at {page_url} (HTTP 404)"}

@@ -187,15 +187,16 @@ class Engine:
     def _prefill(self, batch: list[Sequence]) -> list[Update]:
         """Chunked prefill: one sequence per run with continuous batching, else the whole batch."""
         groups = [[s] for s in batch] if self.dims.continuous else [batch]
-        updates = []
+        updates, prefilled = [], []
         for group in groups:
             try:
                 logits = self._prefill_rows(group)
             except Exception as exc:  # the session failed: these sequences end, the engine serves on
                 updates += [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in group]
                 continue
-            self.meter.prefilled(group)
+            prefilled += group
             updates += self._advance(group, logits)
+        self.meter.prefilled(prefilled)  # their first tokens leave with this step's updates
         return updates
 
     def _prefill_rows(self, group: list[Sequence]) -> np.ndarray:

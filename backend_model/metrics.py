@@ -56,7 +56,8 @@ METRICS = (
     Spec("qaic_request_rejected_total", COUNTER, "Requests refused before they ran (bad input)."),
     Spec("qaic_request_queue_time_seconds", HISTOGRAM, "Time a sequence waited for a slot.", REQUEST_BUCKETS),
     Spec("qaic_time_to_first_token_seconds", HISTOGRAM,
-         "From a sequence's arrival at the engine to its first token (queue and prefill).", REQUEST_BUCKETS),
+         "From a sequence's arrival at the engine until its first token leaves it (queue, then the prefill step, "
+         "every prompt admitted with it included).", REQUEST_BUCKETS),
     Spec("qaic_time_per_output_token_seconds", HISTOGRAM,
          "A sequence's mean time per output token after the first.", TOKEN_BUCKETS),
     Spec("qaic_prefill_chunk_seconds", HISTOGRAM, "One prefill chunk run on the session.", STEP_BUCKETS),
@@ -78,7 +79,8 @@ class Meter:
         """One prefill chunk ran."""
 
     def prefilled(self, seqs: list[Any]) -> None:
-        """Sequences' prompts are in the cache; each gets its first token now."""
+        """A prefill step put these sequences' prompts in the cache; their first tokens leave the engine now
+        (with the step's updates, so after every prefill of the step)."""
 
     def decode_step(self, seconds: float, seqs: list[Any]) -> None:
         """One decode step ran for ``seqs`` (one token each)."""
@@ -126,13 +128,15 @@ class Recorder(Meter):
         now = self.clock()
         with self._lock:
             for seq in seqs:
-                if seq.filler:
+                if seq.filler or seq.id not in self._arrived or seq.id in self._first:
                     continue
                 self._first[seq.id] = now
                 self._count("qaic_prompt_tokens_total", len(seq.prompt_ids))
                 self._count("qaic_generation_tokens_total", 1)
-                if seq.id in self._arrived:
-                    self._observed.append(("qaic_time_to_first_token_seconds", now - self._arrived[seq.id]))
+                self._observed.append(("qaic_time_to_first_token_seconds", now - self._arrived[seq.id]))
+        for seq in seqs:  # ended with their first token (held back by finished() until now)
+            if seq.finished:
+                self.finished(seq)
 
     def decode_step(self, seconds: float, seqs: list[Any]) -> None:
         real = sum(not seq.filler for seq in seqs)
@@ -147,6 +151,8 @@ class Recorder(Meter):
         now = self.clock()
         reason = seq.finish_reason or "error"
         with self._lock:
+            if seq.tokens and seq.id not in self._first and seq.id in self._arrived:
+                return  # it ended with its first token, still in its prefill step: prefilled() counts it
             if self._arrived.pop(seq.id, None) is None:  # already counted
                 return
             first = self._first.pop(seq.id, None)

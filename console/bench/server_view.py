@@ -1,12 +1,13 @@
-"""The server's side of every bench level: its metrics page scraped before and after the level, the card's
-telemetry sampled during it.
+"""The server's side of every bench level: its metrics page scraped before and after the level, the card's telemetry
+sampled during it.
 
-Each level's summary gets ``server``: Triton's queue and compute time per request, the backend's slot wait, time
-to first token, prefill (TTFT less the slot wait), prefill chunk, decode step and time per output token, the mean
-slot occupancy of a decode step and its tokens, the tokens/s the server counted; for a streamed level, where the
-client's TTFT went (``ttft_breakdown_ms``: queue, prefill, and the rest: network, reading and tokenising the
-request, responses). ``note`` says where the figures come from, or why there are none. And ``card``: qaic-util's
-mean power, peak temperature, NSP and memory use, and tokens per joule when power is known ("no card" here).
+Each level's summary gets ``server``: Triton's queue and compute time per request, the backend's slot wait, time to
+first token, prefill (TTFT less the slot wait: the whole prefill step), prefill chunk, decode step and time per
+output token, the mean slot occupancy of a decode step and its tokens, the tokens/s the server counted; for a
+streamed level, where the client's TTFT went (``ttft_breakdown_ms``: queue, prefill, and the rest: network, reading
+and tokenising the request, responses). ``note`` says where the figures come from, or why there are none. And
+``card``: qaic-util's mean power, peak temperature, NSP and memory use, and tokens per joule when power is known
+("no card" here).
 """
 
 from __future__ import annotations

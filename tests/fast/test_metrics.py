@@ -4,6 +4,7 @@ documentation shows it."""
 
 from __future__ import annotations
 
+import itertools
 import types
 
 import pytest
@@ -157,6 +158,25 @@ def test_the_engine_tells_its_recorder_every_token_step_and_ending(tokenizer) ->
     gauges = engine_gauges(engine)
     assert gauges["qaic_slots"] == 3 and gauges["qaic_num_requests_running"] == 0 and gauges[
         "qaic_kv_cache_usage_perc"] == 0
+
+
+def test_a_first_token_is_timed_when_it_leaves_with_its_prefill_step(tokenizer) -> None:
+    from backend_model.contract import Dims
+
+    dims = Dims(batch_size=1, prefill_seq_len=4, ctx_len=128, vocab=len(tokenizer), full_batch_size=3)
+    engine = Engine(ZeroCostSession(dims, digit_tokens(tokenizer)), tokenizer)
+    ticks = itertools.count()
+    engine.meter = recorder = Recorder(clock=lambda: float(next(ticks)))  # every reading a tick later
+    prompts = ["one two three four five six", "seven", "eight nine"]  # one step prefills all three, one by one
+    seqs = engine.generate(prompts, SamplingParams(max_tokens=1, ignore_eos=True))  # each ends with its first token
+    counts, observed = recorder.take()
+    ttfts = [seconds for name, seconds in observed if name == "qaic_time_to_first_token_seconds"]
+    left = {arrived + ttft for arrived, ttft in zip((0.0, 1.0, 2.0), ttfts)}  # queued at the first three ticks
+    assert len(ttfts) == 3 and len(left) == 1, "the three first tokens leave together, after every prefill"
+    assert counts[("qaic_request_success_total", "length")] == 3 and counts[("qaic_generation_tokens_total", "")] == 3
+    assert counts[("qaic_prompt_tokens_total", "")] == sum(len(s.prompt_ids) for s in seqs)
+    assert "qaic_time_per_output_token_seconds" not in {name for name, _ in observed}
+    assert not recorder._arrived and not recorder._first, "nothing is kept for a sequence that ended"
 
 
 def test_a_triton_without_the_metrics_api_serves_without_metrics_and_says_so_once() -> None:

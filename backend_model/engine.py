@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ from .detok import Detokenizer, max_prompt_bytes, token_bytes_table
 from .errors import BadRequest
 from .grammar import Grammars, Matcher
 from .logprobs import Scores, TokenLogprob, TokenTexts
+from .metrics import Meter
 from .sampling import Sampler, SamplingParams
 
 _ids = itertools.count(1)
@@ -81,7 +83,8 @@ class Update:
 
 
 class Engine:
-    """Owns a session; thread-safe ``submit``/``cancel``; ``step`` from one worker thread."""
+    """Owns a session; thread-safe ``submit``/``cancel``; ``step`` from one worker thread; tells ``meter`` (see
+    :mod:`.metrics`) what the loop does."""
 
     def __init__(self, session: Session, tokenizer, eos_ids: Iterable[int] = ()) -> None:
         self.session = session
@@ -100,6 +103,7 @@ class Engine:
         self.queue: deque[Sequence] = deque()
         self._lock = threading.Condition()
         self.default_max_tokens: int | None = None  # a request without max_tokens gets this (None: to EOS/ctx_len)
+        self.meter = Meter()  # told what the loop does (the Triton glue gives it one that publishes)
 
     # -- requests -------------------------------------------------------------------------
     def encode(self, prompt: str) -> list[int]:
@@ -151,6 +155,7 @@ class Engine:
         return seq
 
     def enqueue(self, seqs: list[Sequence]) -> None:
+        self.meter.queued(seqs)
         with self._lock:
             self.queue.extend(seqs)
             self._lock.notify_all()
@@ -221,19 +226,22 @@ class Engine:
         for slot, seq in zip(free, batch):
             seq.slot = slot
             self.slots[slot] = seq
+        self.meter.admitted(batch)
         return batch
 
     def _prefill(self, batch: list[Sequence]) -> list[Update]:
         """Chunked prefill: one sequence per run with continuous batching, else the whole batch."""
         groups = [[s] for s in batch] if self.dims.continuous else [batch]
-        updates = []
+        updates, prefilled = [], []
         for group in groups:
             try:
                 logits = self._prefill_rows(group)
             except Exception as exc:  # the session failed: these sequences end, the engine serves on
                 updates += [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in group]
                 continue
+            prefilled += group
             updates += self._advance(group, logits)
+        self.meter.prefilled(prefilled)  # their first tokens leave with this step's updates
         return updates
 
     def _prefill_rows(self, group: list[Sequence]) -> np.ndarray:
@@ -253,7 +261,9 @@ class Engine:
             inputs = {"input_ids": ids[:, window], "position_ids": pos[:, window]}
             if self.dims.continuous:
                 inputs["batch_index"] = np.array([[group[0].slot]], dtype=np.int64)
+            started = time.perf_counter()
             logits = self.session.run(inputs)["logits"]
+            self.meter.prefill_chunk(time.perf_counter() - started)
             # a row's logits matter in the chunk that holds its last prompt token
             for r, seq in enumerate(group):
                 if c == (len(seq.prompt_ids) - 1) // chunk:
@@ -271,10 +281,12 @@ class Engine:
         inputs = {"input_ids": fed[:, :1].copy(), "position_ids": fed[:, 1:].copy()}
         if self.dims.continuous:
             inputs["batch_index"] = np.arange(rows, dtype=np.int64).reshape(rows, 1)
+        started = time.perf_counter()
         try:
             logits = self.session.run(inputs)["logits"]
         except Exception as exc:
             return [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in active]
+        self.meter.decode_step(time.perf_counter() - started, active)
         return self._advance(active, logits[[s.slot for s in active], -1])
 
     def _choose(self, seq: Sequence, row: np.ndarray) -> tuple[int, tuple[TokenLogprob, ...]]:
@@ -363,6 +375,7 @@ class Engine:
         return self._update(seq, prefix + tail, True)
 
     def _release(self, seq: Sequence) -> None:
+        self.meter.finished(seq)
         if 0 <= seq.slot < len(self.slots) and self.slots[seq.slot] is seq:
             if self.dims.continuous:
                 self.slots[seq.slot] = None

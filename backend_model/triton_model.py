@@ -22,6 +22,7 @@ from .engine import Engine
 from .errors import BadRequest
 from .inputs import Inputs, encode, encode_continuations, read_inputs
 from .logprobs import TokenLogprob, TokenTexts
+from .metrics import publish
 from .qaic_session import qaic_available
 from .sampling import SamplingParams
 from .serving import Request, Serving
@@ -127,6 +128,8 @@ class TritonPythonModel:
             settings.cpu_models = served_cpu_models(args["model_repository"], card=qaic_available())
         self.engine, description = self.build(settings)
         _log("info", f"{self.name}: {description} decoupled={self.decoupled}")
+        labels = {"model": self.name, "version": str(args.get("model_version", ""))}  # as Triton's own metrics
+        self.metrics = publish(pb_utils, self.engine, labels, _log)
         self.serving = Serving(self.engine, TritonResponder(self.engine.token_texts), _log, self.name)
 
     def build(self, settings: BackendSettings) -> tuple[Engine, str]:
@@ -153,6 +156,7 @@ class TritonPythonModel:
 
     def _refuse(self, request, message: str, invalid: bool) -> None:
         _log("warn", f"{self.name}: rejected request: {message}")
+        self.engine.meter.rejected()
         error = pb_utils.InferenceResponse(error=_error(message, invalid))
         request.get_response_sender().send(error, flags=FINAL)
 
@@ -167,3 +171,5 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.serving.stop()
+        if self.metrics is not None:
+            self.metrics.stop()

@@ -24,6 +24,7 @@ from console.front import openai_command
 from console.front.command import Beside, front_options
 from console.headless import Output
 from console.headless import run as run_headless
+from console.metrics.command import metrics_command
 from console.seed_clients import client
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS, START_TIMEOUT
 from console.server.ports import beyond_loopback
@@ -233,6 +234,7 @@ main.add_command(tui, "tui")
 main.add_command(onnx_group, "onnx")
 main.add_command(check, "check")
 main.add_command(openai_command, "openai")
+main.add_command(metrics_command, "metrics")
 
 
 # --------------------------------------------------------------------------- serve

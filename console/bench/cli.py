@@ -37,10 +37,11 @@ def _run(options: dict[str, Any]) -> int:
         if options["api"] != "auto" and not options["url"]:
             raise ClientError(f"--api {options['api']} needs --url (the server's address)")
         if options["url"]:
-            return bench.execute(tuple(options["url"]))
+            return bench.execute(tuple(options["url"]), metrics_urls=tuple(options["metrics_url"]))
         model = options["model"] or EMBEDDED_DEFAULTS[options["mode"]]
         with embedded_server(model, bench.progress) as server:
-            return bench.execute((server.http_url,), grpc_url=server.grpc_url)
+            return bench.execute((server.http_url,), grpc_url=server.grpc_url,
+                                 metrics_urls=(server.handle.metrics_url or "",))
     except ServerError as exc:
         to_stderr(f"error: {exc}")
         for line in exc.log_tail[-15:]:
@@ -60,6 +61,10 @@ def _run(options: dict[str, Any]) -> int:
                    "one kind. Without it the embedded model is served for the run.")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
               help=api_help("--url"))
+@click.option("--metrics-url", multiple=True,
+              help="The --url server's metrics page (host:port or a URL; one per --url, in order), when it is not "
+                   "where its kind has it (Triton reached by URL: the HTTP port + 2; OpenAI-compatible: /metrics "
+                   "beside /v1). Each level reports the server's side from it.")
 @click.option("--compare-url", multiple=True,
               help="Another server (Triton host:port or http://host:port/v1) loaded with the same requests at each "
                    "level and reported beside the first, with ratios (repeatable).")

@@ -99,6 +99,14 @@ def levels_table(levels: Sequence[dict[str, Any]]) -> str:
     return table(*level_rows(levels))
 
 
+def server_table(levels: Sequence[dict[str, Any]]) -> str:
+    """The server's side of each level (its metrics, the card), then where the figures come from."""
+    from .server_view import notes, server_rows
+
+    header, rows = server_rows(levels)
+    return "\n".join(["server side", table(header, rows), *(f"  {line}" for line in notes(levels))])
+
+
 def compare_table(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
     """The comparison's console table."""
     return table(*comparison_rows(rows, names))

@@ -78,12 +78,21 @@ def _results(document: dict[str, Any]) -> str:
     runs = runs_of(document)
     parts = []
     for name, levels in runs:
-        parts.append(f"<h2>{html.escape(str(name) if name else 'Results')}</h2>" + _table(*level_rows(levels)))
+        parts.append(f"<h2>{html.escape(str(name) if name else 'Results')}</h2>" + _table(*level_rows(levels))
+                     + _server(levels))
     if document.get("comparison"):
         names = [str(name) for name, _ in runs]
         parts.append(f"<h2>Side by side (ratios to {html.escape(names[0])})</h2>"
                      + _table(*comparison_rows(document["comparison"], names)))
     return "".join(parts)
+
+
+def _server(levels: list[dict[str, Any]]) -> str:
+    """The server's side of each level (its metrics, the card) and where those figures come from."""
+    from .server_view import notes, server_rows
+
+    said = "".join(f"<li>{html.escape(line)}</li>" for line in notes(levels))
+    return f"<h3>Server side</h3>{_table(*server_rows(levels))}<ul>{said}</ul>"
 
 
 def _figure(png: Path) -> str:

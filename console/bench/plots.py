@@ -103,6 +103,22 @@ def write_png(document: dict[str, Any], out_dir: Path) -> list[Path]:
         path = _distribution(document, f"{name}_ms", title, out_dir / f"{name}.png")
         if path is not None:
             paths.append(path)
+    return paths + _breakdowns(document, out_dir)
+
+
+def _breakdowns(document: dict[str, Any], out_dir: Path) -> list[Path]:
+    """``ttft_breakdown.png`` (one per server of a run: ``ttft_breakdown_2.png`` ...), where the server has metrics."""
+    import matplotlib.pyplot as plt
+
+    from .server_view import breakdown_figure
+
+    paths = []
+    for i, (name, levels) in enumerate(runs_of(document)):
+        fig = breakdown_figure(levels, name or str(document["config"].get("model", "")))
+        if fig is not None:
+            paths.append(out_dir / f"ttft_breakdown{f'_{i + 1}' if i else ''}.png")
+            fig.savefig(paths[-1], dpi=110)
+            plt.close(fig)
     return paths
 
 

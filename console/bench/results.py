@@ -23,6 +23,7 @@ from console.clients import aggregate
 from console.clients.stats import STATISTICS, percentile
 
 from .load import LevelResult
+from .server_view import csv_columns
 
 SCHEMA = "qaic-console-bench/1"
 # genai-perf metric -> (ReplyStats metric, unit, scale)
@@ -160,7 +161,7 @@ def _summary_rows(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 row[f"{name}_{stat}{suffix}"] = value(level, name, stat)
         for name in THROUGHPUTS:
             row[name] = value(level, name)
-        rows.append(row)
+        rows.append({**row, **csv_columns(level)})
     return rows
 
 

@@ -103,13 +103,17 @@ class BenchRun:
                                 self.o["seed"], tokenizer)
 
     def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto",
-               grpc_url: str | None = None) -> Target:
-        """The load on ``urls`` (round-robin; one kind of server) for ``model`` (default: the server's)."""
+               grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> Target:
+        """The load on ``urls`` (round-robin; one kind of server) for ``model`` (default: the server's);
+        ``metrics_urls``: their metrics pages, in the same order, where the adapter's guess would be wrong."""
         mode = self.o["mode"]
         params = params_from_options(self.o)
         if params.temperature:  # sampling: seeded like the prompts
             params = params.replace(seed=self.o["seed"])
-        servers = tuple(adapter_for(url, api, grpc_url) for url in urls)
+        if len(metrics_urls) > len(urls):
+            raise ClientError(f"{len(metrics_urls)} --metrics-url for {len(urls)} --url: give one per --url, in order")
+        pages = (*metrics_urls, *[None] * (len(urls) - len(metrics_urls)))
+        servers = tuple(adapter_for(url, api, grpc_url, page) for url, page in zip(urls, pages))
         kinds = {s.label for s in servers}
         if len(kinds) > 1:
             raise ClientError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
@@ -120,9 +124,10 @@ class BenchRun:
             info.check_batch("use --mode stream")
         return Target(settings, info, servers)
 
-    def sides(self, urls: tuple[str, ...], grpc_url: str | None = None) -> list[Side]:
+    def sides(self, urls: tuple[str, ...], grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()
+              ) -> list[Side]:
         """The servers of the run: the ``--url`` load, then one per ``--compare-url`` (each its own kind)."""
-        targets = [(self.target(urls, self.o["model"], self.o["api"], grpc_url), urls)]
+        targets = [(self.target(urls, self.o["model"], self.o["api"], grpc_url, metrics_urls), urls)]
         for url in self.o["compare_url"]:
             targets.append((self.target((url,), self.o["compare_model"]), (url,)))
         names = [f"{t.servers[0].label} {short_name(t.model)}" for t, _ in targets]
@@ -143,33 +148,40 @@ class BenchRun:
                 "levels": [c if c is not None else r for c, r in self.levels()],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
-    def execute(self, urls: tuple[str, ...], grpc_url: str | None = None) -> int:
-        """Run every level on the servers ``urls`` name (``grpc_url``: their gRPC endpoint, when known)."""
+    def execute(self, urls: tuple[str, ...], grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> int:
+        """Run every level on the servers ``urls`` name (``grpc_url``: their gRPC endpoint, ``metrics_urls``: their
+        metrics pages, when known)."""
         from .display import ProgressBar
         from .results import build_document, side_by_side, summarize
+        from .server_view import ServerSide
 
         levels = self.levels()
-        sides = self.sides(urls, grpc_url)
+        sides = self.sides(urls, grpc_url, metrics_urls)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
         runners = [Runner(side.target, self.requests(embedded)) for side in sides]
-        for side, runner in zip(sides, runners):
+        views = [ServerSide(side.target) for side in sides]  # each server's own metrics, before and after a level
+        for side, runner, view in zip(sides, runners, views):
             if self.o["warmup"]:
                 self.progress(f"warm-up: {self.o['warmup']} requests" + (f" to {side.name}" if len(sides) > 1
                                                                           else "") + " ...")
-                runner.run(concurrency=min(levels[0][0] or 1, self.o["warmup"]), count=self.o["warmup"])
+                view.before()
+                warmup = runner.run(concurrency=min(levels[0][0] or 1, self.o["warmup"]), count=self.o["warmup"])
+                view.after(warmup, {})  # the server has counted the warm-up before the first level's scrape
         done: list[list[tuple[LevelResult, dict[str, Any]]]] = [[] for _ in sides]
         for concurrency, rate in levels:
-            for side, runner, results in zip(sides, runners, done):
+            for side, runner, results, view in zip(sides, runners, done, views):
                 label = (f"c={concurrency}" if concurrency else f"rate={rate:g}/s") + (
                     f" {side.name}" if len(sides) > 1 else "")
                 count = self.o["requests"] or (None if self.o["duration"] else max(8, 4 * (concurrency or 1)))
                 bar = ProgressBar(label, sys.stderr, count, self.o["duration"],
                                   live=None if not self.quiet else False)
+                view.before()
                 level = runner.run(concurrency, rate, count, self.o["duration"], None if self.quiet else bar,
                                    self.o["request_distribution"], self.o["seed"])
                 if not self.quiet:
                     bar.close()
-                results.append((level, summarize(level, side.target.mode)))
+                summary = summarize(level, side.target.mode)
+                results.append((level, {**summary, **view.after(level, summary)}))
         document = build_document(self.config(sides[0].target, urls), done[0])
         if len(sides) > 1:
             side_by_side(document, [(side.config, results) for side, results in zip(sides, done)])
@@ -179,7 +191,7 @@ class BenchRun:
 
     def show(self, document: dict[str, Any], done: list[list[tuple[LevelResult, dict[str, Any]]]]) -> None:
         """The level tables on stdout (JSON with --json); several servers: each one's, then side by side."""
-        from .display import compare_table, levels_table
+        from .display import compare_table, levels_table, server_table
 
         targets = document.get("targets")
         summaries = [[s for _, s in results] for results in done]
@@ -191,12 +203,12 @@ class BenchRun:
             click.echo(json.dumps({"config": document["config"], "levels": summaries[0], **extra}, indent=2))
             return
         if not targets:
-            click.echo(levels_table(summaries[0]))
+            click.echo(levels_table(summaries[0]) + "\n" + server_table(summaries[0]))
             return
         names = [t["name"] for t in targets]
         for target, levels in zip(targets, summaries):
             click.echo(f"{target['name']} ({', '.join(target['urls'])})")
-            click.echo(levels_table(levels) + "\n")
+            click.echo(levels_table(levels) + "\n" + server_table(levels) + "\n")
         click.echo(f"side by side (ratios to {names[0]})")
         click.echo(compare_table(document["comparison"], names))
 

@@ -8,6 +8,7 @@ and one entry in :data:`KINDS`.
 from __future__ import annotations
 
 from console.clients import ClientError
+from console.metrics.scrape import metrics_endpoint
 from console.server.health import ServerHandle
 
 from .base import Adapter, Framed, States
@@ -35,11 +36,15 @@ def kind_of(url: str, api: str = "auto") -> type[Adapter]:
     return next((kind for kind in KINDS.values() if kind.claims(url)), DEFAULT)
 
 
-def adapter_for(url: str, api: str = "auto", grpc_url: str | None = None) -> Adapter:
-    """The server ``url`` names (``grpc_url``: its gRPC endpoint, for kinds that have one)."""
+def adapter_for(url: str, api: str = "auto", grpc_url: str | None = None, metrics_url: str | None = None) -> Adapter:
+    """The server ``url`` names (``grpc_url``: its gRPC endpoint, for kinds that have one; ``metrics_url``: its
+    Prometheus metrics page, ``host:port`` or a URL, when the adapter's guess is wrong)."""
     if not url.strip() and not (grpc_url or "").strip():
         raise ClientError("empty server URL")
-    return kind_of(url, api).at(url, grpc_url)
+    adapter = kind_of(url, api).at(url, grpc_url)
+    if metrics_url and metrics_url.strip():
+        adapter.metrics_url = metrics_endpoint(metrics_url)
+    return adapter
 
 
 def started_here(handle: ServerHandle) -> Adapter:

@@ -47,7 +47,7 @@ class Adapter(ABC):
 
     http_url: str | None = None  # where it answers HTTP (an OpenAI-compatible server: its base URL)
     grpc_url: str | None = None
-    metrics_url: str | None = None
+    metrics_url: str | None = None  # its Prometheus metrics page, when known (given, or the server was started here)
 
     @classmethod
     def claims(cls, url: str) -> bool:
@@ -68,6 +68,10 @@ class Adapter(ABC):
     @abstractmethod
     def addresses(self) -> list[tuple[str, str]]:
         """(label, address) rows for a status pane."""
+
+    def metrics(self) -> tuple[str | None, str]:
+        """Where its Prometheus metrics page is (None: it has none) and, when that is a guess, the guess in words."""
+        return self.metrics_url, "" if self.metrics_url else f"{self.name} has no metrics page known here"
 
     def title(self) -> str:
         """Where it answers, in one line."""

@@ -52,6 +52,13 @@ class OpenAIAdapter(Adapter):
             raise ClientError(f"{mode} mode is Triton's: an OpenAI-compatible server answers stream or batch mode")
         return self.base, self.kind
 
+    def metrics(self) -> tuple[str | None, str]:
+        """``/metrics`` beside ``/v1`` (vLLM's OpenAI server has it; llama.cpp's only when started with --metrics)."""
+        if self.metrics_url:
+            return self.metrics_url, ""
+        root = self.base[: -len("/v1")] if self.base.endswith("/v1") else self.base.rstrip("/")
+        return f"{root}/metrics", "guessed at /metrics beside /v1, where vLLM serves them: give --metrics-url if not"
+
     def addresses(self) -> list[tuple[str, str]]:
         return [(self.label, self.base)]
 

@@ -122,6 +122,22 @@ class TritonAdapter(Adapter):
             raise ClientError(f"{mode} mode needs the server's {name} endpoint (host:port)")
         return url, "grpc" if grpc else "http"
 
+    def metrics(self) -> tuple[str | None, str]:
+        """The metrics port given or known (a server started here), else Triton's neighbour: the HTTP port + 2."""
+        if self.metrics_url:
+            return self.metrics_url, ""
+        try:
+            self._resolve()
+        except ClientError as exc:
+            return None, str(exc)
+        if not self.http_url:
+            return None, "no HTTP endpoint to guess the metrics port from: give --metrics-url"
+        host, _, port = self.http_url.rpartition(":")
+        if not port.isdigit() or int(port) + 2 >= 65536:
+            return None, "the metrics port cannot be guessed: give --metrics-url"
+        return (f"http://{host}:{int(port) + 2}/metrics",
+                "guessed at the HTTP port + 2, Triton's default layout: give --metrics-url if it is elsewhere")
+
     def addresses(self) -> list[tuple[str, str]]:
         self._resolve()
         rows = [("HTTP", self.http_url or "-"), ("gRPC", self.grpc_url or "-")]

@@ -27,6 +27,7 @@ from repo_gen.inspection import list_models
 from ..messages import Generated, Notice, ServerChanged, ServerDown, ServerLog
 from .fields import Field, row, value
 from .generator_form import GeneratorForm
+from .metrics_view import MetricsView
 
 DEFAULT_REPOSITORY = "llm_model_dir"
 POLL_SECONDS = 2.0
@@ -67,10 +68,12 @@ class ServerPane(Horizontal):
     """Forms on the left; state, endpoints, models and the server log on the right."""
 
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None,
-                 repository: str | None = None, api: str = "auto", **kwargs: Any) -> None:
+                 repository: str | None = None, api: str = "auto", metrics_url: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._initial = (http_url or "", grpc_url or "", repository or DEFAULT_REPOSITORY)
         self.api = api  # what the URL field names: auto, or an adapter kind (--api)
+        self.metrics_url = metrics_url or ""  # the metrics page to read instead of the server's own (--metrics-url)
         self.controller = ServerController(on_change=lambda s: self.post_message(ServerChanged(s)),
                                            on_log=lambda line: self.post_message(ServerLog(line)))
         self.phase = self.controller.snapshot.phase
@@ -102,6 +105,7 @@ class ServerPane(Horizontal):
         with Vertical(classes="server-state"):
             yield Static(id="state")
             yield DataTable(id="models", cursor_type="row", zebra_stripes=True)
+            yield MetricsView(lambda: self.controller.snapshot, self.metrics_url, id="metrics")
             yield Static(LOG_HINT, id="log-hint")
             yield Log(id="server-log", max_lines=LOG_KEEP)
 

@@ -1,0 +1,198 @@
+"""The server's side of every bench level: its metrics page scraped before and after the level, the card's telemetry
+sampled during it.
+
+Each level's summary gets ``server``: Triton's queue and compute time per request, the backend's slot wait, time to
+first token, prefill (TTFT less the slot wait: the whole prefill step), prefill chunk, decode step and time per
+output token, the mean slot occupancy of a decode step and its tokens, the tokens/s the server counted; for a
+streamed level, where the client's TTFT went (``ttft_breakdown_ms``: queue, prefill, and the rest: network, reading
+and tokenising the request, responses). ``note`` says where the figures come from, or why there are none. And
+``card``: qaic-util's mean power, peak temperature, NSP and memory use, and tokens per joule when power is known
+("no card" here).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+from console.metrics import MetricsError, Scrape, Window, scrape
+from console.metrics.figures import RATES
+from console.metrics.qaic import CardSampler
+
+from .load import LevelResult, Target
+
+CATCH_UP_S = 5.0  # how long the after-scrape waits for the server's counters to count the level's requests
+FINISHED = (("qaic_request_success", "qaic_request_cancelled", "qaic_request_failure"),
+            ("nv_inference_request_success", "nv_inference_request_failure"),
+            ("vllm:request_success",))
+FIGURES = ("triton_queue_ms", "triton_compute_ms", "queue_ms", "ttft_ms", "prefill_ms", "prefill_chunk_ms",
+           "decode_step_ms", "tpot_ms", "mean_occupancy", "tokens_per_step", "tokens_per_s")
+BREAKDOWN = ("queue", "prefill", "network")
+LEGEND = {"queue": "queue (Triton, then a slot)", "network": "the rest: network, responses"}
+LABELS = {  # the console's and the HTML page's table
+    "triton_queue_ms": "queue ms", "triton_compute_ms": "compute ms", "queue_ms": "slot wait ms",
+    "ttft_ms": "TTFT ms", "prefill_ms": "prefill ms", "decode_step_ms": "step ms", "tpot_ms": "TPOT ms",
+    "mean_occupancy": "occupancy", "tokens_per_step": "tok/step", "tokens_per_s": "tok/s",
+}
+
+
+def _same_place(url: str) -> tuple[str, str]:
+    """A metrics URL by address (two names of one host are one server)."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        host = socket.gethostbyname(parts.hostname or "")
+    except OSError:
+        host = parts.hostname or ""
+    return f"{host}:{parts.port}", parts.path
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+class ServerSide:
+    """One target's servers' metrics, before and after each level, and the card meanwhile."""
+
+    def __init__(self, target: Target) -> None:
+        self.model = target.model
+        self.urls: list[str] = []
+        self.notes: list[str] = []
+        seen = set()
+        for server in target.servers:
+            url, how = server.metrics()
+            if url is None:
+                self.notes.append(how)
+            elif _same_place(url) not in seen:
+                seen.add(_same_place(url))
+                self.urls.append(url)
+                if how:
+                    self.notes.append(f"{url}: {how}")
+        self._before: Scrape | None = None
+        self._card = CardSampler()
+
+    def _read(self) -> Scrape:
+        return Scrape.merge([scrape(url) for url in self.urls])
+
+    def before(self) -> None:
+        """Read the pages (and start the card's sampling) as the level begins."""
+        self._card.start()
+        self._before = None
+        if self.urls:
+            try:
+                self._before = self._read()
+            except MetricsError as exc:
+                self.notes = [str(exc)]
+
+    def after(self, level: LevelResult, summary: dict[str, Any]) -> dict[str, Any]:
+        """The level's ``server`` and ``card`` figures (read once the server has counted its requests)."""
+        card = self._card.stop()
+        out = {"server": self._server(level, summary), "card": card.as_dict()}
+        tokens = sum((r.stats.output_tokens or 0) for r in level.records if r.ok and r.stats is not None)
+        energy = card.energy_j(level.duration)
+        out["card"]["tokens_per_joule"] = _round(tokens / energy) if energy else None
+        return out
+
+    def _server(self, level: LevelResult, summary: dict[str, Any]) -> dict[str, Any]:
+        if self._before is None:
+            return {"note": "; ".join(self.notes) or "no metrics page"}
+        expected = len(level.records)
+        deadline = time.monotonic() + CATCH_UP_S
+        while True:
+            try:
+                after = self._read()
+            except MetricsError as exc:
+                return {"note": str(exc)}
+            window = Window(self._before, after, self.model)
+            counted = _finished(window)
+            if counted is None or counted >= expected or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)  # the backend publishes its counts within a second of a sequence's end
+        figures = window.figures().values
+        notes = list(self.notes)
+        if counted is not None and counted < expected:
+            notes.append(f"the server had counted {counted:g} of the level's {expected} requests after "
+                         f"{CATCH_UP_S:g} s")
+        ttft, queue = figures.get("ttft_ms"), figures.get("queue_ms")
+        family = window.present(RATES["tokens_per_s"])
+        generated = window.counter(family) if family else None
+        values = {**figures, "prefill_ms": ttft - queue if ttft is not None and queue is not None else None,
+                  "tokens_per_s": generated / level.duration if generated is not None and level.duration > 0
+                  else None}
+        out: dict[str, Any] = {"note": "; ".join([f"metrics: {after.url}", *notes]),
+                               **{name: _round(values.get(name)) for name in FIGURES}}
+        client = summary.get("time_to_first_token", {}).get("avg")
+        if client is not None and ttft is not None:
+            queued = (figures.get("triton_queue_ms") or 0.0) + (queue or 0.0)
+            prefill = values["prefill_ms"] or 0.0
+            out["ttft_breakdown_ms"] = {"queue": _round(queued), "prefill": _round(prefill),
+                                        "network": _round(max(client - queued - prefill, 0.0))}
+        return out
+
+
+def _finished(window: Window) -> float | None:
+    """Requests (or sequences) the server counted as finished over the window: the first family set it has."""
+    for families in FINISHED:
+        counts = [window.counter(f) for f in families]
+        if any(c is not None for c in counts):
+            return sum(c for c in counts if c is not None)
+    return None
+
+
+def server_rows(levels: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """The server's side of each level as a table: header, rows (a level without metrics: its note)."""
+    from .results import level_key
+
+    header = ["level", *LABELS.values(), "card W", "tok/J"]
+    rows = []
+    for level in levels:
+        server, card = level.get("server") or {}, level.get("card") or {}
+        rows.append([level_key(level), *(server.get(name) for name in LABELS), card.get("power_w"),
+                     card.get("tokens_per_joule")])
+    return header, rows
+
+
+def notes(levels: Sequence[dict[str, Any]]) -> list[str]:
+    """Where the server's and the card's figures come from (or why there are none), each said once."""
+    said: list[str] = []
+    for level in levels:
+        for line in ((level.get("server") or {}).get("note"), (level.get("card") or {}).get("note")):
+            if line and line not in said:
+                said.append(line)
+    return said
+
+
+def csv_columns(level: dict[str, Any]) -> dict[str, Any]:
+    """The flat ``server_*`` and ``card_*`` columns of a level's summary row."""
+    server, card = level.get("server") or {}, level.get("card") or {}
+    row = {f"server_{name}": server.get(name) for name in FIGURES}
+    row.update({f"server_ttft_{part}_ms": (server.get("ttft_breakdown_ms") or {}).get(part) for part in BREAKDOWN})
+    row.update({f"card_{name}": card.get(name) for name in ("power_w", "temperature_c", "tokens_per_joule")})
+    return row
+
+
+def breakdown_figure(levels: Sequence[dict[str, Any]], title: str) -> Any | None:
+    """A stacked bar per level of where the client's TTFT went (queue, prefill, network); None without it."""
+    from .results import level_key
+
+    shown = [(level_key(lv), lv["server"]["ttft_breakdown_ms"]) for lv in levels
+             if (lv.get("server") or {}).get("ttft_breakdown_ms")]
+    if not shown:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, axis = plt.subplots(figsize=(7, 4.2))
+    bottoms = [0.0] * len(shown)
+    for part, colour in zip(BREAKDOWN, ("tab:orange", "tab:blue", "tab:gray")):
+        heights = [parts[part] or 0.0 for _, parts in shown]
+        axis.bar([key for key, _ in shown], heights, bottom=bottoms, color=colour, label=LEGEND.get(part, part))
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    axis.set_ylabel("ms (mean)")
+    axis.set_xlabel("level")
+    axis.set_title(f"{title}: where the time to first token went")
+    axis.legend()
+    axis.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig

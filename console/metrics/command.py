@@ -1,0 +1,71 @@
+"""``qaic-console metrics``: a server's metrics per model as a table, once or ``--watch``ing."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from console.clients import ClientError
+from console.core.adapters import APIS, adapter_for, api_help
+
+from .figures import HEADER, rows
+from .qaic import card_line, query
+from .watch import Look, MetricsWatch
+
+
+def render(look: Look, card: str) -> str:
+    """Where the metrics are, the per-model table, and the card."""
+    from console.bench.display import table
+
+    lines = [look.note]
+    if look.ok:
+        lines.append(table(HEADER, rows(look.figures)) if look.figures else "no model reports metrics there")
+    lines.append(f"card: {card}")
+    return "\n".join(lines)
+
+
+@click.command("metrics", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--url", default=None,
+              help="The server: tritonserver's HTTP host:port (its metrics are guessed at the HTTP port + 2), or an "
+                   "OpenAI-compatible server's http://host:port/v1 (guessed at /metrics beside /v1).")
+@click.option("--api", type=click.Choice(APIS), default="auto", show_default=True, help=api_help("--url"))
+@click.option("--metrics-url", default=None,
+              help="The metrics page itself (host:port or a URL), when it is not where --url's server is guessed "
+                   "to have it.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between the two scrapes the rates are measured over (and between tables with --watch).")
+@click.option("--watch", is_flag=True, help="Print a fresh table every --interval until Ctrl-C.")
+@click.option("--json", "json_", is_flag=True, help="Print each table as one JSON object (figures per model).")
+def metrics_command(url: str | None, api: str, metrics_url: str | None, interval: float, watch: bool,
+                    json_: bool) -> None:
+    """Per model: requests/s, Triton's queue and compute time per request, the backend's slot wait, time to first
+    token and decode step, slots in use, requests waiting and tokens/s; and the QAIC card's telemetry."""
+    if not url and not metrics_url:
+        raise click.UsageError("give --url (the server) or --metrics-url (its metrics page)")
+    try:
+        server = adapter_for(url, api) if url else None
+    except ClientError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    follow = MetricsWatch(min_interval=0.0)
+    look = follow.look(server, metrics_url or "")
+    try:
+        while look.ok:
+            time.sleep(interval)  # the window the rates are measured over
+            look = follow.look(server, metrics_url or "")
+            devices, note = query()
+            if json_:
+                click.echo(json.dumps({"url": look.url, "note": look.note, "card": card_line(devices, note),
+                                       "models": {f.model: f.values for f in look.figures}}))
+            else:
+                click.echo(render(look, card_line(devices, note)) + ("\n" if watch else ""))
+            if not watch:
+                break
+    except KeyboardInterrupt:
+        return
+    if not look.ok:
+        click.echo(f"error: {look.note}", err=True)
+        sys.exit(1)

@@ -23,6 +23,7 @@ from console.doctor import format_rows, run_doctor
 from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
+from console.server import logparse
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS, START_TIMEOUT
 from console.tui.command import tui
 from console.twin.cli import check, onnx_group
@@ -100,9 +101,10 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Stream mode: seconds without a response before giving up (0 disables)."),
         click_options(),
         click.option("--system", default=None, help="System message (implies --chat)."),
-        click.option("--chat", is_flag=True,
-                     help="Apply the model's chat template (embedded models: their own tokenizer; others "
-                          "need --tokenizer)."),
+        click.option("--chat/--raw", "chat", default=None,
+                     help="Apply the model's chat template, or send the prompt as typed (default: the template "
+                          "when the model has one here: the embedded models, a --tokenizer folder, an "
+                          "OpenAI-compatible server's own)."),
         click.option("--tokenizer", default=None, type=click.Path(file_okay=False),
                      help="Local tokenizer folder for --chat."),
         click.option("--json", "json_", is_flag=True,
@@ -119,9 +121,11 @@ def settings_from(values: dict[str, Any], server: Adapter | None = None) -> Sett
     """The request settings the headless options describe (the model by default: the server's)."""
     mode = values["mode"]
     model = values["model"] or (server.default_model(mode) if server is not None else EMBEDDED_DEFAULTS[mode])
+    if values["chat"] is False and values["system"]:
+        raise ClientError("--system goes into the chat template: leave out --raw")
     return Settings(
         model, mode, values["protocol"], params_from_options(values),
-        values["timeout"], values["idle_timeout"] or None, chat=values["chat"] or bool(values["system"]),
+        values["timeout"], values["idle_timeout"] or None, chat=values["chat"],
         system=values["system"] or "", tokenizer=values["tokenizer"] or "", echo=values["echo"],
     )
 
@@ -273,21 +277,29 @@ def _watch(controller: ServerController) -> str:
               help="Address tritonserver listens on (0.0.0.0 exposes it to the network).")
 @click.option("--stop-stale", is_flag=True,
               help="Stop tritonservers that a console which is gone left on this repository or these ports.")
+@click.option("--raw-log", is_flag=True,
+              help="Print tritonserver's log as it writes it (default: condensed to errors, warnings, model loads, "
+                   "the backend's own lines and the services' addresses, without its wide tables).")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
-          stop_stale: bool, extra: tuple[str, ...]) -> None:
+          stop_stale: bool, raw_log: bool, extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
-    A model whose Python backend dies is reported and reloaded. Arguments after the options (or
-    after --) go to tritonserver as they are, e.g.
+    A model whose Python backend dies is reported and reloaded. Its log is condensed unless --raw-log.
+    Arguments after the options (or after --) go to tritonserver as they are, e.g.
     `qaic-console serve --model-repository llm_model_dir -- --log-info=false`.
     """
     if not model_repository.is_dir():
         fail(f"model repository not found: {model_repository}")
     started = threading.Event()
-    controller = ServerController(on_change=lambda snap: snap.phase != "starting" and started.set(),
-                                  on_log=click.echo)
+
+    def on_log(line: str) -> None:
+        shown = line if raw_log else logparse.condensed(line)
+        if shown is not None:
+            click.echo(shown)
+
+    controller = ServerController(on_change=lambda snap: snap.phase != "starting" and started.set(), on_log=on_log)
     try:
         with _signals_raise(signal.SIGTERM):
             controller.start(model_repository, models, timeout, http_port=http_port, grpc_port=grpc_port,

@@ -17,7 +17,8 @@ from console.server import free_port
 from console.tui.app import QaicConsoleApp
 from console.tui.widgets.chat_pane import NO_SERVER
 from console.tui.widgets.controls import control_id, model_options, offered
-from console.tui.widgets.server_pane import LOG_HINT, model_row
+from console.tui.widgets.server_pane import LOG_HINT
+from console.tui.widgets.server_rows import model_row
 
 TYPICAL_P = Control("typical_p", float, "FP32", "Typical p", "Locally typical sampling.", default=0.5, minimum=0,
                     maximum=1)

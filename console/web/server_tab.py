@@ -36,9 +36,9 @@ def layout() -> dict[str, Any]:
     view["repo"] = gr.Textbox(label="Model repository (empty: the embedded SmolLM2 samples)", elem_id="qc-repo-path")
     with gr.Row(equal_height=True):
         view["list"] = gr.Button("List models", scale=0, min_width=140, elem_id="qc-list")
-        view["start"] = gr.Button("Start tritonserver", variant="primary", scale=0, min_width=180,
+        view["start"] = gr.Button("Start tritonserver", variant="primary", scale=0, min_width=210,
                                   elem_id="qc-start")
-        view["stop"] = gr.Button("Stop tritonserver", interactive=False, scale=0, min_width=180,
+        view["stop"] = gr.Button("Stop tritonserver", interactive=False, scale=0, min_width=210,
                                  elem_id="qc-server-stop")
         view["note"] = gr.Markdown(elem_id="qc-server-note")
     view["load"] = gr.CheckboxGroup(list(EMBEDDED_SAMPLES), value=list(DEFAULT_MODELS), elem_id="qc-load",

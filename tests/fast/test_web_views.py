@@ -264,3 +264,15 @@ def test_command_binds_loopback_without_share_and_connects_or_starts() -> None:
     begin(started, None, None, None, (), None)  # type: ignore[arg-type]
     assert url.calls == [("connect", "127.0.0.1:8000", "")]
     assert started.calls == [("start", None, ("smollm2_decoupled", "smollm2_kv"))]
+
+
+def test_a_missing_repository_is_refused_on_the_terminal_before_anything(tmp_path) -> None:
+    import os
+    import subprocess
+
+    env = {**os.environ, "QAIC_CONSOLE_CACHE": str(tmp_path), "QAIC_TRITONSERVER": str(tmp_path / "none")}
+    cmd = [sys.executable, "-c", "from console.cli import main; main()", "web", "--model-repository",
+           str(tmp_path / "nowhere")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)  # it used to serve the page
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == f"error: model repository not found: {tmp_path / 'nowhere'}\n"

@@ -222,7 +222,7 @@ def test_a_control_the_model_lacks_is_offered_and_reported_not_sent(embedded_ser
             await say(pilot, stream, "Hi")
             turn = stream.turns[0]
             assert turn.replies[0].ok and turn.ignored == ["typical_p"]
-            assert stream.note.display and "not sent: typical_p" in text_of(stream.note)
+            assert stream.note.display and "has no input for typical_p: not sent" in text_of(stream.note)
 
     run(go)
 

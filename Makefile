@@ -1,5 +1,5 @@
 # The two quick-start commands: `make run` and `make test` (see README.md).
-.PHONY: run test test-fast lint bench
+.PHONY: run test test-fast test-peers lint bench
 
 run:
 	@scripts/setup.sh
@@ -14,6 +14,12 @@ test-fast:
 	@scripts/setup.sh --test
 	@.venv/bin/ruff check .
 	@.venv/bin/python -m pytest -q tests/fast $(PYTEST_ARGS)
+
+# The peer tier, outside `make test`: real vLLM in its own venv (built once by scripts/setup-vllm.sh).
+test-peers:
+	@scripts/setup.sh --test
+	@.venv/bin/ruff check .
+	@VLLM_VENV="$$(scripts/setup-vllm.sh)" .venv/bin/python -m pytest -q --peers tests/peers $(PYTEST_ARGS)
 
 lint:
 	@.venv/bin/ruff check .

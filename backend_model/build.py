@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import compile_config, specializations
+from . import compile_config, cpu_support, specializations
 from .contract import Dims, SessionError
 from .engine import Engine
-from .models import EMBEDDED, Progress, eos_ids, load_pretrained, load_tokenizer
-from .parameters import BOOLEANS, ENGINES, TRUE
+from .models import EMBEDDED, Progress, eos_ids, load_config, load_pretrained, load_tokenizer
+from .parameters import BOOLEANS, ENGINES, TRUE, VARIES_WITH_BATCH
 from .qaic_session import QaicSession, open_qpc, qaic_available
 from .threads import choose_threads
 
@@ -142,6 +142,35 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
     return QaicSession(c["onnx_path"], settings.device_ids, onnx_opener(fallback, threads))
 
 
+def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str):
+    """The CPU session ``cpu_support`` picks for the model's config (SessionError naming the field none serves)."""
+    from .cpu_session import CpuKVSession
+    from .hf_sessions import CpuRecomputeSession, TransformersKVSession
+
+    kind = cpu_support.session_for(model.config.to_dict(), use_kv_cache, precision, dims.ctx_len)
+    session_cls = {cpu_support.LLAMA_FAMILY: CpuKVSession, cpu_support.TRANSFORMERS_KV: TransformersKVSession,
+                   cpu_support.RECOMPUTE: CpuRecomputeSession}[kind]
+    return session_cls(model, dims, precision)
+
+
+def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> tuple[Engine, str]:
+    """The CPU engine and what the model's log line says about it; the config is checked before the weights load."""
+    import torch
+
+    config = load_config(settings.hf_model_name, progress).to_dict()
+    kind = cpu_support.session_for(config, settings.use_kv_cache, settings.precision, settings.compile["ctx_len"])
+    torch.set_num_threads(threads)
+    model, tokenizer = load_pretrained(settings.hf_model_name, progress)
+    session = open_cpu_session(model, settings.dims(model.config.vocab_size), settings.use_kv_cache, settings.precision)
+    engine = Engine(session, tokenizer, eos_ids(model, tokenizer))
+    varies = VARIES_WITH_BATCH.get(settings.precision)
+    extra = f" session={kind} precision={settings.precision}" + (f" ({varies})" if varies else "")
+    if not settings.use_kv_cache:  # recomputing every token on the CPU is slow: a short answer by default
+        engine.default_max_tokens = CPU_CAUSAL_MAX_TOKENS
+        extra += f" default max_tokens={CPU_CAUSAL_MAX_TOKENS} (causal on the CPU: slow)"
+    return engine, extra
+
+
 def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple[Engine, str]:
     """The engine for these settings and a one-line description of what was chosen."""
     kind = choose_engine(settings)
@@ -154,20 +183,8 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
         engine = Engine(session, tokenizer, eos)
         extra = f" graph={settings.compile['onnx_path']} threads={threads} ({chosen})" if kind == "onnx" else ""
     else:
-        import torch
-
-        from .cpu_session import CpuKVSession, CpuRecomputeSession
-
-        torch.set_num_threads(threads)
-        model, tokenizer = load_pretrained(settings.hf_model_name, progress)
-        dims = settings.dims(model.config.vocab_size)
-        session_cls = CpuKVSession if settings.use_kv_cache else CpuRecomputeSession
-        session = session_cls(model, dims, settings.precision)
-        engine = Engine(session, tokenizer, eos_ids(model, tokenizer))
-        extra = f" precision={settings.precision} threads={threads} ({chosen})"
-        if not settings.use_kv_cache:  # recomputing every token on the CPU is slow: a short answer by default
-            engine.default_max_tokens = CPU_CAUSAL_MAX_TOKENS
-            extra += f" default max_tokens={CPU_CAUSAL_MAX_TOKENS} (causal on the CPU: slow)"
+        engine, extra = _cpu_engine(settings, progress, threads)
+        extra += f" threads={threads} ({chosen})"
     d = engine.dims
     mode = f"continuous batching full_batch_size={d.full_batch_size}" if d.continuous else f"batch_size={d.batch_size}"
     what = "kv_cache" if settings.use_kv_cache else "causal"

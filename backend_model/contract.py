@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import SessionError
 
-__all__ = ["Dims", "Session", "SessionError", "TokenHistory"]
+__all__ = ["Dims", "LastFed", "Session", "SessionError", "TokenHistory", "read_rows"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,39 @@ class Session(Protocol):
     kind: str
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+def read_rows(inputs: dict[str, np.ndarray], dims: Dims) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(input_ids, position_ids, slot of each row) of one ``run`` call, checked against ``dims`` (ValueError)."""
+    ids = np.asarray(inputs["input_ids"], dtype=np.int64)
+    pos = np.asarray(inputs["position_ids"], dtype=np.int64)
+    if ids.ndim != 2 or ids.shape != pos.shape:
+        raise ValueError(f"input_ids {ids.shape} and position_ids {pos.shape} must be [B, S]")
+    rows = ids.shape[0]
+    slots = np.asarray(inputs.get("batch_index", np.arange(rows)), dtype=np.int64).reshape(-1)
+    if len(slots) != rows or (slots >= dims.slots).any() or (slots < 0).any():
+        raise ValueError(f"batch_index {slots.tolist()} does not fit {dims.slots} slots")
+    if pos.max(initial=-1) >= dims.ctx_len:
+        raise ValueError(f"position {int(pos.max())} is beyond ctx_len {dims.ctx_len}")
+    return ids, pos, slots
+
+
+class LastFed:
+    """Each slot's last write (token, position) and the logits it gave. A decode row that repeats it (an idle
+    row) would rewrite a cache entry with what produced it: its logits are these, it is not run again."""
+
+    def __init__(self, dims: Dims) -> None:
+        self.fed = np.full((dims.slots, 2), -1, dtype=np.int64)
+        self.logits = np.zeros((dims.slots, dims.vocab), dtype=np.float32)
+
+    def repeats(self, slots: np.ndarray, ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Which decode rows (one token each) repeat their slot's last write."""
+        return (self.fed[slots] == np.stack([ids, pos], 1)).all(1)
+
+    def record(self, slots: np.ndarray, ids: np.ndarray, pos: np.ndarray, logits: np.ndarray) -> None:
+        """The rows' last (token, position) and their logits."""
+        self.fed[slots] = np.stack([ids, pos], 1)
+        self.logits[slots] = logits
 
 
 class TokenHistory:

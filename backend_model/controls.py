@@ -44,7 +44,7 @@ class Control:
     minimum: float | None = None
     maximum: float | None = None  # a list: the most strings it takes
     above: bool = False  # the minimum itself is not allowed
-    zero_means_default: bool = False  # 0 asks for the model's default (taken as not sent)
+    zero_means_all: bool = False  # 0 asks for as many as the context allows (an unset value: the model's default)
     vllm: bool = True  # also read from vLLM's ``sampling_parameters`` JSON
     offered: bool = True  # the consoles offer it (False: the backend reads it, for other tools)
 
@@ -104,7 +104,7 @@ class Control:
         low_ok = self.minimum is None or (value > self.minimum if self.above else value >= self.minimum)
         if not low_ok or (self.maximum is not None and value > self.maximum):
             raise self._bad(value, who)
-        return None if self.zero_means_default and value == 0 else value
+        return value
 
     def _strings(self, value: Any, who: str | None) -> tuple[str, ...]:
         items = (value,) if isinstance(value, str) else value
@@ -137,7 +137,7 @@ class Control:
 
 CONTROLS: tuple[Control, ...] = (
     Control("max_tokens", int, "INT64", "Max tokens", "Tokens to generate per prompt (0: up to the model's context "
-            "length).", default=128, minimum=0, maximum=INT32_MAX, zero_means_default=True),
+            "length).", default=128, minimum=0, maximum=INT32_MAX, zero_means_all=True),
     Control("temperature", float, "FP32", "Temperature", "Sampling temperature (0: greedy, the default).", minimum=0),
     Control("top_p", float, "FP32", "Top p", "Nucleus sampling: keep the most likely tokens up to this probability.",
             minimum=0, maximum=1, above=True),

@@ -189,6 +189,13 @@ def load_pretrained(source: str | None, progress: Progress = print):
     return model, tokenizer
 
 
+def load_config(source: str | None, progress: Progress = print):
+    """The model's transformers config alone: what decides its session before the weights load."""
+    from transformers import AutoConfig
+
+    return _fetch(source, progress, lambda where, local: AutoConfig.from_pretrained(where, local_files_only=local))
+
+
 def load_tokenizer(source: str | None, progress: Progress = print):
     """(tokenizer, EOS ids) without the weights: what a compiled model (QPC or ONNX) still needs."""
     return _fetch(source, progress, _tokenizer_only)

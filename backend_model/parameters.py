@@ -4,6 +4,16 @@ Standard library only: the generator, which may run under a bare Python 3.8, imp
 """
 
 ENGINES = ("auto", "qaic", "cpu", "onnx")
-PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the CPU engine's weights (cpu_session.DTYPES)
+PRECISIONS = ("fp32", "bf16", "int8", "int4")  # the CPU engine's weights (cpu_kernels.DTYPES)
+# Precisions whose greedy answer can change with the requests sharing a decode step (cpu_kernels says why);
+# repo list, the model's log line and the generator's --help say so, and no sample uses them.
+VARIES_WITH_BATCH = {"int8": "varies with batch: its activations are quantised per decode step, neighbours included"}
+
+
+def precision_label(precision: str) -> str:
+    """The precision as listings show it: marked when its answers vary with the batch."""
+    return f"{precision} (varies with batch)" if precision in VARIES_WITH_BATCH else precision
+
+
 TRUE = ("true", "1", "yes")
 BOOLEANS = TRUE + ("false", "0", "no")  # what ``use_kv_cache`` accepts

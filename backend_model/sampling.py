@@ -30,7 +30,10 @@ class SamplingParams:
         """From the checked values of a request's controls (by the schema's names; unset ones absent)."""
         own = {f.name for f in fields(cls)} - {"other"}
         rest = tuple(sorted((k, v) for k, v in values.items() if k not in own))
-        return cls(**{k: v for k, v in values.items() if k in own}, other=rest)
+        given = {k: v for k, v in values.items() if k in own}
+        if given.get("max_tokens") == 0:  # as many as the context allows
+            given["max_tokens"] = None
+        return cls(**given, other=rest)
 
     def changed(self) -> dict[str, Any]:
         """The values a request set away from the defaults (the request log shows them)."""

@@ -57,7 +57,7 @@ def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Req
     """A checked request; BadRequest with a message for the client."""
     encoded = encode(engine, inputs.prompts)
     params = inputs.params()
-    if params.max_tokens is None and engine.default_max_tokens:
+    if "max_tokens" not in inputs.controls and engine.default_max_tokens:  # unset; 0 asks for the whole context
         params = replace(params, max_tokens=engine.default_max_tokens)
     streaming = decoupled and inputs.stream is not False
     req = Request(
@@ -81,7 +81,7 @@ def _response(**outputs) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
-class TritonWire:
+class TritonResponder:
     """Responses through Triton's response senders: new text per step, or everything at the end."""
 
     def send(self, req: Request, texts: list[str], final: bool) -> None:
@@ -110,7 +110,7 @@ class TritonPythonModel:
             settings.cpu_models = served_cpu_models(args["model_repository"], card=qaic_available())
         self.engine, description = self.build(settings)
         _log("info", f"{self.name}: {description} decoupled={self.decoupled}")
-        self.serving = Serving(self.engine, TritonWire(), _log, self.name)
+        self.serving = Serving(self.engine, TritonResponder(), _log, self.name)
 
     def build(self, settings: BackendSettings) -> tuple[Engine, str]:
         """The engine and its one-line description (a subclass may serve another engine)."""

@@ -277,17 +277,25 @@ def _watch(controller: ServerController) -> str:
               help="Address tritonserver listens on (0.0.0.0 exposes it to the network).")
 @click.option("--stop-stale", is_flag=True,
               help="Stop tritonservers that a console which is gone left on this repository or these ports.")
+@click.option("--python-env", type=click.Path(path_type=Path), default=None,
+              help="Virtual or conda environment the Python models run in (default: this console's), e.g. one "
+                   "with vllm; a model's own EXECUTION_ENV_PATH parameter still wins for that model.")
+@click.option("--backend-dir", "backends", multiple=True, type=click.Path(path_type=Path),
+              help="Folder of Python-based backends (NAME/model.py; Triton's vLLM backend as vllm/model.py) the "
+                   "models' `backend: \"NAME\"` can name (repeatable).")
 @click.option("--raw-log", is_flag=True,
               help="Print tritonserver's log as it writes it (default: condensed to errors, warnings, model loads, "
                    "the backend's own lines and the services' addresses, without its wide tables).")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
-          stop_stale: bool, raw_log: bool, extra: tuple[str, ...]) -> None:
+          stop_stale: bool, python_env: Path | None, backends: tuple[Path, ...], raw_log: bool,
+          extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
-    A model whose Python backend dies is reported and reloaded. Its log is condensed unless --raw-log.
-    Arguments after the options (or after --) go to tritonserver as they are, e.g.
+    A model that fails to load is named (FAILED, with the reason) and the others serve; a model whose
+    Python backend dies is reported and reloaded. Its log is condensed unless --raw-log. Arguments after
+    the options (or after --) go to tritonserver as they are, e.g.
     `qaic-console serve --model-repository llm_model_dir -- --log-info=false`.
     """
     if not model_repository.is_dir():
@@ -304,7 +312,8 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
         with _signals_raise(signal.SIGTERM):
             controller.start(model_repository, models, timeout, http_port=http_port, grpc_port=grpc_port,
                              metrics_port=metrics_port, binary=binary, log_verbose=log_verbose, extra_args=extra,
-                             host=host, stop_stale=stop_stale, exclusive=True)
+                             host=host, stop_stale=stop_stale, exclusive=True, python_env=python_env,
+                             backends=backends)
             started.wait()
             if controller.snapshot.phase == "failed":
                 fail(controller.snapshot.message)

@@ -121,7 +121,7 @@ def answer(server: Adapter, settings: Settings, prompts: list[str], output: Outp
     printed all the same)."""
     turn = Exchange.new(settings, prompts).turn
     prepared = prepare(server, settings, prompts, request_id=turn.request_id, progress=progress)
-    for note in (prepare_note(prepared.seconds), ignored_note(settings.model, prepared.ignored)):
+    for note in (prepare_note(prepared.seconds), ignored_note(settings.model, prepared.ignored), *prepared.notes):
         if note:
             progress(f"note: {note}")
     printer = Printer(turn, settings, output, out, err, tty)

@@ -17,6 +17,8 @@ from typing import IO, Any
 
 import click
 
+from backend_model.parameters import precision_label
+
 from . import command
 from .command import DEFAULT_OUT, INPUT_ERRORS
 from .inspection import ModelInfo, list_models
@@ -123,7 +125,8 @@ def format_table(models: list[ModelInfo]) -> str:
     header = ("MODEL", "TYPE", "DECOUPLED", "COMPILE", "PRECISION", "SOURCE", "VALID")
     rows = [header] + [
         (m.name, _kind(m), {True: "yes", False: "no", None: "?"}[m.decoupled], m.compile_summary(),
-         m.precision or "?", m.source, "yes" if m.valid else "no: " + "; ".join(m.problems))
+         precision_label(m.precision) if m.precision else "?", m.source,
+         "yes" if m.valid else "no: " + "; ".join(m.problems))
         for m in models
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, Sequence
 
 from backend_model import compile_config
 from backend_model.errors import SessionError
-from backend_model.parameters import ENGINES, PRECISIONS
+from backend_model.parameters import ENGINES, PRECISIONS, VARIES_WITH_BATCH, precision_label
 
 from . import spec as spec_module
 from .samples import SAMPLES
@@ -38,7 +38,8 @@ def samples_help() -> str:
              "is the CPU engine's, a card runs its QPC):"]
     for name, spec in SAMPLES.items():
         mode = "decoupled (stream)" if spec.decoupled else "batch"
-        lines.append(f"  {name:<25} {spec.model_type:<9} {mode:<19} {spec.precision:<5} {spec.hf_model_name}")
+        lines.append(f"  {name:<25} {spec.model_type:<9} {mode:<19} {precision_label(spec.precision):<5} "
+                     f"{spec.hf_model_name}")
     return "\n".join(lines)
 
 
@@ -46,8 +47,9 @@ def _compile_keys_help() -> str:
     lines = ["compile_config.json keys (a key that is absent takes its default):"]
     for key, (_, default, _, rule) in compile_config.SCHEMA.items():
         lines.append(f"  {key:<23} {rule}; default {'none' if default is None else json.dumps(default)}")
-    lines += ["full_batch_size turns on continuous batching: more prompts than full_batch_size are queued;",
-              "without it prompts are truncated or repeated to batch_size. Unknown keys and wrong types are errors."]
+    lines += ["full_batch_size turns on continuous batching: a free slot takes the next queued prompt at once;",
+              "without it prompts run in batches of batch_size (a short batch is filled with repeats whose output",
+              "is dropped; prompts beyond it wait for the next batch). Unknown keys and wrong types are errors."]
     return "\n".join(lines)
 
 
@@ -115,7 +117,9 @@ def parser(prog: str, default_output: Path | str, default_backend: Path | None) 
                         "Runtime twin on the compile config's onnx_path, or on a graph exported into <model>/onnx/ "
                         "(about a minute for the embedded model; needs torch, onnx and onnxruntime).")
     p.add_argument("--precision", choices=PRECISIONS,
-                   help="CPU engine weights (default: the sample's, else fp32; fp32 is token-exact with transformers).")
+                   help="CPU engine weights (default: the sample's, else fp32; fp32 is token-exact with transformers; "
+                        "int4 and int8: the Llama family only). " + " ".join(
+                            f"{name} {why}." for name, why in VARIES_WITH_BATCH.items()))
     _flag(p, "cpu_threads", type=_threads,
           help="CPU engine: threads for this model. Default 0: automatic, all CPUs but one (left to the server and "
                "its clients) shared by the CPU models the server loads; the model's log line says how many.")

@@ -10,6 +10,7 @@ from backend_model import compile_config, specializations
 from backend_model.errors import SessionError
 from backend_model.parameters import BOOLEANS, ENGINES, PRECISIONS, TRUE
 
+from .spec import cpu_refusal
 from .writer import RepoError
 
 # --------------------------------------------------------------------------- listing a repository
@@ -59,6 +60,10 @@ def inspect_model(folder: Path) -> ModelInfo:
     _read_compile(folder, info)
     if info.engine == "onnx":
         info.problems += _onnx_problems(folder, info)
+    if info.engine == "cpu" and info.source.startswith("hf ") and info.compile is not None:
+        refusal = cpu_refusal(info.source[3:], info.model_type, info.precision, info.compile)
+        if refusal:
+            info.problems.append(f"the CPU engine refuses it: {refusal}")
     if not (folder / "1" / "model.py").is_file():
         info.problems.append("no 1/model.py")
     return info

@@ -3,8 +3,9 @@
 The embedded KV-cache samples a new user meets first (``smollm2_decoupled`` for streaming,
 ``smollm2_kv`` for batch and generate) run int4 on the CPU: the embedded GGUF's own 4-bit weights
 (their answers read like llama.cpp's on the same file) at several times fp32's speed.
-``smollm2_decoupled_fp32`` streams at fp32, token-exact with transformers. The causal samples
-recompute every token, so they stay fp32 (their session takes fp32 or bf16).
+``smollm2_decoupled_fp32`` streams at fp32, token-exact with transformers. Both precisions give a
+request the same greedy answer under any load; int8's varies with its neighbours, so no sample uses it.
+The causal samples recompute every token, so they stay fp32 (their session takes fp32 or bf16).
 """
 
 from __future__ import annotations

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
-from backend_model import compile_config
+from backend_model import compile_config, cpu_support
 from backend_model.errors import SessionError
 from backend_model.qpc import find_qpc, model_type_of
 
@@ -103,12 +105,55 @@ def resolve_spec(
     )
 
 
+def local_config(hf_model_name: str) -> dict[str, Any] | None:
+    """The model's ``config.json`` when it is on this machine (a folder, or the Hugging Face cache), else None."""
+    if not hf_model_name or hf_model_name == "embedded":
+        return None
+    folder = Path(hf_model_name).expanduser()
+    found = [folder / "config.json"]
+    if "/" in hf_model_name and not folder.exists():  # a hub name: the snapshots the hub cache holds
+        hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+            os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+        found = sorted(Path(hub, "models--" + hf_model_name.replace("/", "--"), "snapshots").glob("*/config.json"))
+    for path in found:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def cpu_refusal(hf_model_name: str, model_type: str, precision: str, compiled: dict[str, Any]) -> str | None:
+    """Why the CPU engine would refuse the model (the backend's rule, on its config.json when it is at hand)."""
+    config = local_config(hf_model_name)
+    if config is None:
+        return None
+    ctx_len = compile_config.validate(compiled)["ctx_len"]
+    try:
+        cpu_support.session_for(config, model_type == "kv_cache", precision, ctx_len)
+    except SessionError as exc:
+        return str(exc)
+    return None
+
+
+def _check_cpu(spec: ModelSpec, note: Note) -> None:
+    """engine=cpu: refuse a model the CPU engine would refuse; auto without a QPC: warn (a card may serve it)."""
+    if spec.engine not in ("cpu", "auto") or spec.aic_binary_dir:
+        return
+    refusal = cpu_refusal(spec.hf_model_name, spec.model_type, spec.precision, spec.compile)
+    if refusal and spec.engine == "cpu":
+        raise RepoError(f"the CPU engine would refuse {spec.hf_model_name}: {refusal}")
+    if refusal:
+        note(f"warning: without a QAIC card (engine auto runs the CPU then) this model is refused: {refusal}")
+
+
 def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | None = None, force: bool = False,
              note: Note = _quiet, **fields: Any) -> tuple[ModelSpec, Path]:
     """Write ``<output_dir>/<model_name>/`` from :func:`resolve_spec` (``fields``: its keywords); (spec, folder).
 
     Checked before anything slow (a QPC load may take minutes): the name, an existing folder (unless
-    ``force``), the backend folder. RepoError / CompileConfigError / SessionError on bad input.
+    ``force``), the backend folder; then whether the CPU engine serves the model's config (engine cpu:
+    refused; auto without a QPC: a warning). RepoError / CompileConfigError / SessionError on bad input.
     """
     check_name(model_name)
     if (output_dir / model_name).exists() and not force:
@@ -116,4 +161,5 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
     if python_backend_dir is not None:
         check_backend_dir(python_backend_dir)
     spec = resolve_spec(model_name, note=note, **fields)
+    _check_cpu(spec, note)
     return spec, write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force, progress=note)

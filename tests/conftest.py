@@ -1,5 +1,5 @@
-"""Shared fixtures; the session checks at its end that no tritonserver, backend stub or llama.cpp server it
-started is left."""
+"""Shared fixtures; the session checks at its end that no tritonserver, backend stub, llama.cpp or vLLM server it
+started is left. ``tests/peers`` (real vLLM, ``make test-peers``) is collected only with ``--peers``."""
 
 from __future__ import annotations
 
@@ -110,14 +110,29 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         server.stop()
 
 
+PEERS = Path(__file__).with_name("peers")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--peers", action="store_true",
+                     help="collect tests/peers: real vLLM in its own venv (make test-peers builds it)")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``tests/peers`` stays out of ``make test`` unless ``--peers`` asks for it."""
+    if not config.getoption("--peers") and collection_path.is_relative_to(PEERS):
+        return True
+    return None
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Mark this session's environment: every server process it starts inherits the mark."""
     os.environ[SESSION_MARK] = uuid.uuid4().hex
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run when a tritonserver, guard, stub or llama.cpp server started by it is still alive a few seconds
-    after the end."""
+    """Fail the run when a tritonserver, guard, stub, llama.cpp or vLLM process started by it is still alive a few
+    seconds after the end."""
     from console.server.process import _stop_all
 
     _stop_all()  # what a test left running on purpose (session fixtures) stops like at interpreter exit

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from functools import lru_cache
 from pathlib import Path
 
+import pytest
+
+from console.bench.llama_cpp import LLAMA_MODEL as LLAMA_MODEL  # the tests' name for the GGUF's alias
+from console.bench.llama_cpp import LlamaCppServer
+
 SESSION_MARK = "QAIC_TEST_SESSION"
-SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server")
-LLAMA_MODEL = "smollm2-gguf"  # the alias the llama.cpp server lists the embedded GGUF under
+SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server",
+                "vllm.entrypoints", "VLLM::")  # vLLM's OpenAI server; its engine and workers name themselves VLLM::
 
 # a Python model with the prompt -> text_output interface and no controls, answering "echo: <prompt>" at once
 ECHO_LLM = """\
@@ -61,8 +65,36 @@ def tritonserver_pid(server) -> int | None:
         if server.pid else None
 
 
+def cli(*args: str):
+    """``qaic-console ARGS`` in this process (click's runner): its Result."""
+    from click.testing import CliRunner
+
+    from console.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def json_rows(result) -> list[dict]:
+    """The --json rows of a CLI result that must have succeeded."""
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def greedy_answer(base_url: str, model: str, max_tokens: int, prompt: str | None = None,
+                  messages: list | None = None) -> str:
+    """An OpenAI-compatible server's own greedy answer (chat when ``messages``), asked through the ``openai``
+    client directly."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0)
+    if messages is not None:
+        return client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
+                                              temperature=0).choices[0].message.content
+    return client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0).choices[0].text
+
+
 def marked_servers(mark: str) -> list[tuple[int, str]]:
-    """(pid, command) of live tritonserver / backend stub / guard processes whose environment has ``mark``."""
+    """(pid, command) of live server processes (:data:`SERVER_NAMES`) whose environment has ``mark``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -79,7 +111,7 @@ def marked_servers(mark: str) -> list[tuple[int, str]]:
     return found
 
 
-class LlamaServer:
+class LlamaServer(LlamaCppServer):
     """llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``) on the embedded GGUF, on a free
     loopback port; its output goes to ``log`` (it names every client that went away).
 
@@ -88,60 +120,17 @@ class LlamaServer:
     of ~8 ms).
     """
 
-    def __init__(self, log: Path, threads: int = 1) -> None:
-        from console.server import free_port
-
-        self.log, self.threads = log, threads
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def command(self) -> list[str]:
-        from backend_model.models import embedded_gguf
-
-        # interrupt_requests off: by default a new request cuts the stream in flight short (a|b, load levels)
-        return [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf()), "--model_alias",
-                LLAMA_MODEL, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "2048",
-                "--n_threads", str(self.threads), "--interrupt_requests", "False"]
-
     def start(self, timeout: float = 120.0) -> None:
-        """Start it and wait until ``/v1/models`` answers; fails with the log's tail when it does not."""
-        import pytest
-
+        """Start it and wait until ``/v1/models`` answers; the test fails with the log's tail when it does not."""
         try:
             import llama_cpp.server  # noqa: F401
         except ImportError:
             pytest.fail("llama-cpp-python[server] is not installed: scripts/setup.sh --test installs it (the test "
                         "extra)")
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        tail = self.text()[-2000:]
-        self.stop()
-        pytest.fail(f"llama.cpp's server did not answer at {self.base_url}:\n{tail}")
-
-    def text(self) -> str:
-        """What the server printed so far."""
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
         try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(15)
-        self.process = None
+            super().start(timeout)
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
 
 
 @lru_cache(maxsize=1)
@@ -157,3 +146,20 @@ def python38() -> str | None:
         if done.returncode == 0 and done.stdout.strip() == "(3, 8)":
             return candidate
     return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine_threads() -> Iterator[int]:
+    """An autouse fixture for the module that imports it: torch computes on the threads a served CPU model
+    takes (``cpu_threads`` automatic: the CPUs less one), not on every CPU (on a shared machine, one thread per
+    CPU spins waiting for the busiest); restored after."""
+    import torch
+
+    from backend_model.threads import auto_threads, available_cpus
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(auto_threads(available_cpus(), 1))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)

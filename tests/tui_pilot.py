@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 from textual.widget import Widget
 from textual.widgets import Input
@@ -39,6 +41,20 @@ def table_rows(table) -> dict[str, tuple[str, ...]]:
     """A DataTable's rows by their first cell."""
     rows = (tuple(str(cell) for cell in table.get_row_at(i)) for i in range(table.row_count))
     return {row[0]: row for row in rows}
+
+
+@asynccontextmanager
+async def openai_app(base_url: str, export_dir: Path, timeout: float = 60.0) -> AsyncIterator[tuple]:
+    """The TUI connected by an OpenAI-compatible server's /v1 URL: (app, pilot, its stream pane) once it lists
+    the server's models."""
+    from console.tui.app import QaicConsoleApp
+
+    app = QaicConsoleApp(http_url=base_url, export_dir=export_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.chat("stream")
+        await until(pilot, lambda: pane.serving and pane.infos, timeout, "the connection")
+        assert app.server_pane.snapshot.server.kind == "openai"
+        yield app, pilot, pane
 
 
 def steady(*keys: str) -> Callable[[object], Awaitable[None]]:

@@ -9,6 +9,9 @@ Measured in one run on the embedded model, side by side, as ratios (absolute fig
 * ``engine_over_hf_generate``: the engine's single stream ÷ transformers ``generate`` (fp32, bs1,
   as many threads as the engine: ``cpu_threads`` automatic) on the same weights, for fp32, int8 and
   int4 (target >= 5), and each precision's 8-sequence aggregate ÷ its single stream (target >= 3);
+* ``demo_{1,8}_over_llama_cpp``: the demo samples' precision (int4) served, 1 and 8 streams ÷ llama.cpp's
+  server (llama-cpp-python's) on the same GGUF and threads, alternately (targets >= 0.5 and >= 1: that
+  server answers one request at a time); ``demo_1_tokens_per_s`` the single stream (target >= 100);
 * ``loop_overhead_ms``: host time per decode step of the loop with a zero-cost session at
   full_batch_size 16 (target <= 0.3 ms);
 * ``served_zero_cost_16_tokens_per_s``: streamed tokens/s arriving at the console client from 16
@@ -25,20 +28,15 @@ best of ``repeats`` runs (on a shared machine a neighbour only ever slows a run 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from console.clients import GenerationParams, Reply, Timeouts, stream
-
-from .capacity import run_together
-from .engine import BENCH_PROMPTS, Timed, hf_generate, loop_overhead_ms, run_engine
+from .engine import Timed, hf_generate, loop_overhead_ms, run_engine
+from .streams import served_model, served_precision, triton_streams
 
 PRECISIONS = ("fp32", "int8", "int4")
 STREAMS = (1, 8)
@@ -52,6 +50,9 @@ TARGETS = {  # key -> (comparison, threshold)
     "engine_fp32_scaling_8_over_1": (">=", 3.0),
     "engine_int8_scaling_8_over_1": (">=", 3.0),
     "engine_int4_scaling_8_over_1": (">=", 3.0),
+    "demo_1_tokens_per_s": (">=", 100.0),
+    "demo_1_over_llama_cpp": (">=", 0.5),
+    "demo_8_over_llama_cpp": (">=", 1.0),
     "loop_overhead_ms": ("<=", 0.3),
     "served_zero_cost_16_tokens_per_s": (">=", 5000.0),
 }
@@ -103,54 +104,6 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 def best_rate(runs: list[Timed]) -> float:
     """The fastest run's tokens/s."""
     return max(r.tokens_per_s for r in runs)
-
-
-# --------------------------------------------------------------------------- through Triton
-
-
-def triton_streams(url: str, concurrency: int, tokens: int, model: str, timeout: float = 600.0) -> Timed:
-    """``concurrency`` concurrent console streams of ``tokens`` tokens: total tokens over wall time."""
-    prompts = (BENCH_PROMPTS * (concurrency // len(BENCH_PROMPTS) + 1))[:concurrency]
-    counts = [0] * concurrency
-    errors: list[str] = []
-    barrier = threading.Barrier(concurrency + 1)
-
-    def one(i: int) -> None:
-        call = stream(url, model, [prompts[i]], GenerationParams(max_tokens=tokens), Timeouts(network=timeout))
-        barrier.wait(timeout)
-        for event in call:
-            if isinstance(event, Reply):
-                counts[i] = event.stats.output_tokens or 0
-        if not counts[i]:
-            errors.append(f"stream {i} got no reply")
-
-    seconds, _ = run_together(one, concurrency, barrier, timeout)
-    if errors:
-        raise RuntimeError("; ".join(errors))
-    return Timed(sum(counts), seconds)
-
-
-def served_model(precision: str) -> str:
-    return f"smollm2_{precision}_stream"
-
-
-@contextlib.contextmanager
-def served_precision(precision: str, timeout: float = 600.0) -> Iterator[Any]:
-    """A tritonserver serving only the embedded model, decoupled, at ``precision`` (settings as in-process)."""
-    from console.server import TritonServer
-    from repo_gen.samples import EMBEDDED_KV
-    from repo_gen.writer import ModelSpec, write_model
-
-    name = served_model(precision)
-    with tempfile.TemporaryDirectory(prefix="qaic-report-") as tmp:
-        write_model(ModelSpec(name, "kv_cache", True, hf_model_name="embedded", compile=EMBEDDED_KV,
-                              precision=precision), tmp)
-        server = TritonServer(Path(tmp), models=(name,))
-        server.start(timeout=timeout)
-        try:
-            yield server
-        finally:
-            server.stop()
 
 
 # --------------------------------------------------------------------------- the sections
@@ -263,7 +216,9 @@ def run_report(opts: ReportOptions | None = None, progress: Progress = print) ->
     report.context.update(tokens_per_measurement=opts.tokens, repeats=opts.repeats, cpus=os.cpu_count(),
                           load_average_start=[round(x, 2) for x in os.getloadavg()])
     t0 = time.perf_counter()
-    for section in (precision_section, zero_cost_section, twin_section):
+    from .llama_cpp import llama_section
+
+    for section in (precision_section, llama_section, zero_cost_section, twin_section):
         section(report, opts, progress)
     report.context["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report.context["seconds"] = round(time.perf_counter() - t0, 1)
@@ -284,6 +239,9 @@ def format_report(report: Report) -> str:
         "engine_fp32_scaling_8_over_1": "engine fp32 8 seqs ÷ 1 seq",
         "engine_int8_scaling_8_over_1": "engine int8 8 seqs ÷ 1 seq",
         "engine_int4_scaling_8_over_1": "engine int4 8 seqs ÷ 1 seq",
+        "demo_1_tokens_per_s": "served demo precision, 1 stream, tokens/s",
+        "demo_1_over_llama_cpp": "served demo precision 1 stream ÷ llama.cpp's server",
+        "demo_8_over_llama_cpp": "served demo precision 8 streams ÷ llama.cpp's server (one at a time)",
         "loop_overhead_ms": "loop host overhead per decode step, ms (16 slots)",
         "served_zero_cost_16_tokens_per_s": "served zero-cost model, 16 streams, tokens/s at the client",
     }

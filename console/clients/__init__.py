@@ -44,6 +44,7 @@ from .events import (
 from .interfaces import Interface, interface_of
 from .openai_api import OPENAI, base_url, is_openai_url, openai_info
 from .openai_call import OpenAICall, openai_call
+from .openai_interface import OpenAIInterface
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .stats import aggregate, format_stats, live_stats, reply_stats
 from .stream import StreamCall, stream
@@ -52,6 +53,7 @@ from .wire import info_from_config, model_info, normalize_url
 __all__ = [
     "OPENAI",
     "OpenAICall",
+    "OpenAIInterface",
     "base_url",
     "is_openai_url",
     "openai_call",

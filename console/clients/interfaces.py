@@ -12,8 +12,8 @@
   ``stop_words``, ``temperature``/``top_p`` FP32, ``top_k`` INT32, ``seed`` or ``random_seed`` UINT64,
   ... -> ``text_output``; one prompt per request, a leading batch dimension when max_batch_size > 0.
 * ``text`` — any model with one required STRING input and one STRING output.
-* ``openai`` — a model of an OpenAI-compatible server (:mod:`.openai_api`): the API's request fields,
-  one prompt per request.
+* ``openai`` — a model of an OpenAI-compatible server (:mod:`.openai_interface`): the API's request fields
+  and the extensions the server is known to take, one prompt per request.
 
 Only the inputs a model declares are sent, with the model's own datatypes;
 :meth:`Interface.ignored` names the set controls a model has no input for. A model that answers
@@ -30,7 +30,6 @@ from typing import Any
 
 from .errors import SERVER, ClientError
 from .events import ModelInfo, Tensor
-from .openai_api import OPENAI
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .wire import output_list, tensor
 
@@ -41,7 +40,7 @@ KINDS = {"BYTES": str, "BOOL": bool, "FP16": float, "FP32": float, "FP64": float
 
 
 @dataclass(frozen=True)
-class Wire:
+class InputValue:
     """One input to send: its name, Triton datatype and values (``many``: always a list in JSON)."""
 
     name: str
@@ -64,6 +63,8 @@ class Interface:
     aliases: dict[str, tuple[str, ...]] = {}  # control -> the model's input names, where they differ
     extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "input_tokens", "output_tokens": "output_tokens"}
     samples_by_default = False  # the server samples when no temperature is sent (vLLM, OpenAI-compatible servers)
+    unlimited: int | None = 0  # what a control whose 0 means "up to the context" goes as (None: it cannot be asked)
+    default_note = ""  # what applies then, in words
 
     def __init__(self, info: ModelInfo) -> None:
         self.info = info
@@ -95,16 +96,37 @@ class Interface:
         names = [c.name for c in CONTROLS] if params is None else list(params.values)
         return [n for n in names if self.wire_input(BY_NAME[n]) is None]
 
-    def greedy(self, params: GenerationParams) -> GenerationParams:
-        """The consoles' default is greedy: a server that samples by default (:attr:`samples_by_default`)
-        is sent ``temperature`` 0 unless one is set."""
-        if self.samples_by_default and params.get("temperature") is None and self.wire_input(BY_NAME["temperature"]):
-            return params.replace(temperature=0.0)
-        return params
+    def whole_context(self) -> int | None:
+        """What ``max_tokens`` 0 (up to the model's context) is sent as; None: this server cannot be asked for it."""
+        return self.unlimited
 
-    def controls(self, params: GenerationParams) -> list[Wire]:
+    def sent(self, params: GenerationParams) -> GenerationParams:
+        """The controls as they go out: the consoles' default is greedy (a server that samples unless told,
+        :attr:`samples_by_default`, is sent ``temperature`` 0), and 0 tokens ("up to the context") is what this
+        server understands by it (:meth:`whole_context`), or not sent."""
+        changes: dict[str, Any] = {}
+        if self.samples_by_default and params.get("temperature") is None and self.wire_input(BY_NAME["temperature"]):
+            changes["temperature"] = 0.0
+        for control in CONTROLS:
+            if control.zero_means_all and params.get(control.name) == 0 and self.whole_context() != 0:
+                changes[control.name] = self.whole_context()
+        return params.replace(**changes) if changes else params
+
+    def notes(self, params: GenerationParams) -> list[str]:
+        """What a front end should say about how the controls go out (a limit this server cannot be asked for)."""
+        out = []
+        for control in CONTROLS:
+            if control.zero_means_all and params.get(control.name) == 0 and self.whole_context() is None:
+                declared = self.wire_input(control)
+                applies = (f"the console's default of {control.default} is sent" if declared and not declared.optional
+                           else self.default_note or "the server's own default applies")
+                out.append(f"{control.name} 0 (up to the context) cannot be asked of {self.info.name} ({self.name}): "
+                           f"{applies}; give a number to choose")
+        return out
+
+    def controls(self, params: GenerationParams) -> list[InputValue]:
         """The set controls the model declares, and its required ones (at the console's default) when unset."""
-        params = self.greedy(params)
+        params = self.sent(params)
         out = []
         for control in CONTROLS:
             declared = self.wire_input(control)
@@ -112,27 +134,27 @@ class Interface:
             if declared is None or (value is None and (declared.optional or control.default is None)):
                 continue
             value = control.default if value is None else value
-            out.append(Wire(declared.name, declared.datatype, tuple(value) if control.multiple else (value,),
+            out.append(InputValue(declared.name, declared.datatype, tuple(value) if control.multiple else (value,),
                             control.multiple))
         return out
 
-    def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
+    def switches(self, params: GenerationParams, streaming: bool) -> list[InputValue]:
         """``stream`` (streamed only from a decoupled model), ``exclude_input_in_output`` (always: the console asks
         for new text only, and adds an echo where a user wants one when it renders) and ``status_key``."""
         out = []
         if self.info.stream_switch:
-            out.append(Wire("stream", "BOOL", (streaming and self.info.decoupled,)))
+            out.append(InputValue("stream", "BOOL", (streaming and self.info.decoupled,)))
         if self.info.input("exclude_input_in_output") is not None:
-            out.append(Wire("exclude_input_in_output", "BOOL", (True,)))
+            out.append(InputValue("exclude_input_in_output", "BOOL", (True,)))
         if params.status_key and self.info.input("status_key") is not None:  # the key its status questions bring
-            out.append(Wire("status_key", "BYTES", (params.status_key,)))
+            out.append(InputValue("status_key", "BYTES", (params.status_key,)))
         return out
 
-    def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[Wire]:
+    def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[InputValue]:
         """Every input of one request for ``prompts`` (one of them unless :attr:`batches_prompts`)."""
         if len(prompts) > 1 and not self.batches_prompts:
             raise ClientError(f"model {self.info.name} ({self.name}) takes one prompt per request")
-        prompt = Wire(self.prompt_name, "BYTES", tuple(prompts), self.batches_prompts and len(prompts) > 1)
+        prompt = InputValue(self.prompt_name, "BYTES", tuple(prompts), self.batches_prompts and len(prompts) > 1)
         return [prompt, *self.controls(params), *self.switches(params, streaming)]
 
     def inputs(self, module: Any, prompts: Sequence[str], params: GenerationParams,
@@ -202,6 +224,8 @@ class VllmInterface(Interface):
     name = "vllm"
     prompt_input = "text_input"
     samples_by_default = True  # vLLM's SamplingParams: temperature 1.0
+    unlimited = None  # its SamplingParams take no "up to the context"
+    default_note = "vLLM's default of 16 tokens applies"
     batches_prompts = False
     extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "num_input_tokens",
                      "output_tokens": "num_output_tokens"}
@@ -215,13 +239,13 @@ class VllmInterface(Interface):
     def wire_input(self, control: Control) -> Tensor | None:
         return self.info.input("sampling_parameters") if control.vllm else None  # vLLM's SamplingParams fields
 
-    def controls(self, params: GenerationParams) -> list[Wire]:
-        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.greedy(params).values.items()
+    def controls(self, params: GenerationParams) -> list[InputValue]:
+        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.sent(params).values.items()
                     if BY_NAME[n].vllm}
-        return [Wire("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
+        return [InputValue("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
 
-    def switches(self, params: GenerationParams, streaming: bool) -> list[Wire]:
-        flags = [Wire(f, "BOOL", (True,)) for f in self.FLAGS if self.info.input(f) is not None]
+    def switches(self, params: GenerationParams, streaming: bool) -> list[InputValue]:
+        flags = [InputValue(f, "BOOL", (True,)) for f in self.FLAGS if self.info.input(f) is not None]
         return [*super().switches(params, streaming), *flags]
 
     @property
@@ -247,6 +271,7 @@ class TrtLlmInterface(Interface):
 
     name = "tensorrt-llm"
     prompt_input = "text_input"
+    unlimited = None  # its max_tokens is required
     batches_prompts = False
     aliases = {"seed": ("seed", "random_seed"), "stop": ("stop_words",)}
     extra_outputs: dict[str, str] = {}
@@ -278,34 +303,7 @@ class TextInterface(Interface):
         return next(t.name for t in self.info.outputs if _text(t))
 
 
-class OpenAIInterface(Interface):
-    """A model of an OpenAI-compatible server: the controls go as the API's request fields (:attr:`FIELDS`)."""
-
-    name = OPENAI
-    batches_prompts = False
-    samples_by_default = True  # the API's temperature defaults to 1 (llama.cpp's server: 0.8)
-    extra_outputs: dict[str, str] = {}
-    # the request fields the controls map to: the API's own, and top_k, the servers' common extension
-    FIELDS = {t.name: t for t in (Tensor("max_tokens", "INT32", (1,), True), Tensor("temperature", "FP32", (1,), True),
-                                  Tensor("top_p", "FP32", (1,), True), Tensor("top_k", "INT32", (1,), True),
-                                  Tensor("seed", "INT64", (1,), True), Tensor("stop", "BYTES", (-1,), True))}
-    EXTENSIONS = ("top_k",)  # sent in the body beside the API's own fields
-
-    @classmethod
-    def matches(cls, info: ModelInfo) -> bool:
-        return info.backend == OPENAI
-
-    def wire_input(self, control: Control) -> Tensor | None:
-        return self.FIELDS.get(control.name)
-
-    def body(self, params: GenerationParams) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(the API's fields, the extensions such as ``top_k``) of the set controls."""
-        fields = {w.name: list(w.values) if w.many else w.values[0] for w in self.controls(params)}
-        extra = {k: fields.pop(k) for k in self.EXTENSIONS if k in fields}
-        return fields, extra
-
-
-INTERFACES: tuple[type[Interface], ...] = (OpenAIInterface, Interface, VllmInterface, TrtLlmInterface, TextInterface)
+INTERFACES: list[type[Interface]] = [Interface, VllmInterface, TrtLlmInterface, TextInterface]  # + openai_interface's
 
 
 def interface_of(info: ModelInfo) -> Interface:

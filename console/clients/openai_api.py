@@ -2,7 +2,7 @@
 errors in one line.
 
 A server is reached at its base URL ``http://host:port/v1``; ``GET /v1/models`` lists what it serves. Each
-model gets a :class:`ModelInfo` (backend ``openai``); :class:`~.interfaces.OpenAIInterface` knows the request
+model gets a :class:`ModelInfo` (backend ``openai``); :class:`~.openai_interface.OpenAIInterface` knows the request
 fields the controls map to. The server applies the chat template itself (``/v1/chat/completions``); raw
 prompts go to ``/v1/completions``.
 """
@@ -46,10 +46,15 @@ def base_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def openai_info(name: str) -> ModelInfo:
-    """A served model of an OpenAI-compatible server: it streams or answers once; its type is not known (the
-    KV-cache default timeout applies)."""
-    return ModelInfo(name, decoupled=True, use_kv_cache=None, backend=OPENAI, answers=("stream", "batch"))
+LISTED = ("owned_by", "max_model_len")  # what a listing says of a model that the console uses (vLLM gives both)
+
+
+def openai_info(name: str, entry: dict[str, Any] | None = None) -> ModelInfo:
+    """A served model of an OpenAI-compatible server (``entry``: its ``/v1/models`` entry): it streams or answers
+    once; its type is not known (the KV-cache default timeout applies)."""
+    said = {k: str(entry[k]) for k in LISTED if entry and entry.get(k) is not None}
+    return ModelInfo(name, decoupled=True, use_kv_cache=None, parameters=said, backend=OPENAI,
+                     answers=("stream", "batch"))
 
 
 _CLIENTS: dict[str, Any] = {}
@@ -106,11 +111,11 @@ def _one_line(exc: BaseException | str) -> str:
     return " ".join(text.split())[:300]
 
 
-def listed_models(base: str, timeout: float = 5.0) -> list[str]:
-    """The ids ``GET /v1/models`` at ``base`` lists; ClientError when the server does not answer."""
+def listing(base: str, timeout: float = 5.0) -> dict[str, dict[str, Any]]:
+    """``GET /v1/models`` at ``base``: each model's entry by its id; ClientError when the server does not answer."""
     try:
         page = client(base).models.list(timeout=timeout)
-        return [m.id for m in page.data]
+        return {m.id: m.model_dump() for m in page.data}
     except Exception as exc:
         raise api_error(exc, base) from None
 
@@ -118,9 +123,10 @@ def listed_models(base: str, timeout: float = 5.0) -> list[str]:
 def model_info(base: str, name: str = "") -> ModelInfo:
     """The model ``name`` the server at ``base`` serves (empty: the first it lists); ClientError naming the served
     ones when it is absent."""
-    served = listed_models(base)
+    served = listing(base)
     if not served:
         raise ClientError(f"the OpenAI-compatible server at {base} serves no model", SERVER)
     if name and name not in served:
         raise ClientError(f"model {name!r} is not served at {base}: it serves {', '.join(served)}", SERVER)
-    return openai_info(name or served[0])
+    name = name or next(iter(served))
+    return openai_info(name, served[name])

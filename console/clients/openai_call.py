@@ -23,13 +23,15 @@ from typing import Any
 from .call import Arrived, Broke, Call, Ended
 from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
-from .interfaces import OpenAIInterface
 from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client, model_info
+from .openai_interface import OpenAIInterface, server_of
 from .params import GenerationParams
 from .stats import reply_stats
 
 Messages = list[dict[str, str]]
-UNSTREAMED_NOTE = "the server finishes an unstreamed request (stream mode can stop one)"
+UNSTREAMED_NOTE = ("connection closed; a server such as llama.cpp's finishes an unstreamed request (stream mode "
+                   "stops one)")
+STOPPED_NOTE = "connection closed (vLLM stops a request whose client went away, streamed or not)"
 
 
 def choice_text(choice: Any, chat: bool) -> str:
@@ -86,9 +88,9 @@ def answer(completion: Any, prompt: str, chat: bool, latency: float) -> Reply:
                  (getattr(choice, "finish_reason", None) or "") if choice else "", stats)
 
 
-def _socket(stream: Any) -> socket.socket | None:
-    """The socket under a streamed response (httpcore's ``network_stream``), when the client exposes it."""
-    network = getattr(stream.response, "extensions", {}).get("network_stream")
+def _socket(response: Any) -> socket.socket | None:
+    """The socket under an httpx response (httpcore's ``network_stream``), when the client exposes it."""
+    network = getattr(response, "extensions", {}).get("network_stream")
     return network.get_extra_info("socket") if network is not None else None
 
 
@@ -108,12 +110,12 @@ class OpenAICall(Call):
         if self.messages is not None and len(self.messages) != len(self.prompts):
             raise ClientError(f"{len(self.messages)} message lists for {len(self.prompts)} prompts")
         if not streaming:
-            self.cancel_note = UNSTREAMED_NOTE
+            self.cancel_note = STOPPED_NOTE if self.info and server_of(self.info).stops_when_left else UNSTREAMED_NOTE
 
     def _fresh(self) -> None:
         super()._fresh()
         self._lock = threading.Lock()
-        self._stream: Any = None
+        self._response: Any = None  # the httpx response while its connection is open (its socket can be shut)
 
     @property
     def chat(self) -> bool:
@@ -156,7 +158,8 @@ class OpenAICall(Call):
         except ClientError as exc:
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
             return
-        create = api.chat.completions.create if self.chat else api.completions.create
+        endpoint = api.chat.completions if self.chat else api.completions
+        create = endpoint.create if self.streaming else endpoint.with_streaming_response.create
         body["timeout"] = self.timeouts.backstop()
         folder = ChunkFolder(self.chat)
         t0 = last = time.perf_counter()
@@ -186,38 +189,42 @@ class OpenAICall(Call):
                 self._shut()
 
     def _read(self, create: Callable[..., Any], body: dict[str, Any]) -> None:
-        """The reader thread: send, hand over each chunk (or the one answer), then the end or the error."""
+        """The reader thread: send, hand over each chunk (or the one answer), then the end or the error. An answer
+        that is not streamed is read as a streamed response too, so its connection can be shut while it waits."""
         try:
-            response = create(**body)
             if not self.streaming:
-                self._arrive(Arrived(response))
+                with create(**body) as raw:
+                    self._opened(raw.http_response)
+                    answered = raw.parse()
+                self._arrive(Arrived(answered))
                 return
-            with self._lock:
-                self._stream = response
-            if self._cancel.is_set():
-                return
-            for chunk in response:
+            stream = create(**body)
+            self._opened(stream.response)
+            for chunk in stream:
                 self._arrive(Arrived(chunk))
                 if self._cancel.is_set():
+                    stream.close()  # left midway: closing drops the connection
                     return
-            with self._lock:
-                self._stream = None  # read to its end: the connection goes back to the client's pool
-            self._arrive(Ended())
+            self._arrive(Ended())  # read to its end: the connection goes back to the client's pool
         except Exception as exc:
             self._arrive(Broke(exc))
         finally:
             with self._lock:
-                stream, self._stream = self._stream, None
-            if stream is not None:  # left midway: closing drops the connection
-                with contextlib.suppress(Exception):
-                    stream.close()
+                self._response = None
+
+    def _opened(self, response: Any) -> None:
+        """The response's headers came: its connection may be shut from now on (at once, if cancelled already)."""
+        with self._lock:
+            self._response = response
+        if self._cancel.is_set():
+            self._shut()
 
     def _shut(self) -> None:
-        """Shut the stream's connection down now (from any thread): the reader wakes up, the server sees the
-        client go. A finished stream has nothing left to shut."""
+        """Shut the request's connection down now (from any thread): the reader wakes up, the server sees the
+        client go. A finished request has nothing left to shut."""
         with self._lock:
-            stream = self._stream
-        sock = _socket(stream) if stream is not None else None
+            response = self._response
+        sock = _socket(response) if response is not None else None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)

@@ -79,17 +79,19 @@ class Prepared:
     ignored: list[str]  # set controls this model has no input for (not sent)
     seconds: float  # spent preparing (model config, chat template) before sending
     chat: bool  # the chat template was applied (or the messages sent for the server's)
+    notes: list[str] = field(default_factory=list)  # how the controls go out, where a user should know
 
     @property
     def controls(self) -> dict[str, Any]:
-        """The controls as they go out (the console's greedy default included where a server samples unless told)."""
+        """The controls as they go out (the console's greedy default where a server samples unless told, and "up to
+        the context" as this server understands it)."""
         interface = interface_of(self.info)
-        return {k: v for k, v in interface.greedy(self.call.params).values.items() if k not in self.ignored}
+        return {k: v for k, v in interface.sent(self.call.params).values.items() if k not in self.ignored}
 
     def begin(self, turn: Turn) -> None:
         """Record on ``turn`` what goes out (prompts as sent, controls, the model's kind) as the call is sent."""
         turn.sent, turn.ignored, turn.prepare_seconds = self.sent, self.ignored, self.seconds
-        turn.chat, turn.decoupled = self.chat, self.info.decoupled
+        turn.chat, turn.decoupled, turn.notes = self.chat, self.info.decoupled, self.notes
         turn.params.update(self.controls)
         turn.sent_at = time.perf_counter()
 
@@ -129,7 +131,8 @@ def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history
                         (settings.idle_timeout or None) if settings.mode == "stream" else None)
     params = params_for(settings, request_id or new_request_id())
     call = server.call(settings.mode, settings.protocol, info, framed, params, timeouts)
-    return Prepared(info, framed.sent, call, interface.ignored(settings.params), time.perf_counter() - t0, chat)
+    return Prepared(info, framed.sent, call, interface.ignored(settings.params), time.perf_counter() - t0, chat,
+                    interface.notes(settings.params))
 
 
 def read_info(server: Adapter, settings: Settings) -> ModelInfo:

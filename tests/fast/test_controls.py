@@ -29,7 +29,7 @@ BUNDLED = ModelInfo("m", True, True, inputs=(
 
 def test_one_rule_per_control_everywhere() -> None:
     assert GenerationParams(seed=0).seed == 0  # 0 is a value, not "unset"
-    assert GenerationParams(max_tokens=0).max_tokens is None  # 0 asks for the model's default
+    assert GenerationParams(max_tokens=0).max_tokens == 0  # 0 asks for as many as the context allows
     for bad, needle in (({"seed": -1}, "Seed must be an integer >= 0"), ({"top_p": 0}, "Top p must be"),
                         ({"top_k": 1.5}, "Top k must be an integer"), ({"temperature": float("nan")}, "Temperature"),
                         ({"repetition_penalty": 0}, "> 0"), ({"max_tokens": True}, "Max tokens"),
@@ -70,7 +70,7 @@ def test_click_options_follow_the_table_and_hand_over_checked_values() -> None:
     result = runner.invoke(cmd, ["--seed", "0", "--stop", "x", "--stop", "y"])
     assert result.exit_code == 0
     assert result.output.splitlines() == ["128", "GenerationParams(max_tokens=128, seed=0, stop=('x', 'y'))"]
-    assert runner.invoke(cmd, ["--max-tokens", "0"]).output.splitlines()[0] == "None"  # converted: the default
+    assert runner.invoke(cmd, ["--max-tokens", "0"]).output.splitlines()[1] == "GenerationParams(max_tokens=0)"
     result = runner.invoke(cmd, ["--seed", "-3"])
     assert result.exit_code == 2 and "Seed must be an integer >= 0" in result.output
     help_text = runner.invoke(cmd, ["--help"]).output

@@ -106,3 +106,26 @@ def test_an_echo_the_model_was_not_told_about_is_cut_for_new_text_only() -> None
 def test_version_note_for_servers_older_than_24_06() -> None:
     assert "older than 2.47" in version_note("2.46.0") and "stream" in version_note("2.29.0")
     assert version_note("2.47.0") == "" and version_note("2.51.0") == "" and version_note("") == ""
+
+
+def test_zero_tokens_means_up_to_the_context_on_every_server_or_says_which_default_applies() -> None:
+    """``max_tokens`` 0: the bundled backend takes 0 itself; vLLM and TensorRT-LLM cannot be asked, and the note says
+    what applies instead (vLLM's 16 tokens, the console's 128)."""
+    whole = GenerationParams(max_tokens=0)
+
+    def values(model: ModelInfo) -> dict:
+        return {w.name: w.values for w in interface_of(model).request(["a"], whole, True)}
+
+    bundled = info_from_config("m", {"input": [{"name": "prompt", "data_type": "TYPE_STRING", "dims": [-1]},
+                                               {"name": "max_tokens", "data_type": "TYPE_INT64", "dims": [1],
+                                                "optional": True}],
+                                     "output": [{"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]}]})
+    assert values(bundled)["max_tokens"] == (0,) and not interface_of(bundled).notes(whole)
+    vllm = interface_of(info("vllm_model"))
+    assert json.loads(values(info("vllm_model"))["sampling_parameters"][0]) == {"temperature": 0.0}  # no max_tokens
+    assert vllm.notes(whole) == ["max_tokens 0 (up to the context) cannot be asked of vllm_model (vllm): vLLM's "
+                                 "default of 16 tokens applies; give a number to choose"]
+    trt = interface_of(info("ensemble"))
+    assert values(info("ensemble"))["max_tokens"] == (128,)
+    assert "the console's default of 128 is sent" in trt.notes(whole)[0]
+    assert not vllm.notes(GenerationParams(max_tokens=5)) and not trt.notes(GenerationParams())

@@ -111,3 +111,24 @@ def test_an_unstreamed_answer_has_a_latency_and_the_servers_count() -> None:
     assert reply.text == "Paris." and reply.finish_reason == "stop"
     assert reply.stats.time_to_first_token is None and reply.stats.output_tokens == 3
     assert reply.stats.output_token_throughput == pytest.approx(6.0)
+
+
+def test_each_kind_of_openai_server_gets_the_extensions_it_takes_and_its_own_up_to_the_context() -> None:
+    """vLLM (owned_by vllm) and llama.cpp (owned_by me/llamacpp) take min_tokens and a repetition penalty beside
+    top_k; max_tokens 0 goes as vLLM's max_model_len, as llama.cpp's 0 (unlimited), and to another server not at
+    all, saying the server's default applies."""
+    from console.clients import openai_info
+
+    params = GenerationParams(max_tokens=0, repetition_penalty=1.2, min_tokens=3, top_k=5)
+    vllm = openai_info("m", {"id": "m", "owned_by": "vllm", "max_model_len": 1024})
+    llama = openai_info("m", {"id": "m", "owned_by": "me"})
+    other = openai_info("m", {"id": "m", "owned_by": "someone"})
+    assert interface_of(vllm).body(params) == ({"max_tokens": 1024, "temperature": 0.0},
+                                               {"repetition_penalty": 1.2, "min_tokens": 3, "top_k": 5})
+    assert interface_of(llama).body(params) == ({"max_tokens": 0, "temperature": 0.0},
+                                                {"repeat_penalty": 1.2, "min_tokens": 3, "top_k": 5})
+    assert interface_of(other).body(params) == ({"temperature": 0.0}, {"top_k": 5})
+    assert interface_of(other).ignored(params) == ["repetition_penalty", "min_tokens"]
+    assert not interface_of(vllm).ignored(params) and not interface_of(vllm).notes(params)
+    assert "the server's default applies (OpenAI's API: 16 tokens on /v1/completions)" in interface_of(other).notes(
+        params)[0]

@@ -16,8 +16,8 @@ from repo_gen.artifacts import GENERATOR_MODULES, RELEASE
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDARD_LIBRARY_ONLY = ("backend_model.errors", "backend_model.parameters", "backend_model.controls",
-                         "backend_model.compile_config", "backend_model.qpc", "repo_gen.writer", "repo_gen.samples",
-                         "repo_gen.command")
+                         "backend_model.compile_config", "backend_model.cpu_support", "backend_model.qpc",
+                         "repo_gen.writer", "repo_gen.samples", "repo_gen.command")
 
 
 def py38_files() -> list[Path]:

@@ -127,6 +127,6 @@ def test_a_turn_notes_a_long_preparation_only() -> None:
     turn = Turn("batch", "m", ["p"], "r", ignored=["seed"])
     turn.sent_at, turn.prepare_seconds = 1.0, 0.001
     turn.apply(Reply(0, "p", "x", "length", reply_stats([], 0.5, 4, streamed=False)))
-    assert turn.notes() == ["m has no input for seed: not sent"]
+    assert turn.remarks() == ["m has no input for seed: not sent"]
     turn.prepare_seconds = PREPARE_NOTE
-    assert turn.notes()[0].startswith(f"prepared in {PREPARE_NOTE:.1f} s before sending")
+    assert turn.remarks()[0].startswith(f"prepared in {PREPARE_NOTE:.1f} s before sending")

@@ -12,9 +12,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from typing import Any
 
 from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts, openai_call
-from console.clients.openai_api import base_url, is_openai_url, listed_models, model_info, openai_info
+from console.clients.openai_api import base_url, is_openai_url, listing, model_info, openai_info
 
 from ..template import chat_messages
 from .base import Adapter, Framed, History, Progress, States, quiet
@@ -36,7 +37,7 @@ class OpenAIAdapter(Adapter):
 
     def __init__(self, base: str) -> None:
         self.http_url = self.base = base
-        self.listed: dict[str, tuple[str, str]] = {}
+        self.listed: dict[str, dict[str, Any]] = {}  # the models' entries as last listed
 
     @classmethod
     def claims(cls, url: str) -> bool:
@@ -58,29 +59,24 @@ class OpenAIAdapter(Adapter):
     def mode_label(cls, mode: str) -> str:
         return MODE_LABELS[mode]
 
-    def models(self, timeout: float = 5.0) -> list[str]:
-        """The ids ``GET /v1/models`` lists; ClientError when the server does not answer."""
-        return listed_models(self.base, timeout)
-
     def describe(self, timeout: float = 5.0) -> str:
         return f"OpenAI-compatible server at {self.base}"
 
     def connect(self, timeout: float = 3.0) -> str:
-        served = self.models(timeout)
-        self.listed = {name: ("READY", "") for name in served}
-        return (f"connected to the OpenAI-compatible server at {self.base} ({len(served)} "
-                f"model{'s' if len(served) != 1 else ''})")
+        self.listed = listing(self.base, timeout)
+        return (f"connected to the OpenAI-compatible server at {self.base} ({len(self.listed)} "
+                f"model{'s' if len(self.listed) != 1 else ''})")
 
     def model_states(self, timeout: float = 2.0) -> States:
         """Every model listed once is ready (the API knows no other state) while the server answers HTTP."""
         if not self.listed:
             try:
-                self.listed = {name: ("READY", "") for name in self.models(timeout)}
+                self.listed = listing(self.base, timeout)
             except ClientError as exc:
                 raise OSError(str(exc)) from None
-            return dict(self.listed)
-        self.probe(timeout)
-        return dict(self.listed)
+        else:
+            self.probe(timeout)
+        return {name: ("READY", "") for name in self.listed}
 
     def probe(self, timeout: float = 2.0) -> None:
         """Any HTTP answer to ``GET /health`` (vLLM's; a 404 from others) shows the server is up; OSError if not."""
@@ -99,7 +95,7 @@ class OpenAIAdapter(Adapter):
         return model_info(self.base, model)
 
     def listed_info(self, model: str) -> ModelInfo:
-        return openai_info(model)
+        return openai_info(model, self.listed.get(model))
 
     def default_model(self, mode: str) -> str:
         return self.model_info("").name

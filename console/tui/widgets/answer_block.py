@@ -39,8 +39,8 @@ def figures_line(turn: Turn, index: int, preparing: str = "") -> str:
 
 
 def turn_notes(turn: Turn) -> list[str]:
-    """What the turn says besides its figures: how it failed or was stopped, and its notes (see ``Turn.notes``)."""
-    return [line for line in (turn.failure_line(), *turn.notes()) if line]
+    """What the turn says besides its figures: how it failed or was stopped, and its notes (see ``Turn.remarks``)."""
+    return [line for line in (turn.failure_line(), *turn.remarks()) if line]
 
 
 class AnswerBlock(Vertical):

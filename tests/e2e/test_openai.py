@@ -41,7 +41,7 @@ def direct(server, max_tokens: int, prompt: str | None = None, messages: list | 
 
 def test_chat_goes_to_the_servers_chat_template_and_raw_prompts_are_completed(llama_server) -> None:
     chat = rows(cli("--prompt", QUESTION, "--url", llama_server.base_url, "--chat", "--system", SYSTEM,
-                    "--max-tokens", "12", "--temperature", "0", "--json", "--raw"))
+                    "--max-tokens", "12", "--temperature", "0", "--json"))
     assert len(chat) == 1 and chat[0]["model"] == LLAMA_MODEL  # the server's first model by default
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     assert chat[0]["text"] == direct(llama_server, 12, messages=messages)

@@ -206,16 +206,12 @@ class ServerController:
             if server is None:
                 return self._moved(phase="idle", message=NOT_CONNECTED, server=None, models=())
             self._moved(phase="stopping", message="stopping tritonserver ...", server=None, models=())
-        code = server.stop()
-        note = logparse.stop_note(code, server.log_tail(LOG_KEEP))
+        note = logparse.stop_note(server.stop(), server.log_tail(LOG_KEEP))
         return self._set(phase="stopped", message=f"tritonserver stopped{note}: start it again or connect by URL")
 
     def load(self, model: str) -> Snapshot:
-        """Load ``model`` of the repository into the tritonserver started here (a model generated into it while it
-        runs); ServerError when there is none, OSError when Triton cannot load it. Blocks while it loads."""
-        with self._lock:
-            server = self._server
-        if server is None or not server.running:
+        """Load ``model`` (generated into the repository served) into the tritonserver here; ServerError without one."""
+        if (server := self._server) is None or not server.running:
             raise ServerError(f"no tritonserver started here to load {model} into")
         self._note(f"loading {model} into the running tritonserver ...")
         server.handle.load_model(model)

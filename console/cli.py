@@ -26,6 +26,7 @@ from console.headless import Output
 from console.headless import run as run_headless
 from console.metrics.command import metrics_command
 from console.seed_clients import client
+from console.server import logparse
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS, START_TIMEOUT
 from console.server.ports import beyond_loopback
 from console.tui.command import tui
@@ -104,9 +105,10 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Stream mode: seconds without a response before giving up (0 disables)."),
         click_options(),
         click.option("--system", default=None, help="System message (implies --chat)."),
-        click.option("--chat", is_flag=True,
-                     help="Apply the model's chat template (embedded models: their own tokenizer; others "
-                          "need --tokenizer)."),
+        click.option("--chat/--raw", "chat", default=None,
+                     help="Apply the model's chat template, or send the prompt as typed (default: the template "
+                          "when the model has one here: the embedded models, a --tokenizer folder, an "
+                          "OpenAI-compatible server's own)."),
         click.option("--tokenizer", default=None, type=click.Path(file_okay=False),
                      help="Local tokenizer folder for --chat."),
         click.option("--json", "json_", is_flag=True,
@@ -123,9 +125,11 @@ def settings_from(values: dict[str, Any], server: Adapter | None = None) -> Sett
     """The request settings the headless options describe (the model by default: the server's)."""
     mode = values["mode"]
     model = values["model"] or (server.default_model(mode) if server is not None else EMBEDDED_DEFAULTS[mode])
+    if values["chat"] is False and values["system"]:
+        raise ClientError("--system goes into the chat template: leave out --raw")
     return Settings(
         model, mode, values["protocol"], params_from_options(values),
-        values["timeout"], values["idle_timeout"] or None, chat=values["chat"] or bool(values["system"]),
+        values["timeout"], values["idle_timeout"] or None, chat=values["chat"],
         system=values["system"] or "", tokenizer=values["tokenizer"] or "", echo=values["echo"],
     )
 
@@ -280,17 +284,22 @@ def _print_ready(controller: ServerController) -> None:
 @click.option("--openai-port", type=int, default=None,
               help="Also serve an OpenAI-compatible API on this port (on --host), in front of the models.")
 @front_options
+@click.option("--raw-log", is_flag=True,
+              help="Print tritonserver's log as it writes it (default: condensed to errors, warnings, model loads, "
+                   "the backend's own lines and the services' addresses, without its wide tables).")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
           stop_stale: bool, python_env: Path | None, backends: tuple[Path, ...], openai_port: int | None,
-          api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], extra: tuple[str, ...]) -> None:
+          api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], raw_log: bool,
+          extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
     A model that fails to load is named (FAILED, with the reason) and the others serve; a model whose
     Python backend dies or stops, or that is unloaded, is reported and loaded again; tritonserver itself, should
     it die, stop or hang, is reported and restarted on the same models and ports. Its repository API answers
-    this console only. Arguments after the options (or after --) go to tritonserver as they are, e.g.
+    this console only; its log is condensed unless --raw-log. Arguments after the options (or after --) go to
+    tritonserver as they are, e.g.
     `qaic-console serve --model-repository llm_model_dir -- --log-info=false`.
     """
     if not model_repository.is_dir():
@@ -302,7 +311,13 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
         beside = Beside(openai_port, host, api_key, no_api_key, tokenizers)
     except ClientError as exc:
         fail(str(exc))
-    controller = ServerController(on_log=click.echo)
+
+    def on_log(line: str) -> None:
+        shown = line if raw_log else logparse.condensed(line)
+        if shown is not None:
+            click.echo(shown)
+
+    controller = ServerController(on_log=on_log)
     supervisor = Supervisor(controller, click.echo)
     try:
         with _signals_raise(signal.SIGTERM):

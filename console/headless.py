@@ -10,14 +10,15 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from console.clients import ClientError, Event, Reply, TextDelta, format_stats, split_prompts
+from console.clients import CANCELLED, ClientError, Event, Failure, TextDelta, split_prompts
 from console.core.adapters import Adapter, started_here
 from console.core.request import Exchange, Settings, prepare
-from console.core.turns import Turn, batch_model_note
+from console.core.turns import Turn, batch_model_note, ignored_note, prepare_note
 from console.server import ServerError
 from console.server.embedded import embedded_server
 
@@ -69,23 +70,23 @@ class Printer:
             self._write("\n")
 
     def finish(self) -> int:
-        """Print what is left; the exit code."""
-        replies, failure = self.turn.replies, self.turn.failure
+        """Print what is left (a reply cut short too: its text so far, marked by its status); the exit code."""
+        turn, replies, failure = self.turn, self.turn.replies, self.turn.failure
         if self.live_open and 0 not in replies:
             self._write("\n")
         for i in range(len(self.prompts)):
-            reply = replies.get(i)
+            reply, shown = replies.get(i), reply_shown(turn, i)
             if self.output.json:
-                self._write(json.dumps(self._json(i, reply), ensure_ascii=False) + "\n")
-            elif reply is not None:
-                if i == 0 and self.live_open:
-                    self._write("\n")
-                else:
-                    self._write(("\n" if self.multi and i > 0 else "") + self._header(i) + self.turn.shown(i) + "\n")
-            if reply is not None and not self.output.quiet:
+                self._write(json.dumps(self._json(i), ensure_ascii=False) + "\n")
+            elif shown and not (i == 0 and self.live_open):
+                self._write(("\n" if self.multi and i > 0 else "") + self._header(i) + turn.shown(i) + "\n")
+            elif shown:
+                self._write("\n" if reply is not None else "")
+            if shown and not self.output.quiet:
                 where = f"[{i + 1}/{len(self.prompts)}] " if self.multi else ""
-                self.err.write(f"{where}{reply.finish_reason or '?'} · {format_stats(reply.stats)}\n")
-        batch = batch_model_note(self.settings.model, self.settings.mode, list(replies.values()))
+                cut = " · cut short" if turn.cut_short(i) else ""
+                self.err.write(f"{where}{turn.status(i)}{cut}\n")
+        batch = batch_model_note(turn)
         if batch and not self.output.quiet:
             self.err.write(f"note: {batch}\n")
         bad = [r for r in replies.values() if not r.ok]
@@ -97,37 +98,44 @@ class Printer:
         self.err.flush()
         return 1 if failure is not None or bad or len(replies) < len(self.prompts) else 0
 
-    def _json(self, i: int, reply: Reply | None) -> dict[str, Any]:
+    def _json(self, i: int) -> dict[str, Any]:
+        turn, reply = self.turn, self.turn.replies.get(i)
         row: dict[str, Any] = {"index": i, "prompt": self.prompts[i], "model": self.settings.model,
                                "mode": self.settings.mode}
         if reply is not None:
-            return {**row, "text": self.turn.shown(i), "finish_reason": reply.finish_reason, **reply.stats.as_dict()}
-        failure = self.turn.failure
-        return {**row, "text": None, "finish_reason": None, "error": failure.message if failure else "no reply",
-                "error_kind": failure.kind if failure else None}
+            return {**row, "text": turn.shown(i), "finish_reason": reply.finish_reason, **reply.stats.as_dict()}
+        failure, stats = turn.failure, turn.figures(i)
+        return {**row, "text": turn.shown(i) if turn.cut_short(i) else None, "finish_reason": None,
+                "cut_short": turn.cut_short(i), "error": failure.message if failure else "no reply",
+                "error_kind": failure.kind if failure else None, **(stats.as_dict() if stats else {})}
 
 
-PREPARE_NOTE = 0.5  # s: a preparation this long is said (the figures start when the request is sent)
+def reply_shown(turn: Turn, index: int) -> bool:
+    """Whether prompt ``index`` has something to print: its reply, or the text of one cut short."""
+    return index in turn.replies or turn.cut_short(index)
 
 
 def answer(server: Adapter, settings: Settings, prompts: list[str], output: Output, out: TextIO, err: TextIO,
            tty: bool, progress: Callable[[str], None]) -> int:
-    """Send the prompts to a running server and print the answers; the exit code."""
-    if settings.templated:
-        progress(f"applying the chat template of {settings.model} ...")
+    """Send the prompts to a running server and print the answers; the exit code (130: Ctrl-C, the text that came
+    printed all the same)."""
     turn = Exchange.new(settings, prompts).turn
     prepared = prepare(server, settings, prompts, request_id=turn.request_id, progress=progress)
-    if prepared.seconds >= PREPARE_NOTE:
-        progress(f"prepared in {prepared.seconds:.1f} s (model config, chat template): not part of the figures below")
-    if prepared.ignored:
-        progress(f"note: {settings.model} has no input for {', '.join(prepared.ignored)}: not sent")
-    for note in prepared.notes:
-        progress(f"note: {note}")
+    for note in (prepare_note(prepared.seconds), ignored_note(settings.model, prepared.ignored), *prepared.notes):
+        if note:
+            progress(f"note: {note}")
     printer = Printer(turn, settings, output, out, err, tty)
+    prepared.begin(turn)
     try:
         with contextlib.closing(iter(prepared.call)) as events:  # closing an unfinished call cancels it
             for event in events:
                 printer.event(event)
+    except KeyboardInterrupt:
+        seconds = time.perf_counter() - (turn.sent_at or 0.0)
+        turn.apply(Failure(f"interrupted (Ctrl-C) after {seconds:.1f} s; {prepared.call.cancel_note}", CANCELLED,
+                           seconds))
+        printer.finish()
+        return 130
     except BaseException:
         printer.interrupted()
         raise

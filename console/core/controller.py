@@ -221,9 +221,16 @@ class ServerController:
             if server is None:
                 return self._moved(phase="idle", message=NOT_CONNECTED, server=None, models=())
             self._moved(phase="stopping", message="stopping tritonserver ...", server=None, models=())
-        code = server.stop(grace)
-        return self._set(phase="stopped", message=f"tritonserver stopped (exit code {code}): start it again or "
-                                                  "connect by URL")
+        note = logparse.stop_note(server.stop(grace), server.log_tail(LOG_KEEP))
+        return self._set(phase="stopped", message=f"tritonserver stopped{note}: start it again or connect by URL")
+
+    def load(self, model: str) -> Snapshot:
+        """Load ``model`` (generated into the repository served) into the tritonserver here; ServerError without one."""
+        if (server := self._server) is None or not server.running:
+            raise ServerError(f"no tritonserver started here to load {model} into")
+        self._note(f"loading {model} into the running tritonserver ...")
+        server.handle.load_model(model)
+        return self.poll()
 
     # ---- following the server
 

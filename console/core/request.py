@@ -50,7 +50,7 @@ class Settings:
     params: GenerationParams = field(default_factory=GenerationParams)
     timeout: float | None = None  # whole call, s; None: the model's default (600 KV / 6000 causal); 0: none
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT  # stream: s between responses; None or 0: none
-    chat: bool = False  # apply the model's chat template
+    chat: bool | None = False  # apply the model's chat template; None: when the model has one here
     system: str = ""
     tokenizer: str = ""  # local tokenizer folder for the chat template (embedded models have their own)
     echo: bool = False  # show each prompt before its reply (the wire carries new text only)
@@ -64,8 +64,9 @@ class Settings:
                 raise ClientError(f"{name.replace('_', ' ')} must be >= 0 (0 disables), got {value:g}")
 
     @property
-    def templated(self) -> bool:
-        return self.chat or bool(self.system)
+    def templated(self) -> bool | None:
+        """The chat template asked for (a system message asks for it), refused, or None: when the model has one."""
+        return True if self.system else self.chat
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Prepared:
     call: Call
     ignored: list[str]  # set controls this model has no input for (not sent)
     seconds: float  # spent preparing (model config, chat template) before sending
+    chat: bool  # the chat template was applied (or the messages sent for the server's)
     notes: list[str] = field(default_factory=list)  # how the controls go out, where a user should know
 
     @property
@@ -85,6 +87,13 @@ class Prepared:
         the context" as this server understands it)."""
         interface = interface_of(self.info)
         return {k: v for k, v in interface.sent(self.call.params).values.items() if k not in self.ignored}
+
+    def begin(self, turn: Turn) -> None:
+        """Record on ``turn`` what goes out (prompts as sent, controls, the model's kind) as the call is sent."""
+        turn.sent, turn.ignored, turn.prepare_seconds = self.sent, self.ignored, self.seconds
+        turn.chat, turn.decoupled, turn.notes = self.chat, self.info.decoupled, self.notes
+        turn.params.update(self.controls)
+        turn.sent_at = time.perf_counter()
 
 
 def params_for(settings: Settings, request_id: str) -> GenerationParams:
@@ -98,7 +107,8 @@ def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history
     """Everything before the first byte is sent; ClientError when the request cannot be made.
 
     ``history`` (earlier user/assistant messages) is used only with the chat template and a single
-    prompt: ``a|b`` prompts are answered each on their own.
+    prompt: ``a|b`` prompts are answered each on their own. Settings that leave the chat template open
+    (``chat=None``) apply it when the model has one here (:meth:`Adapter.has_chat_template`).
     """
     t0 = time.perf_counter()
     server.url(settings.mode, settings.protocol)  # the mode is answered there
@@ -106,14 +116,22 @@ def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history
     interface = interface_of(info)
     if settings.mode != "stream":
         info.check_batch("use stream mode")
-    framed = server.frame(prompts, info, chat=settings.templated, system=settings.system,
+    chat = settings.templated
+    if chat is None:
+        chat = server.has_chat_template(info, settings.tokenizer)
+        if not chat:
+            progress(f"note: {info.name} has no chat template here (a tokenizer folder gives it one): the prompt "
+                     "goes as typed")
+    if chat and not server.server_template:
+        progress(f"applying the chat template of {info.name} ...")
+    framed = server.frame(prompts, info, chat=chat, system=settings.system,
                           tokenizer=settings.tokenizer, history=history if len(prompts) == 1 else (),
                           progress=progress)
     timeouts = Timeouts(info.network_timeout(settings.timeout),
                         (settings.idle_timeout or None) if settings.mode == "stream" else None)
     params = params_for(settings, request_id or new_request_id())
     call = server.call(settings.mode, settings.protocol, info, framed, params, timeouts)
-    return Prepared(info, framed.sent, call, interface.ignored(settings.params), time.perf_counter() - t0,
+    return Prepared(info, framed.sent, call, interface.ignored(settings.params), time.perf_counter() - t0, chat,
                     interface.notes(settings.params))
 
 
@@ -139,7 +157,7 @@ class Exchange:
         if settings.system:
             recorded["system"] = settings.system
         turn = Turn(settings.mode, settings.model, list(prompts), request_id or new_request_id(),
-                    chat=settings.templated, params=recorded, echo=settings.echo)
+                    chat=bool(settings.templated), params=recorded, echo=settings.echo)
         return cls(turn)
 
     def cancel(self) -> None:
@@ -159,10 +177,7 @@ class Exchange:
         except ClientError as exc:
             events: Iterable[Event] = [Failure(str(exc), exc.kind)]
         else:
-            turn.sent, turn.ignored, turn.prepare_seconds = prepared.sent, prepared.ignored, prepared.seconds
-            turn.params.update(prepared.controls)
-            turn.notes = prepared.notes
-            turn.sent_at = time.perf_counter()
+            prepared.begin(turn)
             with self._lock:
                 self.call = prepared.call
                 if self.cancelled:

@@ -2,7 +2,9 @@
 
 :meth:`Turn.apply` folds a call's events into the turn; :meth:`Turn.figures` gives a prompt's
 speed figures, live while it streams and final once it ends (a reply stopped midway keeps the
-figures it had). :func:`history` is the one chat-history rule: per mode, only single-prompt chat
+figures it had). :meth:`Turn.status` is the one look of how a reply ended (``eos · 16 tokens · ...``,
+``■ stopped · 33 tokens · ...``, ``✖ timeout · ...``) and :meth:`Turn.remarks` what else a turn says, in every
+console and export. :func:`history` is the one chat-history rule: per mode, only single-prompt chat
 turns answered in full, and ``a|b`` turns neither send nor extend it.
 """
 
@@ -13,7 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.clients import Event, Failure, Reply, ReplyStats, TextDelta, format_stats, live_stats
+from console.clients import CANCELLED, Event, Failure, Reply, ReplyStats, TextDelta, format_stats, live_stats
+
+STOPPED = "■ stopped"  # a reply the user (or a closed page) stopped
+FAILED = "✖"  # before the kind of a failure (timeout, connection ...)
+PREPARE_NOTE = 0.5  # s: a preparation this long is said (the figures start when the request is sent)
 
 
 @dataclass
@@ -37,6 +43,7 @@ class Turn:
     partial: dict[int, str] = field(default_factory=dict)  # streamed text so far
     arrivals: dict[int, list[float]] = field(default_factory=dict)
     failure: Failure | None = None
+    decoupled: bool | None = None  # the model's config says it streams (None: not read yet)
 
     def __post_init__(self) -> None:
         self.sent = self.sent or list(self.prompts)
@@ -78,20 +85,36 @@ class Turn:
             now = self.failure.time if self.failure is not None else arrivals[-1]
         return live_stats(arrivals, max(now, arrivals[-1]))
 
-    def status(self, index: int) -> str:
-        """``eos · 16 tokens · ttft ...`` for a finished reply, ``stopped · ...`` for a stopped one."""
+    def ending(self, index: int) -> str:
+        """How prompt ``index``'s reply ended: its finish reason, ``■ stopped`` or ``✖ <kind>`` ('' while it comes)."""
         reply = self.replies.get(index)
-        stats = self.figures(index)
-        reason = reply.finish_reason if reply is not None else (self.failure.kind if self.failure else "")
-        return f"{reason or '?'} · {format_stats(stats)}" if stats is not None else reason
+        if reply is not None:
+            return ending_mark(reply.finish_reason or "?", reply.ok)
+        return ending_mark(self.failure.kind) if self.failure is not None else ""
+
+    def cut_short(self, index: int) -> bool:
+        """Prompt ``index`` had text when its call ended without its reply (stopped, timed out, broken)."""
+        return index not in self.replies and self.failure is not None and bool(self.partial.get(index))
+
+    def status(self, index: int) -> str:
+        """``eos · 16 tokens · ttft ...``, ``■ stopped · 33 tokens · ttft ...`` or ``✖ timeout`` (figures it had)."""
+        ending, stats = self.ending(index), self.figures(index)
+        return f"{ending} · {format_stats(stats)}" if ending and stats is not None else ending
+
+    def failure_line(self) -> str:
+        """The failure in words, after the same mark as its replies (``■ stopped: ...``); '' without one."""
+        if self.failure is None:
+            return ""
+        return f"{ending_mark(self.failure.kind)}: {self.failure.message}"
 
     def remarks(self) -> list[str]:
-        """What the figures alone do not say: controls the model never got, how some went out, a batch model
-        that answered a stream in one response."""
-        lines = [f"not sent: {', '.join(self.ignored)} ({self.model} has no input for them)"] if self.ignored else []
-        lines += self.notes
-        batch = batch_model_note(self.model, self.mode, list(self.replies.values()))
-        return lines + ([batch] if batch else [])
+        """What the figures alone do not say, once the turn is over: a long preparation, controls the model never
+        got, how some went out (:attr:`notes`), a stream from a batch model."""
+        if not self.done:
+            return []
+        lines = [prepare_note(self.prepare_seconds)] if self.sent_at is not None else []
+        lines += [ignored_note(self.model, self.ignored), *self.notes, batch_model_note(self)]
+        return [line for line in lines if line]
 
     # ---- export
 
@@ -105,6 +128,8 @@ class Turn:
                 "sent": self.sent[i],
                 "text": self.text(i),
                 "finish_reason": reply.finish_reason if reply else (self.failure.kind if self.failure else None),
+                "status": self.ending(i),
+                "cut_short": self.cut_short(i),
                 **(stats.as_dict() if stats else {}),
             })
         return {
@@ -128,18 +153,40 @@ class Turn:
         for i, prompt in enumerate(self.prompts):
             head = f" [{i + 1}/{len(self.prompts)}]" if len(self.prompts) > 1 else ""
             lines += [f"**You{head}:** {prompt}", "", f"**Assistant{head}:** {self.text(i)}", ""]
-            if self.figures(i) is not None:
+            if self.status(i):
                 lines += [f"_{self.status(i)}_", ""]
-        if self.failure is not None:
-            lines += [f"> error ({self.failure.kind}): {self.failure.message}", ""]
+        said = [line for line in (self.failure_line(), *self.remarks()) if line]
+        lines += [*(f"> {line}  " for line in said), ""] if said else []
         return "\n".join(lines)
 
 
-def batch_model_note(model: str, mode: str, replies: Sequence[Reply]) -> str | None:
-    """Said when a stream was answered in one response (a batch model): why it has no ttft or itl."""
-    if mode != "stream" or not replies or any(r.stats.streamed for r in replies):
-        return None
-    return (f"{model} is a batch model (not decoupled): it answered in one response, so there is no time to "
+def ending_mark(reason: str, ok: bool = False) -> str:
+    """The one mark of an ending: a finish reason as it is, a stop ``■ stopped``, a failure ``✖ <kind>``."""
+    if reason == CANCELLED:
+        return STOPPED
+    return reason if ok else f"{FAILED} {reason}"
+
+
+def prepare_note(seconds: float) -> str:
+    """Said when preparing (model config, chat template) took long enough to matter; '' otherwise."""
+    if seconds < PREPARE_NOTE:
+        return ""
+    return f"prepared in {seconds:.1f} s before sending (model config, chat template): not part of the figures"
+
+
+def ignored_note(model: str, ignored: Sequence[str]) -> str:
+    """The controls set that the model has no input for ('' when none)."""
+    return f"{model} has no input for {', '.join(ignored)}: not sent" if ignored else ""
+
+
+def batch_model_note(turn: Turn) -> str:
+    """Said when a stream went to a model whose config is not decoupled: why it has no ttft or itl ('' otherwise).
+
+    The config decides, not the number of responses: a decoupled model may answer in one (a lone end of sequence).
+    """
+    if turn.mode != "stream" or turn.decoupled is not False or not turn.replies:
+        return ""
+    return (f"{turn.model} is a batch model (not decoupled): it answered in one response, so there is no time to "
             "first token or inter-token latency")
 
 

@@ -121,8 +121,15 @@ class ServerHandle:
         return json.loads(self.request(f"/v2/models/{model}/config", timeout=timeout))
 
     def load_model(self, model: str, timeout: float = 600.0) -> None:
-        """Load ``model`` (one that is not loaded) from the repository."""
-        self.request(f"/v2/repository/models/{model}/load", body={}, timeout=timeout)
+        """Load ``model`` from the repository (explicit model control); OSError saying why Triton cannot."""
+        try:
+            self.request(f"/v2/repository/models/{model}/load", body={}, timeout=timeout)
+        except urllib.error.HTTPError as exc:  # Triton says why in the body's "error"
+            try:
+                reason = json.loads(exc.read() or b"{}").get("error", "")
+            except (ValueError, OSError):
+                reason = ""
+            raise OSError(f"tritonserver cannot load {model}: {reason or exc}") from None
 
     def reload_model(self, model: str, timeout: float = 600.0) -> None:
         """Load ``model`` afresh even though Triton thinks it is loaded (its backend died).

@@ -20,11 +20,12 @@ from console.core.transcript import export
 
 from .messages import Notice, ServerChanged, ServerDown
 from .widgets.chat_pane import ChatPane
+from .widgets.server_log import ServerLogView
 from .widgets.server_pane import ServerPane
 
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 CHAT_ACTIONS = {"stop", "copy", "clear", "raw", "controls", "toggle_controls"}
-SERVER_ACTIONS = {"embedded", "start", "stop_server", "connect", "generator"}
+SERVER_ACTIONS = {"embedded", "start", "stop_server", "connect", "generator", "raw_log"}
 
 # (key, action, description, shown in the footer, command-palette help)
 KEYS: tuple[tuple[str, str, str, bool, str], ...] = (
@@ -32,7 +33,8 @@ KEYS: tuple[tuple[str, str, str, bool, str], ...] = (
     ("f3", "pane('stream')", "Stream", True, "Show the Stream pane (gRPC, token by token)"),
     ("f4", "pane('batch')", "Batch", True, "Show the Batch pane (HTTP, one response)"),
     ("escape", "stop", "Stop", True, "Stop the reply in flight (cancels it on the server)"),
-    ("ctrl+o", "controls", "Controls", True, "Go to this pane's controls (each chat pane has its own)"),
+    ("ctrl+o", "controls", "Controls", True, "Go to this pane's controls, or back to the message (each chat pane "
+                                             "has its own)"),
     ("ctrl+y", "copy", "Copy reply", True, "Copy the last reply to the clipboard"),
     ("ctrl+l", "clear", "Clear", True, "Clear this pane's conversation and history"),
     ("ctrl+s", "export", "Export", True, "Export both conversations as Markdown and JSON (with speed figures)"),
@@ -42,8 +44,10 @@ KEYS: tuple[tuple[str, str, str, bool, str], ...] = (
     ("f6", "start", "Start", True, "Start tritonserver on the repository in the form"),
     ("f7", "stop_server", "Stop server", True, "Stop the tritonserver started here (or let a connected one go)"),
     ("f8", "connect", "Connect", True, "Connect to the running server at the URLs in the form"),
-    ("f9", "generator", "Generate", False, "Show the model generator form (repo gen)"),
+    ("f9", "generator", "Generate", True, "Show the model generator form (repo gen)"),
+    ("ctrl+g", "raw_log", "Raw log", True, "Show tritonserver's raw log, or back to the condensed one"),
     ("f1", "keys", "Keys", True, "Show or hide the key and widget help panel"),
+    ("ctrl+q", "quit", "Quit", True, "Quit (a tritonserver started here is stopped first)"),
 )
 
 
@@ -65,7 +69,8 @@ class QaicConsoleApp(App[None]):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "qaic-console"
     SUB_TITLE = "Triton LLM console"
-    BINDINGS = [Binding(key, action, label, show=shown) for key, action, label, shown, _ in KEYS]
+    BINDINGS = [Binding(key, action, label, show=shown, priority=action == "quit")
+                for key, action, label, shown, _ in KEYS]
 
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None, repository: str | None = None,
                  export_dir: str | Path | None = None, api: str = "auto", metrics_url: str | None = None) -> None:
@@ -152,10 +157,15 @@ class QaicConsoleApp(App[None]):
             self.notice("nothing to stop")
 
     def action_controls(self) -> None:
-        if self.active_chat is not None:
-            controls = self.active_chat.controls
-            controls.display = True
-            controls.focus_first()
+        """To the pane's controls, or back from them to the message box."""
+        pane = self.active_chat
+        if pane is None:
+            return
+        if pane.controls.has_focus_within():
+            pane.focus_prompt()
+            return
+        pane.controls.display = True
+        pane.controls.focus_first()
 
     def action_toggle_controls(self) -> None:
         if self.active_chat is not None:
@@ -205,6 +215,10 @@ class QaicConsoleApp(App[None]):
     def action_connect(self) -> None:
         self.server_pane.connect()
 
+    def action_raw_log(self) -> None:
+        raw = self.server_pane.query_one(ServerLogView).toggle()
+        self.notice("the raw tritonserver log" if raw else "the condensed log (Ctrl+G: the raw one)")
+
     def action_generator(self) -> None:
         form = self.query_one("#generator", Collapsible)
         form.collapsed = not form.collapsed
@@ -234,7 +248,7 @@ class QaicConsoleApp(App[None]):
                             partial(self.call_after_refresh, self.save_screenshot_here))
         for _, action, label, _, help_text in KEYS:
             name = action.partition("(")[0]
-            if name != "keys" and self.check_action(name, ()):  # super() has Keys
+            if name not in ("keys", "quit") and self.check_action(name, ()):  # super() has Keys and Quit
                 yield SystemCommand(label, help_text, partial(self.run_action, action))
 
     # ---- quitting: a server started here is stopped first, on screen

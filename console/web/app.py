@@ -1,4 +1,5 @@
-"""The Gradio page: layout and wiring only (what the events do is in :mod:`.handlers`, what is shown in :mod:`.views`).
+"""The Gradio page: layout and wiring only (what the events do is in :mod:`.handlers`, what is shown in :mod:`.views`;
+the Server tab is :mod:`.server_tab`).
 
 Chat (stream or batch, controls made from the controls table), Speed (per mode) and Server tabs;
 the header and the Server tab follow the shared server controller through a timer.
@@ -10,18 +11,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
-import pandas as pd
 from starlette.middleware import Middleware
 
 from console.clients import CONTROLS
 from console.core.controls import form_default
-from console.server.embedded import DEFAULT_MODELS
-from console.server.logparse import NOISE_NOTE
 
 from . import files, views
 from .handlers import WebConsole
 from .login import Gate, Login
 from .metrics_section import metrics_section
+from .server_tab import TICKED
+from .server_tab import layout as server_tab_layout
+from .server_tab import wire as wire_server_tab
 
 HOST = "127.0.0.1"
 TICK_S = 1.0
@@ -50,14 +51,13 @@ def build_app(console: WebConsole, metrics_url: str = "") -> gr.Blocks:
             with gr.Tab("Speed", id="speed"):
                 speed = _speed_tab()
             with gr.Tab("Server", id="server") as server_tab:
-                server = _server_tab()
+                server = server_tab_layout()
                 metrics_section(console.controller, metrics_url)
         stop = _wire_chat(console, chat, turns, list(speed.values()))
         demo.unload(stop)  # closing the tab stops its message (on the server too)
-        _wire_server(console, server, status)
-        refresh_inputs = [seen, chat["mode"], chat["model"]]
-        refresh_outputs = [status, server["models"], server["log"], seen, chat["model"], chat["note"],
-                           server["repo"], server["start"], server["stop"]]
+        wire_server_tab(console.server, server, status)
+        refresh_inputs = [seen, chat["mode"], chat["model"], server["load"], server["raw"]]
+        refresh_outputs = [status, seen, chat["model"], chat["note"], *(server[name] for name in TICKED)]
         gr.Timer(TICK_S).tick(console.refresh, refresh_inputs, refresh_outputs, show_progress="hidden")
         demo.load(console.refresh, refresh_inputs, refresh_outputs, show_progress="hidden")
         server["log"].change(None, js=SCROLL_LOG)
@@ -128,37 +128,6 @@ def _speed_tab() -> dict[str, Any]:
     return {k: view[k] for k in ("summary", "table", "ttft", "latency", "tps")}  # the order speed() returns
 
 
-def _server_tab() -> dict[str, Any]:
-    view: dict[str, Any] = {}
-    gr.Markdown("#### Run tritonserver here")
-    with gr.Row():
-        view["repo"] = gr.Textbox(label="Model repository (empty: the embedded SmolLM2 samples)", scale=4,
-                                  elem_id="qc-repo-path")
-        view["list"] = gr.Button("List models", scale=1, elem_id="qc-list")
-    from repo_gen.samples import EMBEDDED_SAMPLES
-
-    view["load"] = gr.CheckboxGroup(list(EMBEDDED_SAMPLES), value=list(DEFAULT_MODELS), elem_id="qc-load",
-                                    label="Models to load (none ticked: all; causal ones are slow on a CPU)")
-    view["listing"] = gr.Dataframe(pd.DataFrame(columns=views.REPO_COLUMNS),
-                                   label="Repository", interactive=False, elem_id="qc-repo")
-    with gr.Row():
-        view["start"] = gr.Button("Start tritonserver", variant="primary", elem_id="qc-start")
-        view["stop"] = gr.Button("Stop tritonserver", interactive=False, elem_id="qc-server-stop")
-    gr.Markdown("#### Or connect to a running server: tritonserver, or an OpenAI-compatible one by its /v1 URL")
-    with gr.Row():
-        view["http"] = gr.Textbox(label="HTTP host:port (or http://host:port/v1: OpenAI-compatible)",
-                                  placeholder="127.0.0.1:8000", elem_id="qc-http-url")
-        view["grpc"] = gr.Textbox(label="gRPC host:port (empty: HTTP port + 1)", placeholder="127.0.0.1:8001",
-                                  elem_id="qc-grpc-url")
-        view["connect"] = gr.Button("Connect", elem_id="qc-connect")
-    gr.Markdown("#### State")
-    view["models"] = gr.Dataframe(pd.DataFrame(columns=views.MODEL_COLUMNS), label="Models", interactive=False,
-                                  elem_id="qc-models")
-    view["log"] = gr.Textbox(label="tritonserver log (last lines)", info=NOISE_NOTE, lines=14, max_lines=14,
-                             interactive=False, autoscroll=True, elem_id="qc-log")
-    return view
-
-
 # --------------------------------------------------------------------------- wiring
 
 
@@ -197,14 +166,6 @@ def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
     c["mode"].change(console.models_for, [c["mode"], c["model"]], [c["model"], c["note"]], show_progress="hidden")
     c["model"].change(console.model_note, c["model"], c["note"], show_progress="hidden")
     return stop
-
-
-def _wire_server(console: WebConsole, v: dict[str, Any], status: gr.Markdown) -> None:
-    v["list"].click(console.list_repository, [v["repo"], v["load"]], [v["listing"], v["load"]])
-    v["repo"].submit(console.list_repository, [v["repo"], v["load"]], [v["listing"], v["load"]])
-    v["start"].click(console.start, [v["repo"], v["load"]], status)
-    v["stop"].click(console.stop_server, None, status)
-    v["connect"].click(console.connect, [v["http"], v["grpc"]], status)
 
 
 # --------------------------------------------------------------------------- serving

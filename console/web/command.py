@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from console.core.adapters import APIS, api_help
-from console.core.controller import ServerController
+from console.core.controller import ServerController, Snapshot
 from console.server.embedded import DEFAULT_MODELS
 from console.server.ports import port_taken
 
@@ -39,6 +39,18 @@ def begin(controller: ServerController, url: str | None, grpc_url: str | None, r
         controller.start(repository, tuple(models) or (() if repository else DEFAULT_MODELS))
         said.append("starting tritonserver (progress and log in the Server tab) ...")
     return "\n".join(said)
+
+
+def terminal_echo() -> Callable[[Snapshot], None]:
+    """Say on the terminal too when the server becomes ready, fails or stops (the page says it all)."""
+    said = {"phase": ""}
+
+    def echo(snap: Snapshot) -> None:
+        if snap.phase != said["phase"] and snap.phase in ("ready", "failed", "stopped"):
+            click.echo(f"{'error: ' if snap.phase == 'failed' else ''}{snap.message}", err=snap.phase == "failed")
+        said["phase"] = snap.phase
+
+    return echo
 
 
 @click.command("web", context_settings={"help_option_names": ["-h", "--help"]})
@@ -84,10 +96,13 @@ def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None
     if taken:  # before any tritonserver starts
         click.echo(f"error: {taken}: choose another --port or leave it out (7860 or the next free one)", err=True)
         sys.exit(1)
+    if model_repository is not None and not model_repository.is_dir():
+        click.echo(f"error: model repository not found: {model_repository}", err=True)
+        sys.exit(1)
     for left in sweep():
         click.echo(f"note: removed {left}, left by a web console that was killed", err=True)
     folder = private_folder()  # before Gradio is imported
-    controller = ServerController()
+    controller = ServerController(on_change=terminal_echo())
     served = None
     try:
         with _terminated_as_interrupt():

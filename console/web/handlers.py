@@ -23,14 +23,14 @@ from console.core.request import Exchange, Settings
 from console.core.template import chat_tokenizer
 from console.core.transcript import export
 from console.core.turns import Turn
-from console.server import ServerError, embedded
 
 from . import views
 from .files import private_folder
+from .server_tab import ServerTab
 
+NO_TEMPLATE = "none here: prompts go as typed (a tokenizer folder gives one)"
 FRAME_S = 0.1  # a running message refreshes the page at most this often
 POLL_S = 1.0  # the server is polled at most this often, whatever the number of tabs
-LOG_LINES = 80
 ChatFrame = tuple[Any, Any, Any, Any]  # chatbot, turns, live panel, input box
 SKIP_CHAT: ChatFrame = (gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
@@ -46,7 +46,7 @@ def settings_from(form: Mapping[str, Any]) -> Settings:
     except ValueError:
         raise ClientError(f"Timeout: {timeout!r} is not a number") from None
     return Settings(model=form["model"], mode=form.get("mode") or "stream", params=params, timeout=seconds,
-                    chat=bool(form.get("chat")), system=form.get("system") or "",
+                    chat=None if form.get("chat") else False, system=form.get("system") or "",
                     tokenizer=(form.get("tokenizer") or "").strip(), echo=bool(form.get("echo")))
 
 
@@ -114,6 +114,7 @@ class WebConsole:
 
     def __init__(self, controller: ServerController, folder: Path | None = None) -> None:
         self.controller, self.running, self.templates = controller, Running(), Templates()
+        self.server = ServerTab(controller)
         self.folder = folder or private_folder()  # the transcripts and Gradio's copies: see :mod:`.files`
         self.export_dir = self.folder / "transcripts"
         self._poll_lock = threading.Lock()
@@ -165,13 +166,15 @@ class WebConsole:
             gr.Warning(views.no_server(snap))
             yield SKIP_CHAT
             return
-        loading = settings.templated and not server.server_template and self.templates.loading(settings.model)
+        info = snap.infos.get(settings.model)
+        loading = (settings.templated is not False and info is not None and not server.server_template and
+                   server.has_chat_template(info, settings.tokenizer) and self.templates.loading(settings.model))
         box = "" if clear_box else gr.skip()
         done = threading.Event()
 
         def work() -> None:
             try:
-                exchange.run(server, settings, earlier, snap.infos.get(settings.model))
+                exchange.run(server, settings, earlier, info)
             except Exception as exc:  # the thread's end: whatever the call did not turn into a Failure event
                 turn.apply(Failure(" ".join(str(exc).split()) or type(exc).__name__, getattr(exc, "kind", CONNECTION)))
             finally:
@@ -194,7 +197,7 @@ class WebConsole:
             if not done.is_set():  # the page went away: Gradio closed this generator
                 exchange.cancel()
             self.running.end(tab, exchange)
-        if settings.templated and turn.sent_at is not None:
+        if turn.chat and turn.sent_at is not None and not server.server_template:
             self.templates.mark(settings.model, "ready")
         yield views.messages(turns), turns, views.live_markdown(turn, time.perf_counter()), gr.skip()
 
@@ -238,21 +241,15 @@ class WebConsole:
             self.templates.warm(snap.infos)
         return snap
 
-    def refresh(self, seen: tuple[int, str], mode: str, model: str | None) -> tuple[Any, ...]:
-        """The timer's tick: header, models, log, buttons; model lists and the repository when they changed."""
+    def refresh(self, seen: tuple[int, str], mode: str, model: str | None, ticked: list[str],
+                raw: bool) -> tuple[Any, ...]:
+        """The timer's tick: the header, the model lists when they changed, and the Server tab (``ServerTab.tick``)."""
         snap = self.poll()
         moved = snap.generation != seen[0]
         shown = snap.repository if snap.owned and snap.repository else seen[1]
         picked, note = self.models_for(mode, model, snap) if moved else (gr.skip(), self.model_note(model))
-        running = snap.owned and snap.phase in ("starting", "ready", "stopping")
-        connected = not snap.owned and snap.phase in ("connected", "unreachable")
-        start = gr.update(variant="secondary" if running or snap.serving else "primary", interactive=not running)
-        stop = gr.update(value="Disconnect" if connected else "Stop tritonserver", interactive=running or connected,
-                         variant="stop" if running else "secondary")
-        log = views.log_text(self.controller.log_tail(LOG_LINES)) if snap.owned else (
-            "(a server reached by URL: its log is where it runs)" if snap.http_url else "")
-        return (views.status_markdown(snap), views.model_table(snap), log, (snap.generation, shown), picked, note,
-                shown if shown != seen[1] else gr.skip(), start, stop)
+        return (views.status_markdown(snap), (snap.generation, shown), picked, note,
+                *self.server.tick(snap, seen, shown, ticked, raw))
 
     def models_for(self, mode: str, current: str | None, snap: Snapshot | None = None) -> tuple[Any, str]:
         """The model selector for ``mode`` (keeping ``current`` when offered) and the note on the pick."""
@@ -261,39 +258,9 @@ class WebConsole:
         return gr.update(choices=choices, value=value), self.model_note(value)
 
     def model_note(self, model: str | None) -> str:
-        info = self.controller.snapshot.infos.get(model or "")
-        return views.model_note(info, self.templates.state(model or "") if info else None)
-
-    @staticmethod
-    def list_repository(repo: str, ticked: list[str]) -> tuple[Any, Any]:
-        """The repository's models (empty: the embedded samples) as a table and as the models to load."""
-        from repo_gen.inspection import list_models
-
-        try:
-            path = Path(repo).expanduser() if repo.strip() else embedded.embedded_repo(lambda _: None)
-            found = list_models(path)
-        except (OSError, ValueError) as exc:
-            gr.Warning(str(exc))
-            return gr.skip(), gr.skip()
-        names = [m.name for m in found]
-        return views.repo_table(found), gr.update(choices=names, value=[n for n in ticked if n in names])
-
-    def start(self, repo: str, models: list[str]) -> str:
-        """Start tritonserver here on ``repo`` (empty: the embedded samples) loading the ticked models."""
-        try:
-            self.controller.start(Path(repo).expanduser() if repo.strip() else None, models)
-        except ServerError as exc:
-            gr.Warning(str(exc))
-        return views.status_markdown(self.controller.snapshot)
-
-    def stop_server(self) -> str:
-        """Stop the server started here, or let go of the one reached by URL."""
-        return views.status_markdown(self.controller.stop())
-
-    def connect(self, http: str, grpc: str) -> str:
-        """Use the running server at ``http`` (and ``grpc``, default: the HTTP port + 1)."""
-        try:
-            self.controller.connect(http, grpc)
-        except (ClientError, OSError) as exc:
-            gr.Warning(str(exc))
-        return views.status_markdown(self.controller.snapshot)
+        snap = self.controller.snapshot
+        info = snap.infos.get(model or "")
+        template = self.templates.state(model or "") if info else None
+        if info is not None and snap.server is not None and not snap.server.has_chat_template(info, ""):
+            template = NO_TEMPLATE
+        return views.model_note(info, template)

@@ -17,7 +17,8 @@ import pandas as pd
 from console.clients import ClientError, ModelInfo, format_stats, interface_of
 from console.core.controller import Snapshot
 from console.core.transcript import summary
-from console.core.turns import Turn
+from console.core.turns import Turn, ending_mark
+from console.server import logparse
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.server.logparse import NOISE_NOTE
 
@@ -141,9 +142,11 @@ def model_note(info: ModelInfo | None, template: str | None) -> str:
     return md(" · ".join(parts))
 
 
-def log_text(lines: Iterable[str]) -> str:
-    """The log box: the server's last lines (the note on hidden GPU noise is the box's caption)."""
-    return "\n".join(line for line in lines if line != NOISE_NOTE)
+def log_text(lines: Iterable[str], raw: bool = False, last: int = 80) -> str:
+    """The log box: the server's ``last`` lines to show, condensed unless ``raw`` (the note on hidden GPU noise is
+    the box's caption)."""
+    shown = [line if raw else logparse.condensed(line) for line in lines if line != NOISE_NOTE]
+    return "\n".join([line for line in shown if line is not None][-last:])
 
 
 def repo_table(models: Iterable[Any]) -> pd.DataFrame:
@@ -157,37 +160,20 @@ def repo_table(models: Iterable[Any]) -> pd.DataFrame:
 
 
 def _footer(turn: Turn, index: int) -> str:
-    reply = turn.replies.get(index)
-    if reply is None:
-        return "" if turn.failure else " …"
-    return f"\n\n— {turn.status(index)}"
-
-
-def _turn_note(turn: Turn) -> str:
-    """What the turn's last answer adds: the time spent before sending and the controls not sent."""
-    notes = []
-    if turn.sent_at is not None:
-        notes.append(f"prepared in {turn.prepare_seconds * 1000:.0f} ms before sending (model config, chat "
-                     "template; not part of ttft)")
-    notes += turn.remarks()
-    return "".join(f"\n— {n}" for n in notes) if turn.done else ""
+    """How the reply ended, in the turn's one look (``— ■ stopped · 33 tokens · ...``), or `` …`` while it comes."""
+    status = turn.status(index)
+    return f"\n\n— {status}" if status else " …"
 
 
 def messages(turns: Sequence[Turn]) -> list[dict[str, str]]:
-    """Chatbot messages (escaped): the prompts, one answer per prompt with its figures, any error."""
+    """Chatbot messages (escaped): the prompts, one answer per prompt with its figures; the last one ends with how
+    the turn failed or was stopped and its notes (``Turn.remarks``)."""
     out: list[dict[str, str]] = []
     for turn in turns:
         n = len(turn.prompts)
         out.append({"role": "user", "content": esc("\n".join(_label(i, n) + p for i, p in enumerate(turn.prompts)))})
-        answers = []
-        for i in range(n):
-            text, footer = turn.shown(i), _footer(turn, i)
-            if text or footer:
-                answers.append(_label(i, n) + text + footer)
-        if turn.failure is not None:
-            answers.append(f"✖ {turn.failure.kind}: {turn.failure.message}")
-        if answers:
-            answers[-1] += _turn_note(turn)
+        answers = [_label(i, n) + turn.shown(i) + _footer(turn, i) for i in range(n)]
+        answers[-1] += "".join(f"\n— {line}" for line in (turn.failure_line(), *turn.remarks()) if line)
         out += [{"role": "assistant", "content": esc(a)} for a in answers]
     return out
 
@@ -201,7 +187,7 @@ def live_markdown(turn: Turn | None, clock: float, template_loading: bool = Fals
         return ""
     head = f"{md(turn.model)} · request {md(turn.request_id)}"
     if turn.failure is not None and turn.sent_at is None:
-        return f"**{md(turn.failure.kind)}** · {head} · {md(turn.failure.message)}"
+        return f"**{md(ending_mark(turn.failure.kind))}** · {head} · {md(turn.failure.message)}"
     if turn.sent_at is None:
         doing = "loading the chat template …" if template_loading else "reading the model config …"
         return f"**preparing** · {head} · {doing}"
@@ -210,7 +196,7 @@ def live_markdown(turn: Turn | None, clock: float, template_loading: bool = Fals
     n = len(turn.prompts)
     lines = [_label(i, n) + _live_line(turn, i, now) for i in range(n)]
     if turn.failure is not None:
-        word, lines = turn.failure.kind, [*lines, md(turn.failure.message)]
+        word, lines = ending_mark(turn.failure.kind), [*lines, md(turn.failure.message)]
     else:
         word = "done" if turn.done else ("streaming" if turn.mode == "stream" else "waiting")
     return f"**{md(word)}** · {head}  \n" + "  \n".join(lines)
@@ -240,10 +226,8 @@ def speed_rows(turns: Sequence[Turn]) -> list[list[Any]]:
             stats = turn.figures(i)
             if stats is None:
                 continue
-            reply = turn.replies.get(i)
-            finish = reply.finish_reason if reply else (turn.failure.kind if turn.failure else "?")
             tps = stats.output_token_throughput
-            rows.append([len(rows) + 1, turn.mode, turn.model, prompt[:60], finish, stats.output_tokens,
+            rows.append([len(rows) + 1, turn.mode, turn.model, prompt[:60], turn.ending(i), stats.output_tokens,
                          _ms(turn.prepare_seconds), _ms(stats.time_to_first_token), _ms(stats.inter_token_latency),
                          _ms(stats.request_latency), None if tps is None else round(tps, 1)])
     return rows

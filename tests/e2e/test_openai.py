@@ -59,14 +59,14 @@ def test_chat_goes_to_the_servers_chat_template_and_raw_prompts_are_completed(ll
     assert 0 < row["time_to_first_token_ms"] <= row["request_latency_ms"] and row["inter_token_latency_ms"] > 0
     assert row["output_tokens_source"] == "chunks"  # llama.cpp sends no usage in streams: its chunks are counted
     raw = rows(cli("--prompt", QUESTION, "--url", llama_server.base_url, "--max-tokens", "12", "--temperature", "0",
-                   "--json"))
+                   "--json", "--raw"))
     assert raw[0]["text"] == direct(llama_server, 12, prompt=QUESTION) != chat[0]["text"]
 
 
 def test_a_b_prompts_are_requests_of_their_own_answered_side_by_side(llama_server) -> None:
     prompts = ["My name is", "Maroon bells"]
     answered = rows(cli("--prompt", "|".join(prompts), "--url", llama_server.base_url, "--max-tokens", "8",
-                        "--temperature", "0", "--json"))
+                        "--temperature", "0", "--json", "--raw"))
     assert [r["prompt"] for r in answered] == prompts
     assert [r["text"] for r in answered] == [direct(llama_server, 8, prompt=p) for p in prompts]
     assert all(r["finish_reason"] == "length" and r["output_tokens"] == 8 for r in answered)
@@ -74,17 +74,17 @@ def test_a_b_prompts_are_requests_of_their_own_answered_side_by_side(llama_serve
 
 def test_batch_mode_counts_tokens_from_usage_and_llama_cpp_gets_its_extensions(llama_server) -> None:
     result = cli("--prompt", "My name is", "--url", llama_server.base_url, "--mode", "batch", "--max-tokens", "8",
-                 "--temperature", "0", "--json")
+                 "--temperature", "0", "--json", "--raw")
     (row,) = rows(result)
     assert row["time_to_first_token_ms"] is None and row["request_latency_ms"] > 0
     assert row["output_tokens"] == 8 and row["output_tokens_source"] == "usage" and row["input_tokens"] > 0
     counting = ("--prompt", "Count from 1 to 20: 1, 2, 3,", "--url", llama_server.base_url, "--mode", "batch",
-                "--max-tokens", "12", "--temperature", "0", "--json")
+                "--max-tokens", "12", "--temperature", "0", "--json", "--raw")
     penalised = cli(*counting, "--repetition-penalty", "2.0")  # llama.cpp's repeat_penalty (owned_by "me")
     assert "has no input" not in penalised.stderr
     assert rows(penalised)[0]["text"] != rows(cli(*counting))[0]["text"]
     echoed = cli("--prompt", "My name is", "--url", llama_server.base_url, "--mode", "batch", "--max-tokens", "8",
-                 "--temperature", "0", "--echo", "-q")
+                 "--temperature", "0", "--echo", "-q", "--raw")
     assert echoed.exit_code == 0 and echoed.stdout.startswith("My name is" + row["text"])
     generate = cli("--prompt", "hi", "--url", llama_server.base_url, "--mode", "generate")
     assert generate.exit_code == 1 and "generate mode is Triton's" in generate.stderr
@@ -96,14 +96,14 @@ def test_batch_mode_counts_tokens_from_usage_and_llama_cpp_gets_its_extensions(l
 
 def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:
     slow = cli("--prompt", "Count from 1 to 1000: 1, 2, 3,", "--url", llama_server.base_url, "--max-tokens", "1500",
-               "--timeout", "0.5")
+               "--timeout", "0.5", "--raw")
     assert slow.exit_code == 1
     assert f"error: network timeout: {LLAMA_MODEL} did not finish within 0.5 s; connection closed" in slow.stderr
     # the server notices a client that went before its first token only when it writes the next (seconds here)
     wait_until(lambda: answers(llama_server), 60, "llama.cpp's server to notice the client went away")
     # llama.cpp answers one request at a time: one prompt waits silently while the other streams (both long)
     idle = cli("--prompt", "Count from 1 to 1000: 1, 2, 3,|Count down from 1000: 1000, 999, 998,", "--url",
-               llama_server.base_url, "--max-tokens", "300", "--temperature", "0", "--idle-timeout", "0.5")
+               llama_server.base_url, "--max-tokens", "300", "--temperature", "0", "--idle-timeout", "0.5", "--raw")
     assert idle.exit_code == 1
     assert f"error: stream idle timeout: no response from {LLAMA_MODEL} for 0.5 s" in idle.stderr
     assert "unreachable" not in llama_server.text().lower()

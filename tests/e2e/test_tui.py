@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Log, Select
+from textual.widgets import DataTable, Input, Log, Select
 from tui_pilot import SIZE, add_control, run, table_rows, text_of, until
 
 from console.clients import CANCELLED, TIMEOUT, Control
@@ -77,7 +77,7 @@ def test_stream_chat_history_raw_copy_export_and_the_models_table(embedded_serve
             answer = first.text(0)
             block = stream.blocks[0]
             assert answer.strip() and block.body_text == answer
-            assert block.figures_text == f"{first.status(0)} · prepare {first.prepare_seconds:.2f} s"
+            assert block.figures_text == first.status(0)  # the turn's one look (no preparation worth a word)
             assert "ttft" in block.figures_text and "<|im_start|>user" in first.sent[0]  # the chat template
 
             await say(pilot, stream, "And of Italy?")
@@ -141,6 +141,7 @@ def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(embedded_serve
             turn = stream.turns[0]
             assert turn.failure is not None and turn.failure.kind == CANCELLED
             assert block.figures_text.startswith("■ stopped · ") and "ttft" in block.figures_text
+            assert block.has_class("stopped") and text_of(stream.note).startswith("■ stopped: cancelled after ")
             await until(pilot, lambda: log_line(embedded_server, f"request {turn.request_id} "), 30, "the server")
             assert "finish=cancelled" in log_line(embedded_server, f"request {turn.request_id} ")
             await pilot.press("ctrl+s")
@@ -148,8 +149,9 @@ def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(embedded_serve
         md, data = exported(tmp_path)
         reply = data["turns"][0]["replies"][0]
         assert reply["finish_reason"] == CANCELLED and reply["time_to_first_token_ms"] > 0
+        assert reply["status"] == "■ stopped" and reply["cut_short"] is True
         assert reply["request_latency_ms"] == round(turn.figures(0).request_latency * 1000, 3)
-        assert "ttft" in md
+        assert f"_{turn.status(0)}_" in md and "> ■ stopped: cancelled after" in md  # the TUI's own words
 
     run(go)
 
@@ -220,13 +222,15 @@ def test_a_control_the_model_lacks_is_offered_and_reported_not_sent(embedded_ser
             await say(pilot, stream, "Hi")
             turn = stream.turns[0]
             assert turn.replies[0].ok and turn.ignored == ["typical_p"]
-            assert stream.note.display and "not sent: typical_p" in text_of(stream.note)
+            assert stream.note.display and "has no input for typical_p: not sent" in text_of(stream.note)
 
     run(go)
 
 
 def test_the_wait_for_the_chat_template_is_shown_apart_from_ttft(embedded_server, tmp_path: Path,
                                                                   monkeypatch) -> None:
+    from console.core import turns
+
     gate = threading.Event()
     load = template._load
     monkeypatch.setattr(template, "_CACHE", {})  # a first use: the tokenizer is not loaded yet
@@ -243,14 +247,15 @@ def test_the_wait_for_the_chat_template_is_shown_apart_from_ttft(embedded_server
                 await until(pilot, lambda: "preparing: loading the chat template" in stream.blocks[0].figures_text,
                             10, "the wait shown in the answer block")
                 held = time.perf_counter() - sent
+                monkeypatch.setattr(turns, "PREPARE_NOTE", held)  # a wait this long is said (0.5 s in use)
                 gate.set()
                 await until(pilot, lambda: stream.exchange is None, 60, "the reply")
                 turn = stream.turns[0]
                 assert turn.replies[0].ok and turn.prepare_seconds >= held
                 assert "chat template ready" in str(status.content)
                 line = stream.blocks[0].figures_text
-                assert f"ttft {turn.figures(0).time_to_first_token * 1000:.0f} ms" in line
-                assert line.endswith(f" · prepare {turn.prepare_seconds:.2f} s")
+                assert f"ttft {turn.figures(0).time_to_first_token * 1000:.0f} ms" in line and "prepare" not in line
+                assert f"prepared in {turn.prepare_seconds:.1f} s before sending" in text_of(stream.note)
         finally:
             gate.set()
 
@@ -293,11 +298,20 @@ def test_generate_start_chat_stop_then_serve_embedded_and_quit(tmp_path: Path, o
             server = pane.controller.server
             assert server is not None and server.handle.model_states()["smollm2_decoupled"][0] == "READY"
 
-            lines = list(pane.query_one("#server-log", Log).lines)
+            log = pane.query_one("#server-log", Log)
+            lines = list(log.lines)
             assert any(logparse.is_noise(line) for line in server.log_tail(500))  # the raw log has the noise
             assert lines.count(logparse.NOISE_NOTE) == 1
             assert not [line for line in lines if logparse.is_noise(line) and line != logparse.NOISE_NOTE]
             assert not pane.query_one("#log-hint").display
+            # condensed: the loads, no 230-column tables; Ctrl+G shows the raw log and back
+            assert any(line.endswith("successfully loaded 'smollm2_decoupled'") for line in lines), lines
+            assert any(line.startswith("+---") for line in server.log_tail(500)), "Triton printed no table"
+            assert not [line for line in lines if line.startswith(("+---", "| "))]
+            await pilot.press("ctrl+g")
+            assert any(line.startswith("+---") for line in log.lines) and "raw" in str(log.border_title)
+            await pilot.press("ctrl+g")
+            assert not [line for line in log.lines if line.startswith("+---")]
 
             await until(pilot, lambda: stream.serving and stream.infos, 30, "the stream pane")
             await pilot.press("f3")
@@ -306,12 +320,25 @@ def test_generate_start_chat_stop_then_serve_embedded_and_quit(tmp_path: Path, o
             assert stream.turns[0].replies[0].ok
             await pilot.press("f2", "f7")
             await until(pilot, lambda: pane.phase == "stopped" and not stream.serving, 60, "the stop")
-            assert not server.running
+            assert not server.running and "exit code" not in pane.snapshot.message  # a normal stop, however it ended
 
             await pilot.press("f5")  # the embedded samples, then Ctrl+Q while they are served
             await until(pilot, lambda: pane.phase == "failed" or len(stream.infos) == 2, 600, "the embedded models")
             assert set(stream.infos) == {"smollm2_decoupled", "smollm2_kv"}, (pane.snapshot.message, app.notices)
             server = pane.controller.server
+            served = own_cache / "llm_model_dir"
+            assert pane.repository() == served  # the repository served, not the ./llm_model_dir of the form
+
+            # a model generated now goes into the repository served, and the running server loads it
+            pane.query_one("#gen-name", Input).value = "tiny_chat"
+            pane.query_one("#gen-hf", Input).value = "embedded"
+            await pilot.click("#generate")
+            loaded = ("information", "loaded tiny_chat into the running tritonserver")
+            await until(pilot, lambda: loaded in app.notices or any(s == "error" for s, _ in app.notices), 600,
+                        "the generated model loaded")
+            assert loaded in app.notices and (served / "tiny_chat" / "config.pbtxt").is_file(), app.notices
+            assert server.handle.model_states()["tiny_chat"][0] == "READY"
+            assert table_rows(pane.query_one("#models", DataTable))["tiny_chat"][1] == "READY"
             await pilot.press("ctrl+q")
             await until(pilot, lambda: isinstance(app.screen, Stopping), 10, "the stopping screen")
             assert "stopping tritonserver" in text_of(app.screen.query_one("#stopping"))

@@ -63,8 +63,19 @@ def test_server_tab_starts_chosen_models_and_shows_the_served_repository(web: We
     page = web.page
     web.tab("Server")
     assert "primary" in page.locator("#qc-start").get_attribute("class")
-    page.locator("#qc-list").click()  # the box is empty: the embedded samples
-    web.wait_text("#qc-repo", "echo_llm", "smollm2_causal")
+    web.wait_text("#qc-repo", "echo_llm", "smollm2_causal")  # listed when the page opens: the embedded samples
+
+    # a repository that is not there: said beside the buttons, no toast over them
+    repo_box = page.locator("#qc-repo-path textarea, #qc-repo-path input").first
+    repo_box.fill("/nonexistent/repository")
+    page.locator("#qc-list").click()
+    assert "✖" in web.wait_text("#qc-server-note", "/nonexistent/repository")
+    assert page.locator(".toast-body").count() == 0
+    assert page.evaluate("""() => { const b = document.querySelector('#qc-list').getBoundingClientRect();
+        const hit = document.elementFromPoint(b.x + b.width / 2, b.y + b.height / 2);
+        return document.querySelector('#qc-list').contains(hit); }"""), "something covers List models"
+    assert "echo_llm" in web.text("#qc-repo"), "the listing stays"
+    repo_box.fill("")
     load = page.locator("#qc-load")
     for name in LOADED:
         load.get_by_label(name, exact=True).check()
@@ -92,13 +103,24 @@ def test_server_tab_starts_chosen_models_and_shows_the_served_repository(web: We
     assert rows["echo"][1:3] == ["READY", "unsupported"]
     assert rows["smollm2_causal"][1] == "not loaded"
 
-    # the log: harmless GPU noise hidden (said once), scrolled to its last line
+    # the URL fields say where it answers
+    for field, url in (("#qc-http-url", snap.http_url), ("#qc-grpc-url", snap.grpc_url)):
+        page.wait_for_function("([f, v]) => document.querySelector(f + ' textarea, ' + f + ' input').value === v",
+                               arg=[field, url], timeout=WAIT_MS)
+
+    # the log: harmless GPU noise hidden (said once), condensed (no tables), scrolled to its last line
     log = page.locator("#qc-log textarea")
+    web.wait_log_tail("successfully loaded 'smollm2_kv'")
     shown = log.input_value()
     assert web.text("#qc-log").count(NOISE_NOTE) == 1 and web.text("#qc-log").count("(CUDA") == 1
     raw = web.console.controller.server.log_tail(500)
     assert any("NVML" in line or "CudaDriverHelper" in line for line in raw), "the server logged no GPU noise"
     assert "NVML" not in shown and "CudaDriverHelper" not in shown
+    assert any(line.startswith("+---") for line in raw) and "+---" not in shown and "| Model" not in shown
+    page.locator("#qc-raw-log input").check()  # the raw log, tables and all
+    page.wait_for_function("document.querySelector('#qc-log textarea').value.includes('+---')", timeout=WAIT_MS)
+    page.locator("#qc-raw-log input").uncheck()
+    page.wait_for_function("!document.querySelector('#qc-log textarea').value.includes('+---')", timeout=WAIT_MS)
     web.wait_log_tail()
 
     # the chat template was loaded when the models arrived, before any message
@@ -155,10 +177,13 @@ def test_stream_grows_live_and_stop_cancels_on_the_server(web: Web) -> None:
     web.tab("Server")  # the log grew while its tab was hidden: it opens at its tail
     web.wait_log_tail(f"request {streaming} ")
     web.tab("Chat")
-    assert "✖ cancelled" in web.answers()[-1]
+    (answer,) = web.answers()  # one bubble: the text that came, how it stopped, its figures
+    assert re.search(r"\n— ■ stopped · \d+ tokens · ttft \d+ ms", answer), answer
+    assert "— ■ stopped: cancelled after" in answer and "✖" not in answer
     exported = web.export()["turns"][-1]
     assert exported["request_id"] == streaming and exported["error_kind"] == "cancelled"
     assert exported["replies"][0]["time_to_first_token_ms"] > 0, "a stopped reply keeps its figures"
+    assert exported["replies"][0]["status"] == "■ stopped" and exported["replies"][0]["cut_short"]
 
 
 def test_closing_a_tab_stops_its_message_on_the_server(web: Web) -> None:
@@ -195,7 +220,9 @@ def test_each_prompt_of_a_batch_ends_at_its_own_last_token(web: Web) -> None:
     assert latency[0] < latency[1] and all(abs(a - b * 1000) < 10 for a, b in zip(latency, map(seconds, (short, long))))
     web.tab("Chat")
 
-    replies = web.export()["turns"][-1]["replies"]
+    turn = web.export()["turns"][-1]
+    replies = turn["replies"]
+    assert ("prepared in" in answers[-1]) == (turn["prepare_ms"] >= 500), "said only when it matters"
     assert [r["finish_reason"] for r in replies] == ["eos", "length"]
     assert replies[0]["request_latency_ms"] < replies[1]["request_latency_ms"]
     assert replies[0]["output_tokens"] < replies[1]["output_tokens"] == 48
@@ -283,7 +310,7 @@ def test_controls_are_checked_zero_is_sent_and_ignored_ones_are_named(web: Web) 
     web.send("hello")
     answer = web.answers()[-1]
     assert answer.startswith("echo: hello")
-    assert "not sent: max_tokens, seed (echo_llm has no input for them)" in answer
+    assert "— echo_llm has no input for max_tokens, seed: not sent" in answer
     turn = web.export()["turns"][-1]
     assert turn["params"]["seed"] == 0 and "top_p" not in turn["params"]
     assert turn["ignored_controls"] == ["max_tokens", "seed"]
@@ -341,6 +368,22 @@ def test_connect_by_url_instead_of_starting(web: Web) -> None:
     finally:
         other.stop()
     assert web.console.controller.snapshot.phase == "ready"
+
+
+def test_stop_says_stopped_keeps_the_log_and_start_serves_again(web: Web) -> None:
+    page = web.page
+    web.tab("Server")
+    page.locator("#qc-server-stop").click()
+    status = web.wait_text("#qc-status", "stopped")
+    assert "exit code" not in status, status  # a normal stop, even when the models outlast Triton's exit timeout
+    web.wait_log_tail("All models are stopped")  # the log of the server that stopped stays readable
+    load = page.locator("#qc-load")
+    for name in ("smollm2_decoupled", "smollm2_kv"):  # a quick start: the two small Python models only
+        load.get_by_label(name, exact=True).uncheck()
+    page.locator("#qc-start").click()
+    web.wait_text("#qc-status", "ready", "HTTP 127.0.0.1:", timeout=START_MS)
+    web.wait_text("#qc-models", "echo_llm")
+    web.tab("Chat")
 
 
 def test_a_dead_tritonserver_is_reported_with_how_to_restart(web: Web) -> None:

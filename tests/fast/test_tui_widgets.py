@@ -17,7 +17,8 @@ from console.server import free_port
 from console.tui.app import QaicConsoleApp
 from console.tui.widgets.chat_pane import NO_SERVER
 from console.tui.widgets.controls import control_id, model_options, offered
-from console.tui.widgets.server_pane import LOG_HINT, model_row
+from console.tui.widgets.server_pane import LOG_HINT
+from console.tui.widgets.server_rows import model_row
 
 TYPICAL_P = Control("typical_p", float, "FP32", "Typical p", "Locally typical sampling.", default=0.5, minimum=0,
                     maximum=1)
@@ -202,5 +203,71 @@ def test_enter_in_repository_lists_its_models(embedded_repo: Path) -> None:
             rows = table_rows(table)
             assert rows["smollm2_kv"][:4] == ("smollm2_kv", "not served", "kv", "batch")
             assert rows["smollm2_causal_decoupled"][1:4] == ("not served", "causal", "stream")
+
+    run(go)
+
+
+# --------------------------------------------------------------------------- what a new user trips over
+
+
+def test_without_a_terminal_the_tui_refuses_at_once_and_says_how_to_run_headless(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from console.cli import main
+
+    cmd = [sys.executable, "-c", "from console.cli import main; main()", "tui"]
+    done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)  # it spun
+    assert done.returncode == 1 and done.stdout == "", done.stdout[:300]
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: the console needs a terminal") and 'qaic-console --prompt "..."' in line
+    missing = CliRunner().invoke(main, ["tui", "--model-repository", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 1 and missing.stderr == f"error: model repository not found: {tmp_path / 'nowhere'}\n"
+
+
+def test_control_fields_check_as_typed_show_the_rule_and_give_the_focus_back() -> None:
+    async def go() -> None:
+        app = QaicConsoleApp()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3", "ctrl+o")
+            pane = app.chat("stream")
+            rule = pane.controls.query_one("#control-rule")
+            max_tokens, top_p = field(app, "stream", "max_tokens"), field(app, "stream", "top_p")
+            assert app.focused is max_tokens and "Max tokens: an integer >= 0 and <= 2147483647" in text_of(rule)
+            await pilot.press(*"12a")
+            assert max_tokens.value == "12a", "a letter is shown, not dropped"
+            assert max_tokens.has_class("-invalid") and "✖ Max tokens: '12a' is not a number" in text_of(rule)
+            await pilot.press("backspace")
+            assert not max_tokens.has_class("-invalid") and "✖" not in text_of(rule)
+            top_p.focus()
+            await pilot.press("9")
+            assert "✖ Top p must be a number > 0 and <= 1, got 9" in text_of(rule) and top_p.has_class("-invalid")
+            await pilot.press("backspace", *"0.9", "enter")  # Enter: back to the message
+            assert app.focused is pane.query_one(".prompt") and top_p.value == "0.9"
+            await pilot.press("ctrl+o")
+            assert app.focused is max_tokens
+            await pilot.press("ctrl+o")  # and Ctrl+O again: back too (Esc stops a reply)
+            assert app.focused is pane.query_one(".prompt")
+            pane.controls.query_one("#timeout", Input).focus()
+            await pilot.press(*"-1")
+            assert "✖ Timeout s must be a number >= 0" in text_of(rule)
+
+    run(go)
+
+
+def test_footer_names_quit_and_the_generator() -> None:
+    from textual.widgets._footer import FooterKey
+
+    async def go() -> None:
+        app = QaicConsoleApp()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            shown = " · ".join(text_of(key) for key in app.query(FooterKey))
+            assert "^q Quit" in shown and "f9 Generate" in shown and "^g Raw log" in shown, shown
+            await pilot.press("f3")
+            await pilot.pause()
+            assert "^q Quit" in " · ".join(text_of(key) for key in app.query(FooterKey))
 
     run(go)

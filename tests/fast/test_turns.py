@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from console.clients import Failure, Reply, TextDelta, reply_stats
+from console.clients import CANCELLED, TIMEOUT, Failure, Reply, TextDelta, reply_stats
 from console.core.transcript import export, summary
-from console.core.turns import Turn, batch_model_note, history, last_reply
+from console.core.turns import PREPARE_NOTE, STOPPED, Turn, batch_model_note, history, last_reply
 
 
 def streamed(turn: Turn, index: int, times: list[float], reason: str, tokens: int, end: float) -> None:
@@ -54,7 +54,31 @@ def test_live_figures_and_a_stopped_reply_keeps_them() -> None:
     assert turn.done and turn.figures(0).request_latency == pytest.approx(0.8)
     row = turn.as_json()["replies"][0]
     assert row["finish_reason"] == "cancelled" and row["time_to_first_token_ms"] == 500.0 and row["text"] == "xxx"
-    assert "cancelled · 3 tokens · ttft 500 ms" in turn.as_markdown()
+    assert row["status"] == STOPPED and row["cut_short"] is True
+
+
+def test_a_stopped_or_failed_reply_has_one_look_in_status_and_export() -> None:
+    """The TUI, the web, headless and the export all show these lines: ■ stopped / ✖ <kind>, with the figures."""
+    stopped = Turn("stream", "m", ["a"], "r4")
+    for k, t in enumerate((0.5, 0.6, 0.7)):
+        stopped.apply(TextDelta(0, "x", t, first=k == 0))
+    stopped.apply(Failure("cancelled after 0.8 s; request cancelled on the server", CANCELLED, 0.8))
+    assert stopped.status(0).startswith("■ stopped · 3 tokens · ttft 500 ms")
+    assert stopped.failure_line() == "■ stopped: cancelled after 0.8 s; request cancelled on the server"
+    md = stopped.as_markdown()
+    assert f"_{stopped.status(0)}_" in md and f"> {stopped.failure_line()}" in md and "cancelled ·" not in md
+
+    timed_out = Turn("stream", "m", ["a", "b"], "r5")
+    timed_out.apply(TextDelta(1, "y", 0.2, first=True))
+    timed_out.apply(Failure("network timeout: m did not finish within 0.3 s", TIMEOUT, 0.3))
+    assert timed_out.status(0) == "✖ timeout" and not timed_out.cut_short(0)  # nothing came: no figures
+    assert timed_out.status(1).startswith("✖ timeout · 1 tokens · ttft 200 ms") and timed_out.cut_short(1)
+    assert timed_out.as_json()["replies"][1]["status"] == "✖ timeout"
+
+    answered = Turn("stream", "m", ["a"], "r6")
+    streamed(answered, 0, [0.1, 0.2], "eos", 2, end=0.2)
+    assert answered.ending(0) == "eos" and not answered.cut_short(0) and answered.failure_line() == ""
+    assert answered.as_json()["replies"][0]["status"] == "eos"
 
 
 def test_history_is_per_mode_single_prompt_chat_turns_only() -> None:
@@ -87,9 +111,22 @@ def test_transcript_summarises_each_mode_apart(tmp_path: Path) -> None:
     assert "## stream · m" in md.read_text() and "## batch · m" in md.read_text()
 
 
-def test_only_a_stream_answered_in_one_response_is_called_a_batch_model() -> None:
-    once = Reply(0, "p", "text", "length", reply_stats([], 1.5, 10, streamed=False))
-    flowing = Reply(0, "p", "text", "length", reply_stats([0.1, 0.2], 0.2, 2))
-    assert "m is a batch model" in batch_model_note("m", "stream", [once])
-    assert batch_model_note("m", "stream", [flowing]) is None
-    assert batch_model_note("m", "batch", [once]) is None and batch_model_note("m", "stream", []) is None
+def test_a_batch_model_is_told_by_its_config_not_by_its_number_of_responses() -> None:
+    def answered_once(mode: str, decoupled: bool | None) -> Turn:
+        turn = Turn(mode, "m", ["p"], "r", decoupled=decoupled)
+        turn.apply(Reply(0, "p", "", "eos", reply_stats([], 0.1, 1, streamed=False)))  # one lone EOS response
+        return turn
+
+    assert "m is a batch model (not decoupled)" in batch_model_note(answered_once("stream", False))
+    assert batch_model_note(answered_once("stream", True)) == "", "a decoupled model that answered one EOS"
+    assert batch_model_note(answered_once("batch", False)) == ""
+    assert batch_model_note(Turn("stream", "m", ["p"], "r", decoupled=False)) == "", "no reply yet"
+
+
+def test_a_turn_notes_a_long_preparation_only() -> None:
+    turn = Turn("batch", "m", ["p"], "r", ignored=["seed"])
+    turn.sent_at, turn.prepare_seconds = 1.0, 0.001
+    turn.apply(Reply(0, "p", "x", "length", reply_stats([], 0.5, 4, streamed=False)))
+    assert turn.remarks() == ["m has no input for seed: not sent"]
+    turn.prepare_seconds = PREPARE_NOTE
+    assert turn.remarks()[0].startswith(f"prepared in {PREPARE_NOTE:.1f} s before sending")

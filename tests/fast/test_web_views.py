@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from console.clients import (
+    CANCELLED,
     CONTROLS,
     ClientError,
     Control,
@@ -72,7 +73,7 @@ def test_markup_from_prompts_models_and_servers_stays_text() -> None:
     assert "✖ server: &lt;i&gt;gone&lt;/i&gt;" in shown[-1] and "<" not in "".join(shown)
     live = views.live_markdown(turn, 2.0)
     assert "<" not in live and r"\*\*bold\*\*" in live
-    assert live.startswith("**server**") and "[1/2] length · 10 tokens" in live and "[2/2] server" in live
+    assert live.startswith("**✖ server**") and "[1/2] length · 10 tokens" in live and "[2/2] ✖ server" in live
     snap = Snapshot("failed", "<img src=x onerror=alert(1)> _x_")
     assert "<img" not in views.status_markdown(snap) and r"\_x\_" in views.status_markdown(snap)
     assert views.md("a|b `c` [d](e) #f") == r"a\|b \`c\` \[d\]\(e\) \#f"
@@ -108,12 +109,29 @@ def test_live_panel_shows_the_turns_own_figures_and_what_it_waits_for() -> None:
     assert "tok/s" in views.md(format_stats(turn.figures(0, 1.0)))
 
 
-def test_a_turn_says_what_it_spent_before_sending_and_which_controls_it_did_not_send() -> None:
+def test_a_turn_says_a_long_preparation_and_which_controls_it_did_not_send() -> None:
     turn = batch_turn()
     turn.prepare_seconds, turn.ignored = 0.0123, ["seed", "stop"]
     last = views.messages([turn])[-1]["content"]
-    assert "prepared in 12 ms before sending (model config, chat template; not part of ttft)" in last
-    assert "not sent: seed, stop (smollm2_kv has no input for them)" in last
+    assert "smollm2_kv has no input for seed, stop: not sent" in last
+    assert "prepared in" not in last, "a preparation of 12 ms is not worth a word on every reply"
+    turn.prepare_seconds = 1.25
+    assert "— prepared in 1.2 s before sending" in views.messages([turn])[-1]["content"]
+
+
+def test_a_stopped_reply_is_one_bubble_with_its_figures_and_how_it_stopped() -> None:
+    turn = Turn("stream", "smollm2_decoupled", ["Tell me a story"], "qc-stop")
+    turn.sent_at = 1.0
+    for k, t in enumerate([0.2, 0.3, 0.4]):
+        turn.apply(TextDelta(0, f"w{k} ", t, first=k == 0))
+    turn.apply(Failure("cancelled after 0.5 s; request cancelled on the server", CANCELLED, 0.5))
+    shown = [m["content"] for m in views.messages([turn])]
+    assert len(shown) == 2, "the prompt and one answer: no separate bubble for the stop"
+    assert shown[1].startswith("w0 w1 w2 \n\n— ■ stopped · 3 tokens · ttft 200 ms")
+    assert shown[1].endswith("— ■ stopped: cancelled after 0.5 s; request cancelled on the server")
+    assert "✖" not in shown[1]
+    assert views.live_markdown(turn, 2.0).startswith("**■ stopped**")
+    assert views.speed_rows([turn])[0][views.SPEED_COLUMNS.index("finish")] == "■ stopped"
 
 
 def test_speed_tab_measures_stream_ttft_and_batch_latency_apart_in_ms() -> None:
@@ -250,3 +268,15 @@ def test_command_binds_loopback_without_share_and_connects_or_starts() -> None:
     begin(started, None, None, None, (), None)  # type: ignore[arg-type]
     assert url.calls == [("connect", "127.0.0.1:8000", "")]
     assert started.calls == [("start", None, ("smollm2_decoupled", "smollm2_kv"))]
+
+
+def test_a_missing_repository_is_refused_on_the_terminal_before_anything(tmp_path) -> None:
+    import os
+    import subprocess
+
+    env = {**os.environ, "QAIC_CONSOLE_CACHE": str(tmp_path), "QAIC_TRITONSERVER": str(tmp_path / "none")}
+    cmd = [sys.executable, "-c", "from console.cli import main; main()", "web", "--model-repository",
+           str(tmp_path / "nowhere")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)  # it used to serve the page
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == f"error: model repository not found: {tmp_path / 'nowhere'}\n"

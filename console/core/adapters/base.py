@@ -112,6 +112,11 @@ class Adapter(ABC):
 
     # ---- sending
 
+    def has_chat_template(self, info: ModelInfo, tokenizer: str) -> bool:
+        """Whether a chat send can use ``info``'s chat template: the server applies it, a tokenizer folder is given,
+        or the model is the embedded one (its tokenizer is here)."""
+        return self.server_template or bool(tokenizer) or info.embedded
+
     def check_mode(self, mode: str) -> None:
         """ClientError when this server does not answer ``mode``."""
         if mode not in self.modes:

@@ -13,8 +13,8 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
-from console.clients import CANCELLED, format_stats
-from console.core.turns import Turn
+from console.clients import format_stats
+from console.core.turns import STOPPED, Turn
 
 
 def elapsed(turn: Turn) -> float:
@@ -25,19 +25,10 @@ def elapsed(turn: Turn) -> float:
 
 
 def figures_line(turn: Turn, index: int, preparing: str = "") -> str:
-    """The figures line of prompt ``index``: live, final (with the time spent before sending), or why it ended."""
-    reply = turn.replies.get(index)
-    figures = turn.figures(index)
-    if reply is not None or turn.failure is not None:
-        if reply is not None:
-            line = turn.status(index)
-        elif turn.failure.kind == CANCELLED:  # type: ignore[union-attr]
-            line = "■ stopped" + (f" · {format_stats(figures)}" if figures else "")
-        else:
-            line = f"✖ {turn.failure.kind} · {turn.failure.message}"  # type: ignore[union-attr]
-        if turn.sent_at is not None:
-            line += f" · prepare {turn.prepare_seconds:.2f} s"
-        return line
+    """The figures line of prompt ``index``: live, or how it ended (the turn's one look: ``eos · ...``,
+    ``■ stopped · ...``, ``✖ timeout · ...``)."""
+    if index in turn.replies or turn.failure is not None:
+        return turn.status(index)
     if turn.sent_at is None:
         return f"… preparing: {preparing or 'model config and chat template'} · {elapsed(turn):.1f} s · Esc stops"
     now = elapsed(turn)
@@ -48,8 +39,8 @@ def figures_line(turn: Turn, index: int, preparing: str = "") -> str:
 
 
 def turn_notes(turn: Turn) -> list[str]:
-    """What the turn's figures alone do not say (:meth:`Turn.remarks`)."""
-    return turn.remarks()
+    """What the turn says besides its figures: how it failed or was stopped, and its notes (see ``Turn.remarks``)."""
+    return [line for line in (turn.failure_line(), *turn.remarks()) if line]
 
 
 class AnswerBlock(Vertical):
@@ -81,7 +72,7 @@ class AnswerBlock(Vertical):
             reply = turn.replies.get(i)
             text = text or ("(empty reply)" if reply is not None else "(no reply)")
             self.remove_class("pending")
-            stopped = reply is None and turn.failure is not None and turn.failure.kind == CANCELLED
+            stopped = turn.ending(i) == STOPPED
             self.set_class(stopped, "stopped")
             self.set_class(not stopped and (reply is None or not reply.ok), "failed")
         self.body.update(Content(text or "…"))

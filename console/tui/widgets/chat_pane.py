@@ -92,10 +92,10 @@ class ChatPane(Horizontal):
 
     def _template_key(self) -> tuple[str, str] | None:
         """(model, tokenizer) of a chat template loaded here; None in raw mode and for a server that applies it."""
-        model = self.controls.model
+        model, tokenizer = self.controls.model, self.controls.tokenizer
         if not self.controls.chat or model not in self.infos or self.server is None or self.server.server_template:
             return None
-        return model, self.controls.tokenizer
+        return (model, tokenizer) if self.server.has_chat_template(self.infos[model], tokenizer) else None
 
     def warm(self) -> None:
         """Load the chat template now (a worker), not while the first reply is awaited."""
@@ -126,6 +126,8 @@ class ChatPane(Horizontal):
         if self.server is not None and self.server.server_template:
             return SERVER_TEMPLATE
         key = self._template_key()
+        if key is None and self.controls.model in self.infos:
+            return f"raw prompts: {self.controls.model} has no chat template here (Tokenizer: a folder with one)"
         state = self.template.get(key) if key else None
         if state == LOADING:
             return "preparing: loading the chat template…"
@@ -136,6 +138,10 @@ class ChatPane(Horizontal):
     @on(Input.Submitted, "#tokenizer")
     def _settings_changed(self) -> None:
         self.warm()
+
+    @on(Input.Submitted, ".controls Input")
+    def _control_submitted(self) -> None:
+        self.focus_prompt()  # Enter in a control: back to the message
 
     # ---- status
 

@@ -1,20 +1,44 @@
 """A chat pane's controls: the model, the timeout, one field per entry of the controls table, the system prompt,
-the chat template and its tokenizer. Each pane has its own."""
+the chat template and its tokenizer. Each pane has its own.
+
+Every field is checked as it is typed, by its row's rule: the line under the fields shows the focused field's rule,
+or why its value is refused (a letter in a number field is shown and refused, not dropped).
+"""
 
 from __future__ import annotations
 
+from functools import partial
+
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from console.clients import CONTROLS, ClientError, Control, ModelInfo, interface_of
+from console.clients.params import parse
 from console.core.controls import form_default, params_from_form
 from console.core.request import Settings
 
-from .fields import Field, row, value
+from .fields import Checked, Field, row, value
 
-INPUT_TYPES = {int: "integer", float: "number", str: "text"}
 OTHER_PANE = {"stream": "Batch (F4)", "batch": "Stream (F3)"}
+TIMEOUT_RULE = "a number >= 0 (blank: the model's default, 600 s KV / 6000 s causal; 0: none)"
+BACK = "Ctrl+O or Enter: back to the message"
+
+
+def timeout_seconds(text: str) -> float | None:
+    """The Timeout field as seconds (blank: None); ClientError saying what is wrong."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ClientError(f"Timeout s: {text[:40]!r} is not a number") from None
+    if not seconds >= 0:
+        raise ClientError(f"Timeout s must be {TIMEOUT_RULE}, got {text}")
+    return seconds
 
 
 def control_id(name: str) -> str:
@@ -60,17 +84,51 @@ class Controls(VerticalScroll, can_focus=False):
         yield Static(f"{OTHER_PANE[self.mode]} has its own. Ctrl+O comes here; blank asks the model's default.",
                      classes="controls-note")
         yield row("Model", Select([], id="model", prompt="(not connected)", compact=True))
-        yield row("Timeout s", Field(placeholder="model default", id="timeout", type="number", compact=True,
-                                     tooltip="Seconds for the whole call (blank: the model's default, 600 s for "
-                                             "KV-cache models, 6000 s for causal ones; 0: none)."))
+        yield row("Timeout s", Field(placeholder="model default", id="timeout", compact=True,
+                                     tooltip=f"Seconds for the whole call: {TIMEOUT_RULE}.",
+                                     validators=[Checked(timeout_seconds)], validate_on=["changed"]))
         for control in CONTROLS:
             yield row(control.label, Field(form_default(control), placeholder=placeholder(control),
-                                           id=control_id(control.name), type=INPUT_TYPES.get(control.kind, "text"),
-                                           compact=True, tooltip=control.help))
+                                           id=control_id(control.name), compact=True, tooltip=control.help,
+                                           validators=[Checked(partial(parse, control))], validate_on=["changed"]))
         yield row("System", Field(placeholder="system prompt (chat template)", id="system", compact=True))
-        yield Checkbox("Chat template + history", True, id="chat", compact=True)
+        yield Checkbox("Chat template + history", True, id="chat", compact=True,
+                       tooltip="The model's chat template, when it has one here (off: the prompt as typed).")
         yield row("Tokenizer", Field(placeholder="embedded: built in", id="tokenizer", compact=True,
                                      tooltip="Local tokenizer folder whose chat template the model uses."))
+        yield Static(BACK, id="control-rule", classes="controls-note")
+
+    # ---- each field's rule, and why a value is refused, as it is typed
+
+    def rule_of(self, field_id: str | None) -> str:
+        """The rule of the field ``field_id`` in words ('' for a field without one)."""
+        if field_id == "timeout":
+            return f"Timeout s: {TIMEOUT_RULE}"
+        control = next((c for c in CONTROLS if control_id(c.name) == field_id), None)
+        return f"{control.label}: {control.rule()}" if control else ""
+
+    def _explain(self, field: Input) -> None:
+        result = field.validate(field.value)
+        refused = result is not None and not result.is_valid
+        said = f"✖ {result.failure_descriptions[0]}" if refused else self.rule_of(field.id)  # type: ignore[union-attr]
+        line = self.query_one("#control-rule", Static)
+        line.update(Content(f"{said} · {BACK}" if said else BACK))
+        line.set_class(refused, "refused")
+
+    @on(events.DescendantFocus)
+    def _focused(self, event: events.DescendantFocus) -> None:
+        if isinstance(event.widget, Input):
+            self._explain(event.widget)
+
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        if event.input.has_focus:
+            self._explain(event.input)
+
+    def has_focus_within(self) -> bool:
+        """Whether one of these controls has the focus."""
+        focused = self.app.focused
+        return focused is not None and self in focused.ancestors
 
     # ---- the model
 
@@ -94,7 +152,7 @@ class Controls(VerticalScroll, can_focus=False):
 
     @property
     def chat(self) -> bool:
-        """Chat-template mode (else raw prompts)."""
+        """Chat-template mode: the model's chat template when it has one here (else raw prompts)."""
         return self.query_one("#chat", Checkbox).value
 
     def toggle_chat(self) -> bool:
@@ -127,10 +185,5 @@ class Controls(VerticalScroll, can_focus=False):
         if model is None:
             raise ClientError("no model chosen: connect to a server or start one on the Server pane (F2)")
         params = params_from_form({c.name: value(self, f"#{control_id(c.name)}") for c in CONTROLS})
-        text = value(self, "#timeout")
-        try:
-            timeout = float(text) if text else None
-        except ValueError:
-            raise ClientError(f"Timeout s: {text!r} is not a number") from None
-        return Settings(model, mode=self.mode, params=params, timeout=timeout, chat=self.chat,
-                        system=value(self, "#system"), tokenizer=self.tokenizer)
+        return Settings(model, mode=self.mode, params=params, timeout=timeout_seconds(value(self, "#timeout")),
+                        chat=None if self.chat else False, system=value(self, "#system"), tokenizer=self.tokenizer)

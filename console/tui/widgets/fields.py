@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from textual import events
 from textual.containers import Horizontal
+from textual.validation import ValidationResult, Validator
 from textual.widget import Widget
 from textual.widgets import Input, Label
+
+from console.clients import ClientError
 
 
 def row(label: str, widget: Widget) -> Horizontal:
@@ -40,3 +46,18 @@ class Field(Input):
 def value(widget: Widget, selector: str) -> str:
     """The stripped value of the Input ``selector`` under ``widget``."""
     return widget.query_one(selector, Input).value.strip()
+
+
+class Checked(Validator):
+    """Valid when ``check(text)`` takes the text; else its ClientError says why (shown as it is typed)."""
+
+    def __init__(self, check: Callable[[str], Any]) -> None:
+        super().__init__()
+        self.check = check
+
+    def validate(self, value: str) -> ValidationResult:
+        try:
+            self.check(value)
+        except ClientError as exc:
+            return self.failure(str(exc))
+        return self.success()

@@ -1,9 +1,11 @@
 """The Server pane: connect to a running server by URL (tritonserver, or an OpenAI-compatible one by its ``/v1``
 URL), or pick / generate a model repository and serve it.
 
-It drives one :class:`~console.core.controller.ServerController`: start returns at once, connect, poll and stop
-run in thread workers; the controller's snapshots and log lines come back as messages. The snapshots bubble on
-to the app, which hands them to the chat panes.
+It drives one :class:`~console.core.controller.ServerController`: start returns at once, connect, poll, stop and
+loading a model run in thread workers; the controller's snapshots and log lines come back as messages. The
+snapshots bubble on to the app, which hands them to the chat panes. The Repository field shows the repository
+served here (the generator writes into it, and a model generated while it is served is loaded); the log is shown
+condensed, Ctrl+G the raw one.
 """
 
 from __future__ import annotations
@@ -15,53 +17,24 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
-from textual.markup import escape
-from textual.widgets import Button, Collapsible, DataTable, Input, Label, Log, Static
+from textual.widgets import Button, Collapsible, DataTable, Input, Label, Static
 
-from console.clients import ClientError, interface_of
-from console.core.controller import ModelRow, ServerController, Snapshot
-from console.server import LOG_KEEP, ServerError
+from console.clients import ClientError
+from console.core.controller import ServerController, Snapshot
+from console.server import ServerError
 from console.server.embedded import DEFAULT_MODELS, START_TIMEOUT
-from repo_gen.inspection import list_models
 
 from ..messages import Generated, Notice, ServerChanged, ServerDown, ServerLog
 from .fields import Field, row, value
 from .generator_form import GeneratorForm
 from .metrics_view import MetricsView
+from .server_log import ServerLogView
+from .server_rows import COLUMNS, model_row, repository_rows, state_markup
 
 DEFAULT_REPOSITORY = "llm_model_dir"
 POLL_SECONDS = 2.0
-COLUMNS = ("Model", "State", "Type", "Mode", "Interface", "Note")
-MARKS = {
-    "idle": ("○", "text-muted"), "stopped": ("○", "text-muted"), "starting": ("◔", "warning"),
-    "stopping": ("◔", "warning"), "ready": ("●", "success"), "connected": ("●", "success"),
-    "failed": ("✖", "error"), "unreachable": ("✖", "error"),
-}
 LOG_HINT = ("No server yet: F5 serves the embedded SmolLM2 (CPU), F6 starts the repository on the left, F8 connects "
             "to a running server by its URLs.")
-TYPES = {"kv_cache": "kv", "causal": "causal"}
-
-
-def model_row(model: ModelRow) -> tuple[str, ...]:
-    """A models-table row: name, state, type (kv/causal), mode (stream/batch), the interface it speaks, why."""
-    info, kind, mode, interface = model.info, "", "", ""
-    if info is not None:
-        kind = TYPES.get(info.model_type, "-")
-        mode = "/".join(info.modes)
-        try:
-            interface = interface_of(info).name
-        except ClientError:
-            interface = "unsupported"
-    return model.name, model.state or "not loaded", kind, mode, interface, model.reason
-
-
-def state_markup(snap: Snapshot) -> str:
-    """The phase, its message, and where the server answers."""
-    mark, style = MARKS.get(snap.phase, ("?", "text"))
-    lines = [f"[${style}]{mark} {snap.phase}[/]  {escape(snap.message)}"]
-    for label, address in snap.server.addresses() if snap.server else ():
-        lines.append(f"[b]{escape(label)}[/]{' ' * max(9 - len(label), 1)}{escape(address)}")
-    return "\n".join(lines)
 
 
 class ServerPane(Horizontal):
@@ -80,6 +53,7 @@ class ServerPane(Horizontal):
         self._polling = False
         self._ready: list[str] = []  # the ready models last announced
         self.listing = False  # the table lists the repository's folders (no server yet)
+        self._served = ""  # the repository last shown as served here
 
     def compose(self) -> ComposeResult:
         http_url, grpc_url, repository = self._initial
@@ -107,11 +81,10 @@ class ServerPane(Horizontal):
             yield DataTable(id="models", cursor_type="row", zebra_stripes=True)
             yield MetricsView(lambda: self.controller.snapshot, self.metrics_url, id="metrics")
             yield Static(LOG_HINT, id="log-hint")
-            yield Log(id="server-log", max_lines=LOG_KEEP)
+            yield ServerLogView(self.controller.log_tail, id="server-log")
 
     def on_mount(self) -> None:
         self.query_one("#models", DataTable).add_columns(*COLUMNS)
-        self.query_one("#server-log", Log).border_title = "tritonserver log"
         self._show(self.controller.snapshot)
         self.set_interval(POLL_SECONDS, self._poll)
         if self._initial[0]:
@@ -146,13 +119,16 @@ class ServerPane(Horizontal):
         hint = self.query_one("#log-hint", Static)
         hint.update(snap.server.note if snap.server is not None and not snap.owned else LOG_HINT)
         hint.display = not snap.owned
-        self.query_one("#server-log", Log).display = snap.owned or snap.server is None
+        self.query_one(ServerLogView).display = snap.owned or snap.server is None
         if snap.phase != "idle" or not self.listing:
             self._table([model_row(m) for m in snap.models])
             self.listing = False
         if snap.http_url:
             self.query_one("#http-url", Input).value = snap.http_url
             self.query_one("#grpc-url", Input).value = snap.grpc_url or ""
+        if snap.owned and snap.repository and snap.repository != self._served:  # F5's is the cache's
+            self._served = snap.repository
+            self.query_one("#repository", Input).value = snap.repository
 
     def _announce(self, snap: Snapshot, was: str) -> None:
         """A notice when the phase changes, and when the set of ready models does."""
@@ -176,7 +152,7 @@ class ServerPane(Horizontal):
     @on(ServerLog)
     def _log_line(self, message: ServerLog) -> None:
         message.stop()
-        self.query_one("#server-log", Log).write_line(message.line)  # follows the tail
+        self.query_one(ServerLogView).add(message.line)
 
     # ---- connect, start, stop, poll
 
@@ -216,7 +192,7 @@ class ServerPane(Horizontal):
         except ServerError as exc:
             self.post_message(Notice(f"{exc} (F7)", "warning"))
             return
-        self.query_one("#server-log", Log).clear()  # its first lines are still on their way as messages
+        self.query_one(ServerLogView).clear()  # its first lines are still on their way as messages
 
     def stop_server(self) -> None:
         """Stop the tritonserver started here; a connected one is only let go."""
@@ -254,19 +230,29 @@ class ServerPane(Horizontal):
     def show_repository(self, repository: Path) -> None:
         """The model folders of ``repository`` (before a server runs on it)."""
         self.listing = True
-        try:
-            models = list_models(repository)
-        except ValueError as exc:
-            self._table([("-", "", "", "", "", str(exc))])
-            return
-        self._table([(m.name, "not served", "kv" if m.model_type == "kv_cache" else m.model_type,
-                      {True: "stream", False: "batch", None: "?"}[m.decoupled], "",
-                      "; ".join(m.problems) or m.source) for m in models])
+        self._table(repository_rows(repository))
 
     @on(Generated)
     def _generated(self, message: Generated) -> None:
-        if not self.snapshot.serving:
-            self.show_repository(message.path.parent)
+        snap, path = self.snapshot, message.path
+        if not snap.serving:
+            self.show_repository(path.parent)
+        elif snap.owned and Path(snap.repository).resolve() == path.parent.resolve():
+            self._load(path.name)
+        else:
+            where = f"the one served here ({snap.repository})" if snap.owned else "the connected server's"
+            self.post_message(Notice(f"{path.name} is not in {where} repository: F7 then F6 serves "
+                                     f"{path.parent}", "warning"))
+
+    @work(thread=True, group="load")
+    def _load(self, model: str) -> None:
+        """Worker: load a model generated into the repository served here."""
+        try:
+            self.controller.load(model)
+        except (ServerError, OSError) as exc:
+            self.post_message(Notice(" ".join(str(exc).split()), "error"))
+            return
+        self.post_message(Notice(f"loaded {model} into the running tritonserver"))
 
     # ---- buttons and fields
 

@@ -19,9 +19,9 @@ import pytest
 from helpers import wait_until
 from tritonclient.utils import InferenceServerException
 
-from console.cli import SERVE_RISK
 from console.clients.wire import GONE, WRONG_PORT, error_message
 from console.core.supervisor import RETRIES, pauses
+from console.serve_command import SERVE_RISK
 from console.server import guard, keys, logparse
 from console.server.ports import beyond_loopback
 from console.server.procs import cmdline, group_members, parent

@@ -20,6 +20,7 @@ from console.core.controller import ServerController
 from console.core.controls import click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
+from console.eval.cli import eval_group
 from console.headless import Output
 from console.headless import run as run_headless
 from console.seed_clients import client
@@ -229,6 +230,7 @@ main.add_command(web, "web")
 main.add_command(tui, "tui")
 main.add_command(onnx_group, "onnx")
 main.add_command(check, "check")
+main.add_command(eval_group, "eval")
 
 
 # --------------------------------------------------------------------------- serve

@@ -1,0 +1,185 @@
+"""The paths an eval compares: a served model (any server kind, through its adapter and the request pipeline), an
+in-process engine (the CPU engine at a precision, the card's ONNX twin), or a recorded golden run.
+
+A spec names one: ``MODEL@URL`` (served: a tritonserver's HTTP or gRPC address, or an OpenAI-compatible ``.../v1``
+URL), ``cpu:PRECISION`` (the CPU engine on ``--model``), ``twin`` or ``twin:GRAPH`` (the ONNX twin of ``--model``;
+without a graph one is exported for the run). Every path answers greedily; in-process paths also give tokens and
+can score a continuation (:mod:`console.eval.likelihood`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backend_model import compile_config
+from backend_model.build import BackendSettings, build_engine
+from backend_model.engine import Engine
+from backend_model.parameters import PRECISIONS
+from backend_model.sampling import SamplingParams
+from console.clients import ClientError, Failure, GenerationParams, Reply
+from console.core.adapters import Adapter, adapter_for
+from console.core.request import Settings, prepare, read_info
+
+DIMS = {"prefill_seq_len": 32, "ctx_len": 512, "full_batch_size": 8}  # the embedded KV samples' (repo_gen.samples)
+REQUEST_PROMPTS = 8  # prompts per served request (the samples' full_batch_size)
+SPEC_HELP = ("MODEL@URL (served: tritonserver HTTP/gRPC address or OpenAI-compatible .../v1 URL), cpu:PRECISION "
+             f"({'/'.join(PRECISIONS)}, the CPU engine on --model), twin or twin:GRAPH (the ONNX twin of --model; "
+             "exported for the run without a graph)")
+Progress = Callable[[str], None]
+Advance = Callable[[int], None]  # prompts done
+
+
+class SpecError(ValueError):
+    """A path spec that names nothing runnable."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One prompt's greedy answer: its new text and, where the path gives them, its token ids."""
+
+    text: str
+    tokens: list[int] | None = None
+    finish: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "tokens": self.tokens, "finish": self.finish}
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Answer:
+        return cls(str(data["text"]), data.get("tokens"), str(data.get("finish", "")))
+
+
+@dataclass
+class EvalPath:
+    """A path: its name, how it answers, and (in-process) its engine."""
+
+    name: str
+    spec: str
+    engine: Engine | None = None  # in-process paths: generation and scoring
+    server: Adapter | None = None  # served paths
+    model: str = ""
+    answers: list[Answer] | None = None  # a recorded run's answers (no generation)
+    recorded: dict[str, Any] = field(default_factory=dict)  # a recorded run's figures
+
+    @property
+    def kind(self) -> str:
+        return "in-process" if self.engine is not None else "served" if self.server is not None else "recorded"
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer if self.engine is not None else None
+
+    def generate(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
+        """Greedy answers to every prompt, at most ``max_tokens`` each; ``advance(n)`` as prompts finish."""
+        if self.answers is not None:
+            if len(self.answers) != len(prompts):
+                raise SpecError(f"{self.name} recorded {len(self.answers)} answers for {len(prompts)} prompts")
+            advance(len(prompts))
+            return self.answers
+        if self.engine is not None:
+            return self._in_process(prompts, max_tokens, advance)
+        return self._served(prompts, max_tokens, advance)
+
+    def _in_process(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
+        seqs: list[Any] = []
+        done = 0
+        for update in self.engine.stream(list(prompts), SamplingParams(max_tokens=max_tokens), seqs):
+            if update.finished:
+                done += 1
+                advance(1)
+        advance(len(prompts) - done)
+        return [Answer(s.text, list(s.tokens), s.finish_reason or "") for s in seqs]
+
+    def _served(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
+        settings = self._settings(max_tokens)
+        info = read_info(self.server, settings)
+        answers: list[Answer] = []
+        for start in range(0, len(prompts), REQUEST_PROMPTS):
+            group = list(prompts[start:start + REQUEST_PROMPTS])
+            replies: dict[int, Reply] = {}
+            with contextlib.closing(iter(prepare(self.server, settings, group, info=info).call)) as events:
+                for event in events:
+                    if isinstance(event, Reply):
+                        replies[event.index] = event
+                        advance(1)
+                    elif isinstance(event, Failure):
+                        raise ClientError(f"{self.name}: {event.message}")
+            answers += [Answer(replies[i].text, None, replies[i].finish_reason) for i in range(len(group))]
+        return answers
+
+    def _settings(self, max_tokens: int) -> Settings:
+        """Raw prompts, greedy, ``max_tokens``: streamed where the model streams, else one response."""
+        params = GenerationParams(max_tokens=max_tokens, temperature=0.0)
+        info = self.server.model_info(self.model, "stream" if "stream" in self.server.modes else "batch")
+        mode = "stream" if "stream" in info.modes and "stream" in self.server.modes else "batch"
+        return Settings(self.model, mode=mode, params=params)
+
+
+def in_process(precision: str, source: str, progress: Progress, graph: str | Path | None = None) -> Engine:
+    """The CPU engine at ``precision`` (or, with ``graph``, the ONNX twin) on the samples' dimensions."""
+    dims = compile_config.validate({**DIMS, **({"onnx_path": str(graph)} if graph else {})}, "eval")
+    settings = BackendSettings(engine="onnx" if graph else "cpu", hf_model_name=source, precision=precision,
+                               compile=dims)
+    engine, described = build_engine(settings, progress)
+    progress(described)
+    return engine
+
+
+@contextlib.contextmanager
+def opened(specs: Sequence[str], source: str, progress: Progress) -> Iterator[list[EvalPath]]:
+    """The paths ``specs`` name (checked before any engine loads); temporary graphs are removed on exit."""
+    parsed = [parse(spec) for spec in specs]
+    with tempfile.TemporaryDirectory(prefix="qaic-eval-") as scratch:
+        paths, names = [], set()
+        for spec, (kind, arg) in zip(specs, parsed):
+            name = unique(spec if kind == "served" else spec.split(":", 1)[0] + (f"-{arg}" if kind == "cpu" else ""),
+                          names)
+            if kind == "served":
+                model, url = arg
+                paths.append(EvalPath(name, spec, server=adapter_for(url), model=model))
+            elif kind == "cpu":
+                paths.append(EvalPath(name, spec, engine=in_process(arg, source, progress)))
+            else:
+                graph = arg or _export(source, scratch, progress)
+                paths.append(EvalPath(name, spec, engine=in_process("fp32", source, progress, graph)))
+        yield paths
+
+
+def parse(spec: str) -> tuple[str, Any]:
+    """(kind, argument) of a spec: ("served", (model, url)), ("cpu", precision), ("twin", graph or None)."""
+    spec = spec.strip()
+    if spec.startswith("cpu:"):
+        precision = spec[4:]
+        if precision not in PRECISIONS:
+            raise SpecError(f"{spec!r}: the CPU engine's precision is one of {', '.join(PRECISIONS)}")
+        return "cpu", precision
+    if spec == "twin" or spec.startswith("twin:"):
+        graph = spec[5:] or None
+        if graph is not None and not Path(graph).expanduser().exists():
+            raise SpecError(f"{spec!r}: no graph at {graph}")
+        return "twin", graph
+    model, at, url = spec.partition("@")
+    if not at or not model or not url:
+        raise SpecError(f"{spec!r} names no path: use {SPEC_HELP}")
+    return "served", (model, url)
+
+
+def unique(name: str, taken: set[str]) -> str:
+    """``name``, numbered when already taken."""
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{name}#{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def _export(source: str, scratch: str, progress: Progress) -> Path:
+    from repo_gen.onnx_export import export
+
+    return export(source, scratch, ctx_len=DIMS["ctx_len"], prefill_seq_len=DIMS["prefill_seq_len"],
+                  full_batch_size=DIMS["full_batch_size"], progress=progress).graph

@@ -12,7 +12,7 @@ from typing import Any
 
 from .paths import Answer
 
-CONTEXT = 6  # units of common prefix shown before a divergence, and of each side after it
+CONTEXT = {"token": 6, "retokenized": 6, "char": 24}  # units shown before a divergence, and of each side after it
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,9 @@ def compare(reference: Answer, candidate: Answer, tokenizer: Any = None) -> Comp
     exact = common == len(want) == len(got)
     if exact:
         return Comparison(unit, True, None, common, len(want), len(got))
-    show = _shower(unit, tokenizer)
-    return Comparison(unit, False, common, common, len(want), len(got), show(want[max(0, common - CONTEXT):common]),
-                      show(want[common:common + CONTEXT]), show(got[common:common + CONTEXT]))
+    show, n = _shower(unit, tokenizer), CONTEXT[unit]
+    return Comparison(unit, False, common, common, len(want), len(got), show(want[max(0, common - n):common]),
+                      show(want[common:common + n]), show(got[common:common + n]))
 
 
 def _shower(unit: str, tokenizer: Any):

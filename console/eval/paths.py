@@ -2,7 +2,8 @@
 in-process engine (the CPU engine at a precision, the card's ONNX twin), or a recorded golden run.
 
 A spec names one: ``MODEL@URL`` (served: a tritonserver's HTTP or gRPC address, or an OpenAI-compatible ``.../v1``
-URL), ``cpu:PRECISION`` (the CPU engine on ``--model``), ``twin`` or ``twin:GRAPH`` (the ONNX twin of ``--model``;
+URL), ``MODEL@HTTP,GRPC`` (a tritonserver whose gRPC port is not the HTTP port + 1),
+``cpu:PRECISION`` (the CPU engine on ``--model``), ``twin`` or ``twin:GRAPH`` (the ONNX twin of ``--model``;
 without a graph one is exported for the run). Every path answers greedily; in-process paths also give tokens and
 can score a continuation (:mod:`console.eval.likelihood`).
 """
@@ -27,7 +28,8 @@ from console.core.request import Settings, prepare, read_info
 
 DIMS = {"prefill_seq_len": 32, "ctx_len": 512, "full_batch_size": 8}  # the embedded KV samples' (repo_gen.samples)
 REQUEST_PROMPTS = 8  # prompts per served request (the samples' full_batch_size)
-SPEC_HELP = ("MODEL@URL (served: tritonserver HTTP/gRPC address or OpenAI-compatible .../v1 URL), cpu:PRECISION "
+SPEC_HELP = ("MODEL@URL (served: a tritonserver's HTTP or gRPC address, both as HTTP,GRPC, or an OpenAI-compatible "
+             ".../v1 URL), cpu:PRECISION "
              f"({'/'.join(PRECISIONS)}, the CPU engine on --model), twin or twin:GRAPH (the ONNX twin of --model; "
              "exported for the run without a graph)")
 Progress = Callable[[str], None]
@@ -141,7 +143,8 @@ def opened(specs: Sequence[str], source: str, progress: Progress) -> Iterator[li
                           names)
             if kind == "served":
                 model, url = arg
-                paths.append(EvalPath(name, spec, server=adapter_for(url), model=model))
+                http, _, grpc = url.partition(",")
+                paths.append(EvalPath(name, spec, server=adapter_for(http, grpc_url=grpc or None), model=model))
             elif kind == "cpu":
                 paths.append(EvalPath(name, spec, engine=in_process(arg, source, progress)))
             else:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import cli
+from helpers import LLAMA_MODEL, cli, greedy_answer
 
 from console.server import TritonServer
 from repo_gen.samples import write_samples
@@ -85,3 +85,19 @@ def test_record_then_compare_is_a_gate(served, prompt_file: Path, tmp_path: Path
     loose = cli("eval", "compare", str(golden), "--candidate", f"{INT4}@{at}", "-q", "--no-likelihood",
                 "--min-exact", "0")
     assert loose.exit_code == 0, loose.output
+
+
+def test_an_openai_compatible_server_is_a_path(llama_server, tmp_path: Path) -> None:
+    """llama.cpp's server on the embedded GGUF, reached through its adapter: its greedy texts are the ones the
+    ``openai`` client gets itself, compared with the in-process int4 engine on the same 4-bit weights."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS[:2]) + "\n", encoding="utf-8")
+    spec = f"{LLAMA_MODEL}@{llama_server.base_url}"
+    result = cli("eval", "--reference", spec, "--candidate", "cpu:int4", "--prompts", str(prompts),
+                 "--max-tokens", TOKENS, "-o", str(tmp_path / "report"), "-q")
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "report" / "eval.json").read_text())
+    texts = [a["text"] for a in document["paths"][spec]["answers"]]
+    assert texts == [greedy_answer(llama_server.base_url, LLAMA_MODEL, int(TOKENS), p) for p in PROMPTS[:2]]
+    assert document["paths"][spec]["kind"] == "served"
+    assert [c["unit"] for c in document["paths"]["cpu-int4"]["comparisons"]] == ["retokenized"] * 2

@@ -4,8 +4,8 @@ in-process engine (the CPU engine at a precision, the card's ONNX twin), or a re
 A spec names one: ``MODEL@URL`` (served: a tritonserver's HTTP or gRPC address, or an OpenAI-compatible ``.../v1``
 URL), ``MODEL@HTTP,GRPC`` (a tritonserver whose gRPC port is not the HTTP port + 1),
 ``cpu:PRECISION`` (the CPU engine on ``--model``), ``twin`` or ``twin:GRAPH`` (the ONNX twin of ``--model``;
-without a graph one is exported for the run). Every path answers greedily; in-process paths also give tokens and
-can score a continuation (:mod:`console.eval.likelihood`).
+without a graph one is exported for the run). Every path answers greedily; in-process paths and the bundled backend (its
+``logprobs`` output) also give tokens; in-process paths can score a continuation (:mod:`console.eval.likelihood`).
 """
 
 from __future__ import annotations
@@ -111,15 +111,24 @@ class EvalPath:
                         advance(1)
                     elif isinstance(event, Failure):
                         raise ClientError(f"{self.name}: {event.message}")
-            answers += [Answer(replies[i].text, None, replies[i].finish_reason) for i in range(len(group))]
+            answers += [Answer(replies[i].text, _ids(replies[i]), replies[i].finish_reason) for i in range(len(group))]
         return answers
 
     def _settings(self, max_tokens: int) -> Settings:
-        """Raw prompts, greedy, ``max_tokens``: streamed where the model streams, else one response."""
-        params = GenerationParams(max_tokens=max_tokens, temperature=0.0)
+        """Raw prompts, greedy, ``max_tokens``, the tokens' log-probabilities where the model gives them (their ids
+        are the answer's tokens): streamed where the model streams, else one response."""
+        params = GenerationParams(max_tokens=max_tokens, temperature=0.0, logprobs=0)
         info = self.server.model_info(self.model, "stream" if "stream" in self.server.modes else "batch")
         mode = "stream" if "stream" in info.modes and "stream" in self.server.modes else "batch"
         return Settings(self.model, mode=mode, params=params)
+
+
+def _ids(reply: Reply) -> list[int] | None:
+    """The reply's token ids, from its log-probability entries (the bundled backend's); None without them."""
+    entries = reply.logprobs
+    if entries is None or not all(isinstance(e, dict) and isinstance(e.get("id"), int) for e in entries):
+        return None
+    return [e["id"] for e in entries]
 
 
 def in_process(precision: str, source: str, progress: Progress, graph: str | Path | None = None) -> Engine:

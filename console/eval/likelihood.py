@@ -1,8 +1,9 @@
-"""Likelihood on in-process paths: the reference's own continuation scored under each path, perplexity on the
-shipped corpus, and the mean per-token KL divergence to the reference (full distributions, in-process only).
+"""Likelihood: the reference's own continuation scored under each path (in-process, or by a served bundled backend's
+``continuation`` input and ``logprobs`` output), perplexity on the shipped corpus (in-process), and the mean per-token
+KL divergence to the reference (full distributions: in-process only).
 
-A continuation is scored by the engine's own loop (its prefill chunks, slots and batches) with a sampler that feeds
-the given tokens instead of choosing one and keeps each step's log-probabilities.
+In process, a continuation is scored by the engine's own loop (its prefill chunks, slots and batches) with a sampler
+that feeds the given tokens instead of choosing one and keeps each step's full log-probability rows.
 """
 
 from __future__ import annotations
@@ -96,40 +97,53 @@ def continuation(engine: Engine, answer: Answer) -> list[int]:
 
 def measure(paths: Sequence[EvalPath], reference: EvalPath, prompts: Sequence[str], answers: Sequence[Answer],
             advance: Advance, group: int = 8) -> dict[str, Likelihood]:
-    """Every in-process path's likelihood of the reference's answers, ``group`` prompts at a time (the reference's
-    distributions for KL are held for one group only)."""
-    scored = [p for p in paths if p.engine is not None]
+    """Every scoring path's likelihood of the reference's answers, ``group`` prompts at a time (the reference's
+    distributions for KL, in-process only, are held for one group only)."""
+    scored = [p for p in paths if p.scores]
     kl_ok = reference.engine is not None
     nll: dict[str, list[float | None]] = {p.name: [] for p in scored}
     kl: dict[str, list[float | None]] = {p.name: [] for p in scored}
     sums = {p.name: [0.0, 0.0, 0] for p in scored}  # nll sum, kl sum, tokens
     for start in range(0, len(prompts), group):
         part = range(start, min(start + group, len(prompts)))
-        ref_rows = None
+        ref, ref_rows = None, None
         if kl_ok:
             ref = score(reference.engine, [reference.engine.encode(prompts[i]) for i in part],
                         [continuation(reference.engine, answers[i]) for i in part], keep_rows=True)
             ref_rows = [np.stack(f.rows) if f.rows else None for f in ref]
         for path in scored:
-            engine = path.engine
-            own = path is reference
-            got = ref if own else score(engine, [engine.encode(prompts[i]) for i in part],
-                                        [continuation(engine, answers[i]) for i in part], keep_rows=kl_ok)
-            for k, f in enumerate(got):
-                nll[path.name].append(sum(f.nll) / len(f.nll) if f.nll else None)
-                divergence = _kl(ref_rows[k], f.rows) if ref_rows is not None and f.rows else None
-                kl[path.name].append(0.0 if own and f.nll else divergence)
+            for k, (losses, rows) in enumerate(_scored(path, reference, prompts, answers, part, kl_ok, ref)):
+                nll[path.name].append(sum(losses) / len(losses) if losses else None)
+                divergence = _kl(ref_rows[k], rows) if ref_rows is not None and rows else None
+                kl[path.name].append(divergence)
                 total = sums[path.name]
-                total[0] += sum(f.nll)
-                total[1] += (divergence or 0.0) * len(f.nll)
-                total[2] += len(f.nll)
+                total[0] += sum(losses)
+                total[1] += (divergence or 0.0) * len(losses)
+                total[2] += len(losses)
         advance(len(part))
     out = {}
     for path in scored:
         nll_sum, kl_sum, n = sums[path.name]
-        mean_kl = kl_sum / n if kl_ok and n else None
+        mean_kl = kl_sum / n if kl_ok and n and path.engine is not None else None
         out[path.name] = Likelihood(nll[path.name], kl[path.name], n, nll_sum / n if n else None, mean_kl)
     return out
+
+
+def _scored(path: EvalPath, reference: EvalPath, prompts: Sequence[str], answers: Sequence[Answer], part: range,
+            keep_rows: bool, ref: list[Forced] | None) -> list[tuple[list[float], list[np.ndarray]]]:
+    """(per-token NLL, log-probability rows) of each prompt in ``part`` on ``path``: in-process (rows kept for KL),
+    or scored by the server (the reference's tokens, else its text; no rows)."""
+    if path is reference and ref is not None:
+        return [(f.nll, f.rows) for f in ref]
+    engine = path.engine
+    if engine is not None:
+        got = score(engine, [engine.encode(prompts[i]) for i in part], [continuation(engine, answers[i]) for i in part],
+                    keep_rows=keep_rows)
+        return [(f.nll, f.rows) for f in got]
+    given = [i for i in part if answers[i].tokens or answers[i].text]  # an empty answer has nothing to score
+    values = [answers[i].tokens or answers[i].text for i in given]
+    losses = dict(zip(given, path.served_nll([prompts[i] for i in given], values))) if given else {}
+    return [(losses.get(i, []), []) for i in part]
 
 
 def _kl(reference: np.ndarray | None, rows: list[np.ndarray]) -> float | None:

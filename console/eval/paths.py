@@ -22,7 +22,7 @@ from backend_model.build import BackendSettings, build_engine
 from backend_model.engine import Engine
 from backend_model.parameters import PRECISIONS
 from backend_model.sampling import SamplingParams
-from console.clients import ClientError, Failure, GenerationParams, Reply
+from console.clients import ClientError, Failure, GenerationParams, ModelInfo, Reply
 from console.core.adapters import Adapter, adapter_for
 from console.core.request import Settings, prepare, read_info
 
@@ -67,6 +67,7 @@ class EvalPath:
     model: str = ""
     answers: list[Answer] | None = None  # a recorded run's answers (no generation)
     recorded: dict[str, Any] = field(default_factory=dict)  # a recorded run's figures
+    info: ModelInfo | None = None  # a served model's, once read
 
     @property
     def kind(self) -> str:
@@ -98,29 +99,52 @@ class EvalPath:
         return [Answer(s.text, list(s.tokens), s.finish_reason or "") for s in seqs]
 
     def _served(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
-        settings = self._settings(max_tokens)
-        info = read_info(self.server, settings)
-        answers: list[Answer] = []
+        params = GenerationParams(max_tokens=max_tokens, temperature=0.0, logprobs=0)
+        return [Answer(r.text, _ids(r), r.finish_reason) for r in self._ask(prompts, params, advance)]
+
+    @property
+    def scores(self) -> bool:
+        """It can score a continuation: in-process, or a served model with a ``continuation`` input."""
+        if self.engine is not None:
+            return True
+        return self.server is not None and self._info().input("continuation") is not None
+
+    def served_nll(self, prompts: Sequence[str], continuations: Sequence[list[int] | str]) -> list[list[float]]:
+        """Each continuation's per-token negative log-likelihood after its prompt, scored by the server."""
+        params = GenerationParams(logprobs=0, continuations=tuple(continuations))
+        return [[-float(e["logprob"]) for e in r.logprobs or ()] for r in self._ask(prompts, params, lambda n: None)]
+
+    def _ask(self, prompts: Sequence[str], params: GenerationParams, advance: Advance) -> list[Reply]:
+        """Every prompt's reply, :data:`REQUEST_PROMPTS` a request (a continuation each, when ``params`` has them);
+        raw prompts, streamed where the model streams, else one response."""
+        info = self._info()
+        mode = "stream" if "stream" in info.modes and "stream" in self.server.modes else "batch"
+        replies: list[Reply] = []
         for start in range(0, len(prompts), REQUEST_PROMPTS):
             group = list(prompts[start:start + REQUEST_PROMPTS])
-            replies: dict[int, Reply] = {}
+            part = params if params.continuations is None else \
+                params.replace(continuations=params.continuations[start:start + len(group)])
+            settings = Settings(self.model, mode=mode, params=part)
+            got: dict[int, Reply] = {}
             with contextlib.closing(iter(prepare(self.server, settings, group, info=info).call)) as events:
                 for event in events:
                     if isinstance(event, Reply):
-                        replies[event.index] = event
+                        got[event.index] = event
                         advance(1)
                     elif isinstance(event, Failure):
                         raise ClientError(f"{self.name}: {event.message}")
-            answers += [Answer(replies[i].text, _ids(replies[i]), replies[i].finish_reason) for i in range(len(group))]
-        return answers
+            replies += [got[i] for i in range(len(group))]
+        return replies
 
-    def _settings(self, max_tokens: int) -> Settings:
-        """Raw prompts, greedy, ``max_tokens``, the tokens' log-probabilities where the model gives them (their ids
-        are the answer's tokens): streamed where the model streams, else one response."""
-        params = GenerationParams(max_tokens=max_tokens, temperature=0.0, logprobs=0)
-        info = self.server.model_info(self.model, "stream" if "stream" in self.server.modes else "batch")
-        mode = "stream" if "stream" in info.modes and "stream" in self.server.modes else "batch"
-        return Settings(self.model, mode=mode, params=params)
+    def _info(self) -> ModelInfo:
+        """The served model's info (read once, over the protocol its sends use)."""
+        if self.info is None:
+            mode = "stream" if "stream" in self.server.modes else "batch"
+            info = self.server.model_info(self.model, mode)
+            if mode == "stream" and "stream" not in info.modes:
+                info = read_info(self.server, Settings(self.model, mode="batch"))
+            self.info = info
+        return self.info
 
 
 def _ids(reply: Reply) -> list[int] | None:

@@ -98,16 +98,16 @@ def evaluate(reference: EvalPath, candidates: Sequence[EvalPath], prompts: Seque
 
 def _score(result: Evaluation, paths: Sequence[EvalPath], reference: EvalPath, corpus: Path | None,
            advance: Advance) -> None:
-    """Likelihood of the reference's answers on every in-process path, and perplexity on ``corpus``."""
-    if not any(p.engine is not None for p in paths):
-        result.notes.append("likelihood: no in-process path (served paths give text only)")
+    """Likelihood of the reference's answers on every path that scores, and perplexity on ``corpus`` (in-process)."""
+    if not any(p.scores for p in paths):
+        result.notes.append("likelihood: no path can score (in-process engines and the bundled backend can)")
         return
     result.scores = scoring.measure(paths, reference, result.prompts, result.answers[reference.name], advance)
     if reference.engine is None:
         result.notes.append(f"KL: not measured (the reference {reference.name} is not in-process: no distributions)")
-    served = [p.name for p in paths if p.engine is None and p.answers is None]
-    if served:
-        result.notes.append(f"likelihood: not measured on {', '.join(served)} (served paths give text only)")
+    unscored = [p.name for p in paths if not p.scores]
+    if unscored:
+        result.notes.append(f"likelihood: not measured on {', '.join(unscored)} (no continuation scoring)")
     if corpus is not None:
         for path in paths:
             if path.engine is not None:

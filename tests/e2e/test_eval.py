@@ -1,8 +1,9 @@
 """``qaic-console eval`` on a real tritonserver serving the embedded samples at fp32 and int4.
 
 The served fp32 sample is the reference. The CPU engine is batch-invariant, so the same precision in-process must
-agree on every token (the served path gives text: compared re-tokenized), and the served int4 sample must answer
-exactly as int4 does in-process; the int4 and int8 candidates differ from fp32 on these prompts. A golden run of the
+agree on every token (the bundled backend gives its token ids with its logprobs) and score the same likelihood (the
+server scores through its continuation input), and the served int4 sample must answer exactly as int4 does
+in-process; the int4 and int8 candidates differ from fp32 on these prompts. A golden run of the
 fp32 sample passes ``eval compare`` against itself and fails against int4.
 """
 
@@ -55,12 +56,15 @@ def test_served_against_served_and_in_process(served, prompt_file: Path, tmp_pat
     answers = document["paths"]
     served_int4 = [a["text"] for a in answers[f"{INT4}@{at}"]["answers"]]
     assert served_int4 == [a["text"] for a in answers["cpu-int4"]["answers"]]
-    # the in-process paths score the served reference's answers; served ones give text only, and KL needs the
-    # reference's distributions
+    # every path scores the served reference's answers: in-process, or by the server (continuation + logprobs), the
+    # same figures for the same precision; KL needs the reference's distributions (in-process)
+    reference = f"{FP32}@{at}"
     assert rows["cpu-int8"]["mean_nll"] > rows["cpu-fp32"]["mean_nll"] > 0
+    assert rows["cpu-fp32"]["mean_nll"] == pytest.approx(rows[reference]["mean_nll"], abs=1e-4)
+    assert rows["cpu-int4"]["mean_nll"] == pytest.approx(rows[f"{INT4}@{at}"]["mean_nll"], abs=1e-4)
+    assert rows["cpu-int4"]["mean_nll"] != pytest.approx(rows["cpu-fp32"]["mean_nll"], abs=1e-3)
     assert rows["cpu-fp32"]["perplexity"] > 1 and rows["cpu-int8"]["mean_kl"] is None
-    assert rows[f"{INT4}@{at}"].get("mean_nll") is None
-    assert any("served paths give text only" in n for n in document["notes"])
+    assert any("KL: not measured" in n for n in document["notes"])
     page = (tmp_path / "eval.html").read_text()
     first = next(c for c in answers[f"{INT4}@{at}"]["comparisons"] if not c["exact"])
     assert "first divergence" in page and "<script" not in page

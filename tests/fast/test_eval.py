@@ -139,3 +139,24 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "g.json").write_text("{}")
     result = cli("eval", "compare", str(tmp_path / "g.json"), "--candidate", "cpu:fp32", "-q")
     assert result.exit_code == 2 and "not a qaic-console eval record" in result.output
+
+
+def test_continuations_go_as_the_continuation_input() -> None:
+    from console.clients import ClientError, GenerationParams, ModelInfo, Tensor, interface_of
+
+    declared = (Tensor("prompt", "BYTES"), Tensor("logprobs", "INT64", (1,), True),
+                Tensor("continuation", "BYTES", (-1,), True))
+    outputs = (Tensor("text_output", "BYTES"),)
+    params = GenerationParams(logprobs=0, continuations=([9, 42], " Paris"))
+
+    def model(*inputs: Tensor) -> ModelInfo:
+        return ModelInfo("m", True, True, inputs=inputs, outputs=outputs)
+
+    sent = {w.name: w for w in interface_of(model(*declared)).request(["a", "b"], params, True)}
+    assert sent["continuation"].values == ("[9, 42]", '" Paris"') and sent["continuation"].many
+    assert sent["logprobs"].values == (0,)
+    with pytest.raises(ClientError, match="no continuation input"):
+        interface_of(model(*declared[:2])).request(["a", "b"], params, True)
+    with pytest.raises(ClientError, match="2 continuations for 1 prompts"):
+        interface_of(model(*declared)).request(["a"], params, True)
+    assert params.replace(max_tokens=3).continuations == params.continuations

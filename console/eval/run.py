@@ -108,10 +108,10 @@ def _score(result: Evaluation, paths: Sequence[EvalPath], reference: EvalPath, c
     unscored = [p.name for p in paths if not p.scores]
     if unscored:
         result.notes.append(f"likelihood: not measured on {', '.join(unscored)} (no continuation scoring)")
-    if corpus is not None:
-        for path in paths:
-            if path.engine is not None:
-                value, tokens = scoring.perplexity(path.engine, corpus)
-                result.scores[path.name].perplexity = value
-                advance(1)
-        result.notes.append(f"perplexity: on {corpus.name} ({tokens} tokens)")
+    local = [p for p in paths if p.engine is not None]
+    if corpus is not None and local:
+        for path in local:
+            value, tokens = scoring.perplexity(path.engine, corpus)
+            result.scores[path.name].perplexity = value
+            advance(1)
+        result.notes.append(f"perplexity: on {corpus.name} ({tokens} tokens), in process")

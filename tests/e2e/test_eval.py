@@ -77,8 +77,9 @@ def test_record_then_compare_is_a_gate(served, prompt_file: Path, tmp_path: Path
     at = f"{served.http_url},{served.grpc_url}"  # both endpoints
     golden = tmp_path / "golden.json"
     recorded = cli("eval", "record", "--path", f"{FP32}@{at}", "--prompts", str(prompt_file), "--max-tokens", TOKENS,
-                   "-o", str(golden), "-q", "--no-likelihood")
+                   "-o", str(golden), "-q")  # the server scores its own answers: the recorded NLL
     assert recorded.exit_code == 0, recorded.output
+    assert json.loads(golden.read_text())["summary"][0]["mean_nll"] > 0
     same = cli("eval", "compare", str(golden), "--candidate", f"{FP32}@{at}", "--candidate", "cpu:fp32", "-q",
                "--no-likelihood")
     assert same.exit_code == 0, same.output
@@ -89,6 +90,11 @@ def test_record_then_compare_is_a_gate(served, prompt_file: Path, tmp_path: Path
     loose = cli("eval", "compare", str(golden), "--candidate", f"{INT4}@{at}", "-q", "--no-likelihood",
                 "--min-exact", "0")
     assert loose.exit_code == 0, loose.output
+    likely = cli("eval", "compare", str(golden), "--candidate", f"{FP32}@{at}", "-q", "--max-nll-increase", "1e-4")
+    assert likely.exit_code == 0 and "NLL" in likely.stdout, likely.output
+    unlikely = cli("eval", "compare", str(golden), "--candidate", f"{INT4}@{at}", "-q", "--min-exact", "0",
+                   "--max-nll-increase", "0")
+    assert unlikely.exit_code == 1 and f"FAIL {INT4}@{at}: exact" in unlikely.stdout, unlikely.output
 
 
 def test_an_openai_compatible_server_is_a_path(llama_server, tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """One-response requests: Triton inference over HTTP (or gRPC) and the HTTP generate endpoint.
 
 Every call runs in a helper thread and is awaited with the network timeout, so a caller (a UI's
-stop key) can :meth:`Call.cancel` it from any thread. gRPC calls are cancelled on the server too;
-Triton cannot cancel an HTTP request, so after an HTTP timeout the server finishes it. A decoupled
+stop key) can :meth:`Call.cancel` it from any thread. gRPC calls are cancelled on the server too; an HTTP
+call's connection is closed at once, but Triton cannot cancel an HTTP request: the server finishes it. A decoupled
 model with a ``stream`` switch (vLLM, TensorRT-LLM) is asked not to stream: over HTTP through the
 generate endpoint (Triton's HTTP inference refuses decoupled models), over gRPC on a stream.
 """
@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .abortable import Abortable
 from .call import Arrived, Broke, Call, Probe
 from .errors import CONNECTION, SERVER, ClientError
 from .events import Event, Failure, ModelInfo, Reply, Timeouts
 from .interfaces import Outputs
 from .params import GenerationParams
 from .stats import reply_stats
-from .wire import PROTOCOLS, error_kind, error_message, is_final, post_generate
+from .wire import PROTOCOLS, error_kind, error_message, generate_answer, is_final
 
 HTTP_CANCEL_NOTE = "Triton cannot cancel HTTP requests: the server finishes this one (gRPC can cancel)"
 
@@ -88,37 +89,49 @@ class BatchCall(Call):
         decoupled = self.model_info().decoupled  # answers once only when told not to stream
         if self.protocol == "grpc":
             return self._start_grpc_stream(backstop) if decoupled else self._start_grpc(backstop)
-        target = self._post_generate if self.generate or decoupled else self._infer_http
-        threading.Thread(target=self._work, args=(target, backstop), name="qc-batch", daemon=True).start()
-        return _nothing, _nothing
+        ask = self._generate if self.generate or decoupled else self._infer
+        running = Abortable()  # a cancel or a timeout closes the HTTP connection at once
+        threading.Thread(target=self._work, args=(running, ask, backstop), name="qc-batch", daemon=True).start()
+        return running.abort, _nothing
 
-    def _work(self, target: Callable[[float], Outputs], timeout: float) -> None:
+    def _work(self, running: Abortable, ask: Callable[[float], Awaitable[Outputs]], timeout: float) -> None:
+        """The helper thread: the HTTP request on an event loop of its own (aiohttp). Not tritonclient's gevent
+        client: a call the caller gave up on left that daemon thread waiting, and gevent's libev loop, woken by the
+        answer as the process exited, called into the finalized interpreter and crashed it (exit 139)."""
+        import aiohttp
+
         try:
-            self._arrive(Arrived(target(timeout)))
+            self._arrive(Arrived(running.run(ask(timeout))))
+        except asyncio.CancelledError:
+            pass  # given up on: the caller has said why already
+        except aiohttp.ServerDisconnectedError:  # not an OSError: the server went away mid-request
+            gone = ConnectionResetError("the server closed the connection")
+            self._arrive(Broke(ClientError(error_message(gone, self.url, self.protocol, lost=True), CONNECTION)))
         except Exception as exc:
             self._arrive(Broke(exc))
 
-    def _infer_http(self, timeout: float) -> Outputs:
-        """Triton HTTP inference on this helper thread's own asyncio loop (tritonclient's aiohttp client).
-
-        Not tritonclient's gevent client: a call the caller gave up on (a timeout, a cancel) leaves this daemon
-        thread waiting, and gevent's libev loop, woken by the answer as the process exits, calls into the
-        finalized interpreter and crashes it (exit 139). An asyncio thread just ends there.
-        """
-        return asyncio.run(self._infer_aio(timeout))
-
-    async def _infer_aio(self, timeout: float) -> Outputs:
-        import aiohttp
+    async def _infer(self, timeout: float) -> Outputs:
+        """Triton HTTP inference (tritonclient's aiohttp client)."""
         import tritonclient.http.aio as aioclient
 
-        try:
-            async with aioclient.InferenceServerClient(self.url, conn_timeout=timeout) as client:  # closed after
-                inputs = self.interface().inputs(aioclient, self.prompts, self.params, streaming=False)
-                result = await client.infer(self.model, inputs, request_id=self.request_id)
-        except aiohttp.ServerDisconnectedError:  # not an OSError: the server went away mid-request
-            gone = ConnectionResetError("the server closed the connection")
-            raise ClientError(error_message(gone, self.url, self.protocol, lost=True), CONNECTION) from None
+        async with aioclient.InferenceServerClient(self.url, conn_timeout=timeout) as client:  # closed after
+            inputs = self.interface().inputs(aioclient, self.prompts, self.params, streaming=False)
+            result = await client.infer(self.model, inputs, request_id=self.request_id)
         return self.interface().outputs(result, len(self.prompts))
+
+    async def _generate(self, timeout: float) -> Outputs:
+        """``POST /v2/models/<model>/generate`` (a decoupled model with a ``stream`` switch answers once there)."""
+        import aiohttp
+
+        interface = self.interface()
+        body = interface.generate_body(self.prompts, self.params, self.request_id)
+        url = f"http://{self.url}/v2/models/{self.model}/generate"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session, \
+                session.post(url, json=body) as resp:
+            status, reason, data = resp.status, resp.reason or "", generate_answer(await resp.read())
+        if status != 200:
+            raise ClientError(f"HTTP {status}: {data.get('error', reason)}", SERVER)
+        return interface.parse_generate(data, len(self.prompts))
 
     def _start_grpc(self, timeout: float) -> tuple[Callable[[], None], Callable[[], None]]:
         import tritonclient.grpc as grpcclient
@@ -175,15 +188,6 @@ class BatchCall(Call):
         except Exception as exc:
             self._arrive(Broke(exc))
         return _nothing, stop
-
-    def _post_generate(self, timeout: float) -> Outputs:
-        interface = self.interface()
-        body = interface.generate_body(self.prompts, self.params, self.request_id)
-        status, reason, data = post_generate(self.url, self.model, body, timeout)
-        if status != 200:
-            raise ClientError(f"HTTP {status}: {data.get('error', reason)}", SERVER)
-        return interface.parse_generate(data, len(self.prompts))
-
 
 def infer(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,
           timeouts: Timeouts | None = None, protocol: str = "http", probe: Probe | None = None) -> BatchCall:

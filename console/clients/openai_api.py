@@ -61,18 +61,19 @@ _CLIENTS: dict[str, Any] = {}
 _LOCK = threading.Lock()
 
 
-def client(base: str) -> Any:
-    """The ``openai`` client of ``base`` (one per server: its connections are kept alive and shared).
+def client_options(base: str) -> dict[str, Any]:
+    """How the console's ``openai`` clients of ``base`` are made: no retries (a request is sent once, as Triton's
+    are); the key comes from ``OPENAI_API_KEY`` when the server wants one."""
+    return {"base_url": base, "api_key": os.environ.get("OPENAI_API_KEY") or "none", "max_retries": 0}
 
-    No retries (a request is sent once, as Triton's are); the key comes from ``OPENAI_API_KEY`` when
-    the server wants one.
-    """
+
+def client(base: str) -> Any:
+    """The ``openai`` client of ``base`` for listings (one per server: its connections are kept alive)."""
     with _LOCK:
         if base not in _CLIENTS:
             import openai
 
-            _CLIENTS[base] = openai.OpenAI(base_url=base, api_key=os.environ.get("OPENAI_API_KEY") or "none",
-                                           max_retries=0)
+            _CLIENTS[base] = openai.OpenAI(**client_options(base))
         return _CLIENTS[base]
 
 

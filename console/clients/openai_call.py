@@ -2,28 +2,29 @@
 
 The ``openai`` client sends one request per prompt (``a|b`` prompts go out together, merged by
 :func:`~.call.fan_out`): ``/v1/chat/completions`` with the messages (the server applies the chat
-template) or ``/v1/completions`` with the raw prompt. A reader thread queues what arrives; the caller's
-thread applies the network and idle timeouts as for Triton streams. A cancel, a timeout or an abandoned
-iteration shuts the stream's connection down at once: that is how the API cancels (the server stops a
-request whose client went away). An unstreamed request cannot be cut off that way: the server finishes
-it. Streams ask for ``stream_options.include_usage``; output tokens come from the server's ``usage``
-when it sends one, else the text chunks are counted (``ReplyStats.output_tokens_source`` says which).
+template) or ``/v1/completions`` with the raw prompt. A reader thread runs the request on an event loop of its
+own and hands over what arrives; the caller's thread applies the network and idle timeouts as for Triton
+streams. A cancel, a timeout or an abandoned iteration cancels the request, which closes its connection at
+once, streamed or not: that is how the API cancels (vLLM stops a request whose client went away; llama.cpp's
+server stops a stream, but finishes an unstreamed request). Streams ask for ``stream_options.include_usage``;
+output tokens come from the server's ``usage`` when it sends one, else the text chunks are counted
+(``ReplyStats.output_tokens_source`` says which).
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
+import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .abortable import Abortable
 from .call import Arrived, Broke, Call, Ended
 from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
-from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client, model_info
+from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client_options, model_info
 from .openai_interface import OpenAIInterface, server_of
 from .params import GenerationParams
 from .stats import reply_stats
@@ -88,12 +89,6 @@ def answer(completion: Any, prompt: str, chat: bool, latency: float) -> Reply:
                  (getattr(choice, "finish_reason", None) or "") if choice else "", stats)
 
 
-def _socket(response: Any) -> socket.socket | None:
-    """The socket under an httpx response (httpcore's ``network_stream``), when the client exposes it."""
-    network = getattr(response, "extensions", {}).get("network_stream")
-    return network.get_extra_info("socket") if network is not None else None
-
-
 class OpenAICall(Call):
     """One request per prompt to ``model`` at the base URL ``url``; ``messages`` (one list per prompt) make
     it a chat request, else the prompts are completed as they are."""
@@ -114,8 +109,7 @@ class OpenAICall(Call):
 
     def _fresh(self) -> None:
         super()._fresh()
-        self._lock = threading.Lock()
-        self._response: Any = None  # the httpx response while its connection is open (its socket can be shut)
+        self._running = Abortable()  # the request in flight, on an event loop of its own
 
     @property
     def chat(self) -> bool:
@@ -154,17 +148,14 @@ class OpenAICall(Call):
         t0 = time.perf_counter()
         try:
             body = self.request_body()
-            api = client(self.url)
         except ClientError as exc:
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
             return
-        endpoint = api.chat.completions if self.chat else api.completions
-        create = endpoint.create if self.streaming else endpoint.with_streaming_response.create
         body["timeout"] = self.timeouts.backstop()
         folder = ChunkFolder(self.chat)
         t0 = last = time.perf_counter()
-        threading.Thread(target=self._read, args=(create, body), name="qc-openai", daemon=True).start()
-        ended = False  # the reader is done: nothing to shut
+        threading.Thread(target=self._read, args=(body,), name="qc-openai", daemon=True).start()
+        ended = False  # the reader is done: nothing to abort
         try:
             while True:
                 got = self._next(t0, last)
@@ -186,48 +177,31 @@ class OpenAICall(Call):
                 yield from folder.add(got.data, last - t0)
         finally:
             if not ended:  # cancelled, timed out or abandoned: the server must see the client go
-                self._shut()
+                self._running.abort()
 
-    def _read(self, create: Callable[..., Any], body: dict[str, Any]) -> None:
-        """The reader thread: send, hand over each chunk (or the one answer), then the end or the error. An answer
-        that is not streamed is read as a streamed response too, so its connection can be shut while it waits."""
+    def _read(self, body: dict[str, Any]) -> None:
+        """The reader thread: the request on an event loop of its own, so it can be aborted from any thread,
+        which closes its connection at once (streamed or not)."""
         try:
-            if not self.streaming:
-                with create(**body) as raw:
-                    self._opened(raw.http_response)
-                    answered = raw.parse()
-                self._arrive(Arrived(answered))
-                return
-            stream = create(**body)
-            self._opened(stream.response)
-            for chunk in stream:
-                self._arrive(Arrived(chunk))
-                if self._cancel.is_set():
-                    stream.close()  # left midway: closing drops the connection
-                    return
-            self._arrive(Ended())  # read to its end: the connection goes back to the client's pool
+            self._running.run(self._ask(body))
+        except asyncio.CancelledError:
+            pass  # aborted: the caller has said why already
         except Exception as exc:
             self._arrive(Broke(exc))
-        finally:
-            with self._lock:
-                self._response = None
 
-    def _opened(self, response: Any) -> None:
-        """The response's headers came: its connection may be shut from now on (at once, if cancelled already)."""
-        with self._lock:
-            self._response = response
-        if self._cancel.is_set():
-            self._shut()
+    async def _ask(self, body: dict[str, Any]) -> None:
+        """Send; hand over each chunk (or the one answer), then the end."""
+        import openai
 
-    def _shut(self) -> None:
-        """Shut the request's connection down now (from any thread): the reader wakes up, the server sees the
-        client go. A finished request has nothing left to shut."""
-        with self._lock:
-            response = self._response
-        sock = _socket(response) if response is not None else None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        async with openai.AsyncOpenAI(**client_options(self.url)) as api:
+            endpoint = api.chat.completions if self.chat else api.completions
+            answered = await endpoint.create(**body)
+            if not self.streaming:
+                self._arrive(Arrived(answered))
+                return
+            async for chunk in answered:
+                self._arrive(Arrived(chunk))
+            self._arrive(Ended())
 
 
 def openai_call(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,

@@ -163,11 +163,16 @@ def post_generate(url: str, model: str, body: dict[str, Any], timeout: float) ->
         payload = resp.read()
     finally:
         conn.close()
+    return resp.status, resp.reason, generate_answer(payload)
+
+
+def generate_answer(payload: bytes) -> dict[str, Any]:
+    """The generate endpoint's JSON answer; a body that is not JSON comes as ``{"error": its start}``."""
     try:
         data = json.loads(payload or b"{}")
     except ValueError:
-        data = {"error": payload[:200].decode("utf-8", errors="replace")}
-    return resp.status, resp.reason, data
+        return {"error": payload[:200].decode("utf-8", errors="replace")}
+    return data if isinstance(data, dict) else {"error": str(data)[:200]}
 
 
 def _unknown_model(url: str, model: str, protocol: str) -> ClientError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -61,13 +62,17 @@ def test_a_b_prompts_are_requests_of_their_own_answered_side_by_side(llama_serve
     assert all(r["finish_reason"] == "length" and r["output_tokens"] == 8 for r in answered)
 
 
-def test_batch_mode_counts_tokens_from_usage_and_says_what_is_not_sent(llama_server) -> None:
+def test_batch_mode_counts_tokens_from_usage_and_llama_cpp_gets_its_extensions(llama_server) -> None:
     result = cli("--prompt", "My name is", "--url", llama_server.base_url, "--mode", "batch", "--max-tokens", "8",
-                 "--temperature", "0", "--repetition-penalty", "1.2", "--json")
+                 "--temperature", "0", "--json")
     (row,) = rows(result)
     assert row["time_to_first_token_ms"] is None and row["request_latency_ms"] > 0
     assert row["output_tokens"] == 8 and row["output_tokens_source"] == "usage" and row["input_tokens"] > 0
-    assert f"note: {LLAMA_MODEL} has no input for repetition_penalty: not sent" in result.stderr
+    counting = ("--prompt", "Count from 1 to 20: 1, 2, 3,", "--url", llama_server.base_url, "--mode", "batch",
+                "--max-tokens", "12", "--temperature", "0", "--json")
+    penalised = cli(*counting, "--repetition-penalty", "2.0")  # llama.cpp's repeat_penalty (owned_by "me")
+    assert "has no input" not in penalised.stderr
+    assert rows(penalised)[0]["text"] != rows(cli(*counting))[0]["text"]
     echoed = cli("--prompt", "My name is", "--url", llama_server.base_url, "--mode", "batch", "--max-tokens", "8",
                  "--temperature", "0", "--echo", "-q")
     assert echoed.exit_code == 0 and echoed.stdout.startswith("My name is" + row["text"])
@@ -76,8 +81,7 @@ def test_batch_mode_counts_tokens_from_usage_and_says_what_is_not_sent(llama_ser
     listed = cli("models", "--url", llama_server.base_url)
     lines = listed.stdout.splitlines()
     assert listed.exit_code == 0 and lines[0] == f"OpenAI-compatible server at {llama_server.base_url}"
-    assert lines[2].split() == [LLAMA_MODEL, "READY", "openai", "stream+batch", "-",
-                                                     "repetition_penalty,", "min_tokens"]
+    assert lines[2].split() == [LLAMA_MODEL, "READY", "openai", "stream+batch", "-", "-"]  # every control goes
 
 
 def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:
@@ -85,6 +89,8 @@ def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:
                "--timeout", "0.5")
     assert slow.exit_code == 1
     assert f"error: network timeout: {LLAMA_MODEL} did not finish within 0.5 s; connection closed" in slow.stderr
+    # the server notices a client that went before its first token only when it writes the next (seconds here)
+    wait_until(lambda: answers(llama_server), 60, "llama.cpp's server to notice the client went away")
     # llama.cpp answers one request at a time: one prompt waits silently while the other streams (both long)
     idle = cli("--prompt", "Count from 1 to 1000: 1, 2, 3,|Count down from 1000: 1000, 999, 998,", "--url",
                llama_server.base_url, "--max-tokens", "300", "--temperature", "0", "--idle-timeout", "0.5")
@@ -94,20 +100,32 @@ def test_timeouts_say_which_fired_and_close_the_stream(llama_server) -> None:
 
 
 def test_a_batch_timeout_closes_the_connection_at_once_and_says_what_the_server_does(llama_server) -> None:
-    """An unstreamed request is read as a streamed response, so its connection is shut the moment the timeout
-    fires (it used to stay open until the process exited); llama.cpp's server finishes it anyway, and says so."""
-    settings = Settings(LLAMA_MODEL, mode="batch", timeout=1.0, params=GenerationParams(max_tokens=1500,
+    """A request the console gave up on is cancelled on its own event loop, which closes its connection the moment
+    the timeout fires, streamed or not (an unstreamed one used to stay open until the process exited);
+    llama.cpp's server finishes an unstreamed request anyway, and the message says so."""
+    settings = Settings(LLAMA_MODEL, mode="batch", timeout=1.0, params=GenerationParams(max_tokens=120,
                                                                                           temperature=0))
+    wait_until(lambda: answers(llama_server), 120, "llama.cpp's server to be done with the streams before")
     call = prepare(adapter_for(llama_server.base_url), settings, ["Count from 1 to 1000: 1, 2, 3,"]).call
+    before = connections_to(llama_server.port)
     events: list = []
     reader = threading.Thread(target=lambda: events.extend(call), daemon=True)
     reader.start()
-    wait_until(lambda: call._response is not None, 10, "the response headers")
-    port = call._response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
+    wait_until(lambda: connections_to(llama_server.port) > before, 10, "the request's connection")
     reader.join(30)
     (failure,) = events
     assert failure.kind == "timeout" and "llama.cpp's finishes an unstreamed request" in failure.message, failure
-    wait_until(lambda: not established(port), 5, "the connection to close")
+    wait_until(lambda: connections_to(llama_server.port) == before, 5, "the connection to close")
+    wait_until(lambda: answers(llama_server), 120, "llama.cpp's server to finish what it was left with")
+
+
+def answers(server) -> bool:
+    """Whether the server lists its models within a second (llama.cpp's lists nothing while it generates)."""
+    try:
+        with urllib.request.urlopen(f"{server.base_url}/models", timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) -> None:
@@ -129,13 +147,13 @@ def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) ->
     assert short[0].stats.time_to_first_token < 10.0, short[0].stats
 
 
-def established(port: int) -> bool:
-    """Whether this machine has an ESTABLISHED TCP connection whose local port is ``port``."""
+def connections_to(port: int) -> int:
+    """How many ESTABLISHED TCP connections of this machine go to ``port`` (their remote end)."""
+    count = 0
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        if int(local.rsplit(":", 1)[1], 16) == port and state == "01":
-            return True
-    return False
+        remote, state = line.split()[2], line.split()[3]
+        count += int(remote.rsplit(":", 1)[1], 16) == port and state == "01"
+    return count
 
 
 def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
@@ -148,13 +166,12 @@ def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
     assert isinstance(next(first), TextDelta)
     queued = prepare(endpoint, settings, ["Hi"], info=running.info).call  # it lists no model while it generates
     waiting = iter(queued)
+    before = connections_to(llama_server.port)
     try:
         threading.Thread(target=lambda: list(waiting), daemon=True).start()
-        wait_until(lambda: queued._response is not None, 10, "the queued request's response headers")
-        port = queued._response.extensions["network_stream"].get_extra_info("socket").getsockname()[1]
-        assert established(port)
+        wait_until(lambda: connections_to(llama_server.port) > before, 10, "the queued request's connection")
         queued.cancel()
-        wait_until(lambda: not established(port), 10, "the queued request's connection to close")
+        wait_until(lambda: connections_to(llama_server.port) == before, 10, "the queued request's connection to close")
         assert isinstance(next(first), TextDelta)  # the other request still streams
     finally:
         running.cancel()

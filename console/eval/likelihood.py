@@ -154,7 +154,8 @@ def _kl(reference: np.ndarray | None, rows: list[np.ndarray]) -> float | None:
     if candidate.shape != reference.shape:
         return None
     ref = reference.astype(np.float64)
-    return float((np.exp(ref) * (ref - candidate.astype(np.float64))).sum(axis=1).mean())
+    return max(0.0, float((np.exp(ref) * (ref - candidate.astype(np.float64))).sum(axis=1).mean()))  # >= 0 but for
+    # float32 rounding of equal rows
 
 
 def perplexity(engine: Engine, corpus: Path) -> tuple[float, int]:

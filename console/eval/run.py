@@ -105,7 +105,7 @@ def _score(result: Evaluation, paths: Sequence[EvalPath], reference: EvalPath, c
     result.scores = scoring.measure(paths, reference, result.prompts, result.answers[reference.name], advance)
     if reference.engine is None:
         result.notes.append(f"KL: not measured (the reference {reference.name} is not in-process: no distributions)")
-    unscored = [p.name for p in paths if not p.scores]
+    unscored = [p.name for p in paths if not p.scores and p.answers is None]  # a recording keeps its own figures
     if unscored:
         result.notes.append(f"likelihood: not measured on {', '.join(unscored)} (no continuation scoring)")
     local = [p for p in paths if p.engine is not None]

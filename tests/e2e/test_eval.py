@@ -9,6 +9,7 @@ fp32 sample passes ``eval compare`` against itself and fails against int4.
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def test_served_against_served_and_in_process(served, prompt_file: Path, tmp_pat
     page = (tmp_path / "eval.html").read_text()
     first = next(c for c in answers[f"{INT4}@{at}"]["comparisons"] if not c["exact"])
     assert "first divergence" in page and "<script" not in page
-    assert __import__("html").escape(repr(first["candidate_next"])) in page
+    assert html.escape(repr(first["candidate_next"])) in page
     summary = (tmp_path / "eval_summary.csv").read_text().splitlines()
     assert summary[0].startswith("path,spec,kind,exact") and len(summary) == 6
 

@@ -107,7 +107,7 @@ class EvalPath:
         """It can score a continuation: in-process, or a served model with a ``continuation`` input."""
         if self.engine is not None:
             return True
-        return self.server is not None and self._info().input("continuation") is not None
+        return self.server is not None and self.served_info().input("continuation") is not None
 
     def served_nll(self, prompts: Sequence[str], continuations: Sequence[list[int] | str]) -> list[list[float]]:
         """Each continuation's per-token negative log-likelihood after its prompt, scored by the server."""
@@ -117,7 +117,7 @@ class EvalPath:
     def _ask(self, prompts: Sequence[str], params: GenerationParams, advance: Advance) -> list[Reply]:
         """Every prompt's reply, :data:`REQUEST_PROMPTS` a request (a continuation each, when ``params`` has them);
         raw prompts, streamed where the model streams, else one response."""
-        info = self._info()
+        info = self.served_info()
         mode = "stream" if "stream" in info.modes and "stream" in self.server.modes else "batch"
         replies: list[Reply] = []
         for start in range(0, len(prompts), REQUEST_PROMPTS):
@@ -136,7 +136,7 @@ class EvalPath:
             replies += [got[i] for i in range(len(group))]
         return replies
 
-    def _info(self) -> ModelInfo:
+    def served_info(self) -> ModelInfo:
         """The served model's info (read once, over the protocol its sends use)."""
         if self.info is None:
             mode = "stream" if "stream" in self.server.modes else "batch"
@@ -167,22 +167,29 @@ def in_process(precision: str, source: str, progress: Progress, graph: str | Pat
 
 @contextlib.contextmanager
 def opened(specs: Sequence[str], source: str, progress: Progress) -> Iterator[list[EvalPath]]:
-    """The paths ``specs`` name (checked before any engine loads); temporary graphs are removed on exit."""
+    """The paths ``specs`` name, in order: every spec parsed and every served model's config read before any engine
+    loads; temporary graphs are removed on exit."""
     parsed = [parse(spec) for spec in specs]
+    names: set[str] = set()
+    labels = [unique(spec if kind == "served" else spec.split(":", 1)[0] + (f"-{arg}" if kind == "cpu" else ""), names)
+              for spec, (kind, arg) in zip(specs, parsed)]
+    served: dict[int, EvalPath] = {}
+    for i, (kind, arg) in enumerate(parsed):
+        if kind == "served":
+            model, url = arg
+            http, _, grpc = url.partition(",")
+            served[i] = EvalPath(labels[i], specs[i], server=adapter_for(http, grpc_url=grpc or None), model=model)
+            served[i].served_info()  # ClientError now when the model is not served there
     with tempfile.TemporaryDirectory(prefix="qaic-eval-") as scratch:
-        paths, names = [], set()
-        for spec, (kind, arg) in zip(specs, parsed):
-            name = unique(spec if kind == "served" else spec.split(":", 1)[0] + (f"-{arg}" if kind == "cpu" else ""),
-                          names)
+        paths = []
+        for i, (kind, arg) in enumerate(parsed):
             if kind == "served":
-                model, url = arg
-                http, _, grpc = url.partition(",")
-                paths.append(EvalPath(name, spec, server=adapter_for(http, grpc_url=grpc or None), model=model))
+                paths.append(served[i])
             elif kind == "cpu":
-                paths.append(EvalPath(name, spec, engine=in_process(arg, source, progress)))
+                paths.append(EvalPath(labels[i], specs[i], engine=in_process(arg, source, progress)))
             else:
                 graph = arg or _export(source, scratch, progress)
-                paths.append(EvalPath(name, spec, engine=in_process("fp32", source, progress, graph)))
+                paths.append(EvalPath(labels[i], specs[i], engine=in_process("fp32", source, progress, graph)))
         yield paths
 
 

@@ -4,6 +4,7 @@ golden files and the report (the whole command on real servers is ``tests/e2e/te
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,12 @@ def test_golden_round_trip(tmp_path: Path, tokenizer) -> None:
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     result = cli("eval", "--reference", "cpu:int3", "--candidate", "cpu:fp32", "-q")
     assert result.exit_code == 2 and result.output.startswith("error: 'cpu:int3'") and result.output.count("\n") == 1
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = cli("eval", "--reference", f"m@127.0.0.1:{port}", "--candidate", "cpu:fp32", "-q")
+    assert result.exit_code == 2 and result.output == f"error: cannot reach tritonserver at 127.0.0.1:{port} (HTTP): " \
+        "connection refused\n"  # before any engine loads
     (tmp_path / "g.json").write_text("{}")
     result = cli("eval", "compare", str(tmp_path / "g.json"), "--candidate", "cpu:fp32", "-q")
     assert result.exit_code == 2 and "not a qaic-console eval record" in result.output

@@ -166,8 +166,21 @@ class Interface:
         """Every input of one request for ``prompts`` (one of them unless :attr:`batches_prompts`)."""
         if len(prompts) > 1 and not self.batches_prompts:
             raise ClientError(f"model {self.info.name} ({self.name}) takes one prompt per request")
-        prompt = InputValue(self.prompt_name, "BYTES", tuple(prompts), self.batches_prompts and len(prompts) > 1)
-        return [prompt, *self.controls(params), *self.switches(params, streaming)]
+        many = self.batches_prompts and len(prompts) > 1
+        prompt = InputValue(self.prompt_name, "BYTES", tuple(prompts), many)
+        return [prompt, *self.controls(params), *self.switches(params, streaming),
+                *self.continuation(params, len(prompts), many)]
+
+    def continuation(self, params: GenerationParams, n: int, many: bool) -> list[InputValue]:
+        """The ``continuation`` input (each prompt's text or token ids to score, as JSON) when the request has one;
+        ClientError when the model cannot score."""
+        if params.continuations is None:
+            return []
+        if self.info.input("continuation") is None:
+            raise ClientError(f"model {self.info.name} ({self.name}) has no continuation input: it cannot score")
+        if len(params.continuations) != n:
+            raise ClientError(f"{len(params.continuations)} continuations for {n} prompts")
+        return [InputValue("continuation", "BYTES", tuple(json.dumps(c) for c in params.continuations), many)]
 
     def inputs(self, module: Any, prompts: Sequence[str], params: GenerationParams,
                streaming: bool = True) -> list[Any]:

@@ -54,14 +54,16 @@ class GenerationParams:
     (None when unset); :meth:`replace` makes a changed copy (checking only what changed).
     """
 
-    __slots__ = ("values", "request_id", "status_key")
+    __slots__ = ("values", "request_id", "status_key", "continuations")
 
     def __init__(self, values: Mapping[str, Any] | None = None, request_id: str | None = None,
-                 status_key: str | None = None, **controls: Any) -> None:
+                 status_key: str | None = None, continuations: tuple[str | list[int], ...] | None = None,
+                 **controls: Any) -> None:
         checked = _checked({**(values or {}), **controls})
         self.values: dict[str, Any] = {n: v for n, v in checked.items() if v is not None}
         self.request_id = request_id  # sent as Triton's request id (and the generate ``id``)
         self.status_key = status_key  # sent as ``status_key`` where the model has it: status questions bring it
+        self.continuations = continuations  # per prompt, text or token ids to score instead of generating
 
     @classmethod
     def from_checked(cls, values: Mapping[str, Any]) -> GenerationParams:
@@ -81,14 +83,14 @@ class GenerationParams:
 
     def replace(self, **changes: Any) -> GenerationParams:
         """A copy with these fields or controls changed (a control set to None is unset)."""
-        fields = {k: changes.pop(k, getattr(self, k)) for k in ("request_id", "status_key")}
+        fields = {k: changes.pop(k, getattr(self, k)) for k in ("request_id", "status_key", "continuations")}
         copy = GenerationParams.from_checked({**self.values, **_checked(changes)})
         for name, value in fields.items():
             setattr(copy, name, value)
         return copy
 
     def _key(self) -> tuple[Any, ...]:
-        return self.values, self.request_id, self.status_key
+        return self.values, self.request_id, self.status_key, self.continuations
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GenerationParams) and self._key() == other._key()

@@ -1,0 +1,156 @@
+"""``qaic-console eval``: an accuracy check between servers, precisions and compile settings.
+
+``eval --reference SPEC --candidate SPEC...`` prints the table and writes the report; ``eval record`` keeps a run in
+a golden file and ``eval compare`` gates a later run on it. Progress goes to stderr, tables to stdout. Bad input: one
+``error: ...`` line, exit code 2; ``compare`` exits 1 when a candidate is past a threshold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from backend_model.contract import SessionError
+from backend_model.models import ModelSourceError
+from console.clients import ClientError
+
+from . import golden, report
+from .paths import SPEC_HELP, EvalPath, opened
+from .run import CORPUS, PROMPTS, Evaluation, evaluate, read_prompts
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+ERRORS = (ClientError, SessionError, ModelSourceError, golden.GoldenError, ValueError, OSError)
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"error: {' '.join(str(exc).split())}", err=True)
+    sys.exit(2)
+
+
+def scoring_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What every run takes besides its paths."""
+    options = [
+        click.option("--model", "source", default="embedded", show_default=True,
+                     help="The model of the in-process paths (embedded, or a local Hugging Face folder); its "
+                          "tokenizer compares served texts."),
+        click.option("--likelihood/--no-likelihood", default=True, show_default=True,
+                     help="Score the reference's answers on the in-process paths (NLL, KL) and their perplexity."),
+        click.option("--corpus", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=CORPUS,
+                     show_default="assets/eval/corpus.txt", help="The text perplexity is measured on."),
+        click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def prompt_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
+                        help="Greedy tokens per prompt (fewer where a path ends first).")(func)
+    return click.option("--prompts", "prompt_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                        default=PROMPTS, show_default="assets/eval/prompts.txt",
+                        help="One prompt a line (# comments; \\n is a newline).")(func)
+
+
+def _run(reference: str | EvalPath, candidates: Sequence[str], prompts: Sequence[str], max_tokens: int,
+         options: dict[str, Any]) -> Evaluation:
+    """Open the paths (a recorded reference as given), run the eval under a progress bar."""
+    note = (lambda _: None) if options["quiet"] else (lambda message: click.echo(message, err=True))
+    specs = [reference] if isinstance(reference, str) else []
+    with opened([*specs, *candidates], options["source"], note) as paths:
+        if not isinstance(reference, str):
+            paths.insert(0, reference)
+        scored = options["likelihood"]
+        total = len(prompts) * len(paths) + (len(prompts) + sum(p.engine is not None for p in paths) if scored else 0)
+        with _bar(total, options["quiet"]) as advance:
+            return evaluate(paths[0], paths[1:], prompts, max_tokens, options["source"], scored,
+                            options["corpus"] if scored else None, advance, note)
+
+
+@contextlib.contextmanager
+def _bar(total: int, quiet: bool) -> Iterator[Callable[[int], None]]:
+    if quiet:
+        yield lambda n: None
+        return
+    with click.progressbar(length=total, label="eval", file=sys.stderr) as bar:
+        yield bar.update
+
+
+@click.group("eval", invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+@click.option("--reference", default=None, help=f"The path the others are compared with: {SPEC_HELP}.")
+@click.option("--candidate", "candidates", multiple=True, help="A path to compare (repeat for several).")
+@prompt_options
+@scoring_options
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("eval-report"),
+              show_default=True, help="Where eval.json, eval_summary.csv, eval_prompts.csv and eval.html go.")
+@click.pass_context
+def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str, ...], prompt_file: Path,
+               max_tokens: int, output_dir: Path, **options: Any) -> None:
+    """Compare a reference and candidates on the same prompts: greedy agreement, likelihood, perplexity.
+
+    Each path is a served model (MODEL@URL, any server kind) or an in-process engine (cpu:fp32, cpu:int8,
+    cpu:int4, twin). Example: --reference smollm2_decoupled_fp32@127.0.0.1:8001 --candidate
+    smollm2_decoupled@127.0.0.1:8001 --candidate cpu:int8.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        if not reference or not candidates:
+            raise click.UsageError("give --reference and at least one --candidate (or a subcommand)")
+        result = _run(reference, candidates, read_prompts(prompt_file), max_tokens, options)
+        written = report.write(result, output_dir)
+    except ERRORS as exc:
+        _fail(exc)
+    click.echo(report.table(result))
+    click.echo(f"report: {', '.join(str(p) for p in written)}", err=True)
+
+
+@eval_group.command("record", context_settings=CONTEXT_SETTINGS)
+@click.option("--path", "spec", required=True, help=f"The path to record: {SPEC_HELP}.")
+@prompt_options
+@scoring_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The golden file (JSON) to write.")
+def record(spec: str, prompt_file: Path, max_tokens: int, output: Path, **options: Any) -> None:
+    """Record one path's greedy answers and figures (its NLL and perplexity where in-process) in a golden file."""
+    try:
+        result = _run(spec, (), read_prompts(prompt_file), max_tokens, options)
+        golden.write(result, output)
+    except ERRORS as exc:
+        _fail(exc)
+    click.echo(report.table(result))
+    click.echo(f"recorded {len(result.prompts)} answers of {result.reference} in {output}", err=True)
+
+
+@eval_group.command("compare", context_settings=CONTEXT_SETTINGS)
+@click.argument("golden_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("--candidate", "candidates", multiple=True, required=True,
+              help=f"A path to check against the recording (repeat for several): {SPEC_HELP}.")
+@click.option("--min-exact", type=click.FloatRange(0, 1), default=1.0, show_default=True,
+              help="Fail below this fraction of answers identical to the recording's.")
+@click.option("--max-nll-increase", type=float, default=None,
+              help="Fail when a candidate's mean NLL of the recorded answers exceeds the recorded path's own by more "
+                   "(in-process candidates; needs a recording with an NLL).")
+@scoring_options
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write the report here.")
+def compare(golden_file: Path, candidates: tuple[str, ...], min_exact: float, max_nll_increase: float | None,
+            output_dir: Path | None, **options: Any) -> None:
+    """Check later runs against a golden file; exit 1 when any candidate is past a threshold (a CI gate)."""
+    try:
+        recorded = golden.read(golden_file)
+        result = _run(recorded.path, candidates, recorded.prompts, recorded.max_tokens, options)
+        if output_dir is not None:
+            report.write(result, output_dir)
+    except ERRORS as exc:
+        _fail(exc)
+    click.echo(report.table(result))
+    verdicts = golden.verdicts(result, min_exact, max_nll_increase)
+    for name, passed, why in verdicts:
+        click.echo(f"{'pass' if passed else 'FAIL'} {name}: {why}")
+    sys.exit(0 if all(passed for _, passed, _ in verdicts) else 1)

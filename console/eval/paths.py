@@ -1,0 +1,228 @@
+"""The paths an eval compares: a served model (any server kind, through its adapter and the request pipeline), an
+in-process engine (the CPU engine at a precision, the card's ONNX twin), or a recorded golden run.
+
+A spec names one: ``MODEL@URL`` (served: a tritonserver's HTTP or gRPC address, or an OpenAI-compatible ``.../v1``
+URL), ``MODEL@HTTP,GRPC`` (a tritonserver whose gRPC port is not the HTTP port + 1),
+``cpu:PRECISION`` (the CPU engine on ``--model``), ``twin`` or ``twin:GRAPH`` (the ONNX twin of ``--model``;
+without a graph one is exported for the run). Every path answers greedily; in-process paths and the bundled backend (its
+``logprobs`` output) also give tokens; in-process paths can score a continuation (:mod:`console.eval.likelihood`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backend_model import compile_config
+from backend_model.build import BackendSettings, build_engine
+from backend_model.engine import Engine
+from backend_model.parameters import PRECISIONS
+from backend_model.sampling import SamplingParams
+from console.clients import ClientError, Failure, GenerationParams, ModelInfo, Reply
+from console.core.adapters import Adapter, adapter_for
+from console.core.request import Settings, prepare, read_info
+
+DIMS = {"prefill_seq_len": 32, "ctx_len": 512, "full_batch_size": 8}  # the embedded KV samples' (repo_gen.samples)
+REQUEST_PROMPTS = 8  # prompts per served request (the samples' full_batch_size)
+SPEC_HELP = ("MODEL@URL (served: a tritonserver's HTTP or gRPC address, both as HTTP,GRPC, or an OpenAI-compatible "
+             ".../v1 URL), cpu:PRECISION "
+             f"({'/'.join(PRECISIONS)}, the CPU engine on --model), twin or twin:GRAPH (the ONNX twin of --model; "
+             "exported for the run without a graph)")
+Progress = Callable[[str], None]
+Advance = Callable[[int], None]  # prompts done
+
+
+class SpecError(ValueError):
+    """A path spec that names nothing runnable."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One prompt's greedy answer: its new text and, where the path gives them, its token ids."""
+
+    text: str
+    tokens: list[int] | None = None
+    finish: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "tokens": self.tokens, "finish": self.finish}
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Answer:
+        return cls(str(data["text"]), data.get("tokens"), str(data.get("finish", "")))
+
+
+@dataclass
+class EvalPath:
+    """A path: its name, how it answers, and (in-process) its engine."""
+
+    name: str
+    spec: str
+    engine: Engine | None = None  # in-process paths: generation and scoring
+    server: Adapter | None = None  # served paths
+    model: str = ""
+    answers: list[Answer] | None = None  # a recorded run's answers (no generation)
+    recorded: dict[str, Any] = field(default_factory=dict)  # a recorded run's figures
+    info: ModelInfo | None = None  # a served model's, once read
+
+    @property
+    def kind(self) -> str:
+        return "in-process" if self.engine is not None else "served" if self.server is not None else "recorded"
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer if self.engine is not None else None
+
+    def generate(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
+        """Greedy answers to every prompt, at most ``max_tokens`` each; ``advance(n)`` as prompts finish."""
+        if self.answers is not None:
+            if len(self.answers) != len(prompts):
+                raise SpecError(f"{self.name} recorded {len(self.answers)} answers for {len(prompts)} prompts")
+            advance(len(prompts))
+            return self.answers
+        if self.engine is not None:
+            return self._in_process(prompts, max_tokens, advance)
+        return self._served(prompts, max_tokens, advance)
+
+    def _in_process(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
+        seqs: list[Any] = []
+        done = 0
+        for update in self.engine.stream(list(prompts), SamplingParams(max_tokens=max_tokens), seqs):
+            if update.finished:
+                done += 1
+                advance(1)
+        advance(len(prompts) - done)
+        return [Answer(s.text, list(s.tokens), s.finish_reason or "") for s in seqs]
+
+    def _served(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
+        params = GenerationParams(max_tokens=max_tokens, temperature=0.0, logprobs=0)
+        return [Answer(r.text, _ids(r), r.finish_reason) for r in self._ask(prompts, params, advance)]
+
+    @property
+    def scores(self) -> bool:
+        """It can score a continuation: in-process, or a served model with a ``continuation`` input."""
+        if self.engine is not None:
+            return True
+        return self.server is not None and self.served_info().input("continuation") is not None
+
+    def served_nll(self, prompts: Sequence[str], continuations: Sequence[list[int] | str]) -> list[list[float]]:
+        """Each continuation's per-token negative log-likelihood after its prompt, scored by the server."""
+        params = GenerationParams(logprobs=0, continuations=tuple(continuations))
+        return [[-float(e["logprob"]) for e in r.logprobs or ()] for r in self._ask(prompts, params, lambda n: None)]
+
+    def _ask(self, prompts: Sequence[str], params: GenerationParams, advance: Advance) -> list[Reply]:
+        """Every prompt's reply, :data:`REQUEST_PROMPTS` a request (a continuation each, when ``params`` has them);
+        raw prompts, streamed where the model streams, else one response."""
+        info = self.served_info()
+        mode = "stream" if "stream" in info.modes and "stream" in self.server.modes else "batch"
+        replies: list[Reply] = []
+        for start in range(0, len(prompts), REQUEST_PROMPTS):
+            group = list(prompts[start:start + REQUEST_PROMPTS])
+            part = params if params.continuations is None else \
+                params.replace(continuations=params.continuations[start:start + len(group)])
+            settings = Settings(self.model, mode=mode, params=part)
+            got: dict[int, Reply] = {}
+            with contextlib.closing(iter(prepare(self.server, settings, group, info=info).call)) as events:
+                for event in events:
+                    if isinstance(event, Reply):
+                        got[event.index] = event
+                        advance(1)
+                    elif isinstance(event, Failure):
+                        raise ClientError(f"{self.name}: {event.message}")
+            replies += [got[i] for i in range(len(group))]
+        return replies
+
+    def served_info(self) -> ModelInfo:
+        """The served model's info (read once, over the protocol its sends use)."""
+        if self.info is None:
+            mode = "stream" if "stream" in self.server.modes else "batch"
+            info = self.server.model_info(self.model, mode)
+            if mode == "stream" and "stream" not in info.modes:
+                info = read_info(self.server, Settings(self.model, mode="batch"))
+            self.info = info
+        return self.info
+
+
+def _ids(reply: Reply) -> list[int] | None:
+    """The reply's token ids, from its log-probability entries (the bundled backend's); None without them."""
+    entries = reply.logprobs
+    if entries is None or not all(isinstance(e, dict) and isinstance(e.get("id"), int) for e in entries):
+        return None
+    return [e["id"] for e in entries]
+
+
+def in_process(precision: str, source: str, progress: Progress, graph: str | Path | None = None) -> Engine:
+    """The CPU engine at ``precision`` (or, with ``graph``, the ONNX twin) on the samples' dimensions."""
+    dims = compile_config.validate({**DIMS, **({"onnx_path": str(graph)} if graph else {})}, "eval")
+    settings = BackendSettings(engine="onnx" if graph else "cpu", hf_model_name=source, precision=precision,
+                               compile=dims)
+    engine, described = build_engine(settings, progress)
+    progress(described)
+    return engine
+
+
+@contextlib.contextmanager
+def opened(specs: Sequence[str], source: str, progress: Progress) -> Iterator[list[EvalPath]]:
+    """The paths ``specs`` name, in order: every spec parsed and every served model's config read before any engine
+    loads; temporary graphs are removed on exit."""
+    parsed = [parse(spec) for spec in specs]
+    names: set[str] = set()
+    labels = [unique(spec if kind == "served" else spec.split(":", 1)[0] + (f"-{arg}" if kind == "cpu" else ""), names)
+              for spec, (kind, arg) in zip(specs, parsed)]
+    served: dict[int, EvalPath] = {}
+    for i, (kind, arg) in enumerate(parsed):
+        if kind == "served":
+            model, url = arg
+            http, _, grpc = url.partition(",")
+            served[i] = EvalPath(labels[i], specs[i], server=adapter_for(http, grpc_url=grpc or None), model=model)
+            served[i].served_info()  # ClientError now when the model is not served there
+    with tempfile.TemporaryDirectory(prefix="qaic-eval-") as scratch:
+        paths = []
+        for i, (kind, arg) in enumerate(parsed):
+            if kind == "served":
+                paths.append(served[i])
+            elif kind == "cpu":
+                paths.append(EvalPath(labels[i], specs[i], engine=in_process(arg, source, progress)))
+            else:
+                graph = arg or _export(source, scratch, progress)
+                paths.append(EvalPath(labels[i], specs[i], engine=in_process("fp32", source, progress, graph)))
+        yield paths
+
+
+def parse(spec: str) -> tuple[str, Any]:
+    """(kind, argument) of a spec: ("served", (model, url)), ("cpu", precision), ("twin", graph or None)."""
+    spec = spec.strip()
+    if spec.startswith("cpu:"):
+        precision = spec[4:]
+        if precision not in PRECISIONS:
+            raise SpecError(f"{spec!r}: the CPU engine's precision is one of {', '.join(PRECISIONS)}")
+        return "cpu", precision
+    if spec == "twin" or spec.startswith("twin:"):
+        graph = spec[5:] or None
+        if graph is not None and not Path(graph).expanduser().exists():
+            raise SpecError(f"{spec!r}: no graph at {graph}")
+        return "twin", graph
+    model, at, url = spec.partition("@")
+    if not at or not model or not url:
+        raise SpecError(f"{spec!r} names no path: use {SPEC_HELP}")
+    return "served", (model, url)
+
+
+def unique(name: str, taken: set[str]) -> str:
+    """``name``, numbered when already taken."""
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{name}#{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def _export(source: str, scratch: str, progress: Progress) -> Path:
+    from repo_gen.onnx_export import export
+
+    return export(source, scratch, ctx_len=DIMS["ctx_len"], prefill_seq_len=DIMS["prefill_seq_len"],
+                  full_batch_size=DIMS["full_batch_size"], progress=progress).graph

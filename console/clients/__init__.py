@@ -14,6 +14,7 @@ Typical use (any UI)::
             case Failure(message=m, kind=k): ...
 """
 
+from . import triton_peers  # noqa: F401 (registers vLLM's, TensorRT-LLM's and text models' interfaces)
 from .batch import BatchCall, generate, infer
 from .call import Call
 from .errors import (

@@ -60,7 +60,7 @@ def entries(text: str) -> list[dict[str, Any]]:
     return value
 
 
-def _text(t: Tensor | None) -> bool:
+def is_text(t: Tensor | None) -> bool:
     return t is not None and t.datatype == "BYTES"
 
 
@@ -83,7 +83,7 @@ class Interface:
 
     @classmethod
     def matches(cls, info: ModelInfo) -> bool:
-        return _text(info.input(cls.prompt_input)) and _text(info.output(cls.text_output))
+        return is_text(info.input(cls.prompt_input)) and is_text(info.output(cls.text_output))
 
     # ---- what is sent
 
@@ -246,92 +246,7 @@ class Interface:
         return text
 
 
-class VllmInterface(Interface):
-    """Triton's vLLM backend (decoupled; ``stream`` switches streaming; controls in ``sampling_parameters``)."""
-
-    name = "vllm"
-    prompt_input = "text_input"
-    samples_by_default = True  # vLLM's SamplingParams: temperature 1.0
-    unlimited = None  # its SamplingParams take no "up to the context"
-    default_note = "vLLM's default of 16 tokens applies"
-    batches_prompts = False
-    extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "num_input_tokens",
-                     "output_tokens": "num_output_tokens"}
-    FLAGS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
-    REASONS = {"None": "", "abort": "cancelled"}
-
-    @classmethod
-    def matches(cls, info: ModelInfo) -> bool:
-        return super().matches(info) and _text(info.input("sampling_parameters"))
-
-    def wire_input(self, control: Control) -> Tensor | None:
-        return self.info.input("sampling_parameters") if control.vllm else None  # vLLM's SamplingParams fields
-
-    def controls(self, params: GenerationParams) -> list[InputValue]:
-        sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.sent(params).values.items()
-                    if BY_NAME[n].vllm}
-        return [InputValue("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
-
-    def switches(self, params: GenerationParams, streaming: bool) -> list[InputValue]:
-        flags = [InputValue(f, "BOOL", (True,)) for f in self.FLAGS if self.info.input(f) is not None]
-        return [*super().switches(params, streaming), *flags]
-
-    @property
-    def cumulative(self) -> bool:
-        """Before ``exclude_input_in_output`` (2024) the backend streamed the prompt and all text so far."""
-        return self.info.input("exclude_input_in_output") is None
-
-    def new_text(self, prompt: str, so_far: str, piece: str) -> str:
-        if not self.cumulative:
-            return piece
-        whole = piece[len(prompt):] if piece.startswith(prompt) else piece
-        return whole[len(so_far):] if whole.startswith(so_far) else whole
-
-    def counts_are_deltas(self, streaming: bool) -> bool:
-        return streaming
-
-    def reason(self, value: str) -> str:
-        return self.REASONS.get(value, value)
-
-
-class TrtLlmInterface(Interface):
-    """TensorRT-LLM's ensemble (``max_tokens`` required; decoupled ensembles stream when ``stream`` is set)."""
-
-    name = "tensorrt-llm"
-    prompt_input = "text_input"
-    unlimited = None  # its max_tokens is required
-    batches_prompts = False
-    aliases = {"seed": ("seed", "random_seed"), "stop": ("stop_words",)}
-    extra_outputs: dict[str, str] = {}
-
-    @classmethod
-    def matches(cls, info: ModelInfo) -> bool:
-        return super().matches(info) and info.input("max_tokens") is not None
-
-
-class TextInterface(Interface):
-    """Any model with one required STRING input (the prompt) and one STRING output (the text)."""
-
-    name = "text"
-    batches_prompts = False
-    extra_outputs: dict[str, str] = {}
-
-    @classmethod
-    def matches(cls, info: ModelInfo) -> bool:
-        required = [t for t in info.inputs if not t.optional]
-        return (len(required) == 1 and _text(required[0])
-                and len([t for t in info.outputs if _text(t)]) == 1)
-
-    @property
-    def prompt_name(self) -> str:
-        return next(t.name for t in self.info.inputs if not t.optional)
-
-    @property
-    def text_name(self) -> str:
-        return next(t.name for t in self.info.outputs if _text(t))
-
-
-INTERFACES: list[type[Interface]] = [Interface, VllmInterface, TrtLlmInterface, TextInterface]  # + openai_interface's
+INTERFACES: list[type[Interface]] = [Interface]  # + triton_peers' and openai_interface's, in that order
 
 
 def interface_of(info: ModelInfo) -> Interface:

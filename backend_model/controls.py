@@ -2,18 +2,23 @@
 
 A :class:`Control` row says what a control is (name, type, range, help and label), what the consoles
 fill in, and how it travels: its Triton datatype and dims, and whether vLLM's ``sampling_parameters``
-JSON carries it too. From :data:`CONTROLS` come the generated ``config.pbtxt`` inputs
-(``repo_gen.writer``), the backend's parser and checks (``inputs``), and the consoles' table, CLI
-options, TUI fields and web inputs (``console.clients.params``, ``console.core.controls``). Adding a
-control is one row here plus its effect in ``sampling``.
+JSON carries it too. A control is a number, a switch, a list of strings (``stop``) or a JSON object
+(``structured_outputs``, checked for its size and depth before it is parsed). From :data:`CONTROLS`
+come the generated ``config.pbtxt`` inputs (``repo_gen.writer``), the backend's parser and checks
+(``inputs``), and the consoles' table, CLI options, TUI fields and web inputs of the offered rows
+(``console.clients.params``, ``console.core.controls``). Adding a control is one row here plus its
+effect in the engine (``sampling``, or ``engine`` for what is not sampling).
 
 Standard library only, Python 3.8: it is copied into every model and the generator ships it.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from .errors import BadRequest
@@ -22,8 +27,36 @@ from .parameters import BOOLEANS, TRUE
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 MAX_TEXT = 256  # characters in one string of a list control (a stop string)
-DATATYPES = {int: ("INT64", "INT32"), float: ("FP32",), bool: ("BOOL",), str: ("BYTES",)}
-KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
+MAX_JSON_BYTES = 64 * 1024  # a JSON text the backend parses (sampling_parameters, a JSON control)
+MAX_JSON_DEPTH = 32
+DATATYPES = {int: ("INT64", "INT32"), float: ("FP32",), bool: ("BOOL",), str: ("BYTES",), dict: ("BYTES",)}
+KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "text", dict: "a JSON object"}
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _depth(text: str) -> int:
+    """How deep a JSON text nests (brackets inside strings do not count)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def json_object(text: str, name: str) -> dict:
+    """``text`` parsed as a JSON object; its size and depth are checked before parsing (BadRequest naming ``name``)."""
+    size = len(text.encode("utf-8"))
+    if size > MAX_JSON_BYTES:
+        raise BadRequest(f"{name} is {size} bytes, over the {MAX_JSON_BYTES} this model reads")
+    if _depth(text) > MAX_JSON_DEPTH:
+        raise BadRequest(f"{name} nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        given = json.loads(text)
+    except Exception as exc:  # whatever the parser raises is said in one line
+        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise BadRequest(f"{name} is not JSON: {reason}") from None
+    if not isinstance(given, dict):
+        raise BadRequest(f"{name} must be a JSON object")
+    return given
 
 
 def _number(value: float) -> str:
@@ -81,12 +114,15 @@ class Control:
     def check(self, value: Any, who: str | None = None) -> Any:
         """``value`` as this control's type, or None (not set); BadRequest naming ``who`` (default: the name).
 
-        Integers are compared before any cast: a value out of range is refused, never wrapped.
+        Integers are compared before any cast: a value out of range is refused, never wrapped. A JSON object
+        comes as a dict or as its text (the backend's own input).
         """
         if value is None or (self.multiple and isinstance(value, (list, tuple)) and not value):
             return None
         if self.multiple:
             return self._strings(value, who)
+        if self.kind is dict:
+            return self._object(value, who)
         if self.kind is bool:
             if not isinstance(value, bool):
                 raise self._bad(value, who)
@@ -114,6 +150,19 @@ class Control:
             raise self._bad(value, who)
         return tuple(items)
 
+    def _object(self, value: Any, who: str | None) -> dict | None:
+        if isinstance(value, dict):  # parsed already: its size as text is checked all the same
+            value = json.dumps(value)
+        if not isinstance(value, str):
+            raise self._bad(value, who)
+        return json_object(value, who or self.name) if value.strip() else None
+
+    def wire(self, value: Any) -> tuple[Any, ...]:
+        """A set value as the values of its Triton input (a JSON object as its text)."""
+        if self.multiple:
+            return tuple(value)
+        return (json.dumps(value),) if self.kind is dict else (value,)
+
     def parse(self, text: str, who: str | None = None) -> Any:
         """Text (a form field, genai-perf's JSON strings) as a checked value; blank: not set.
 
@@ -124,6 +173,8 @@ class Control:
             return None
         if self.multiple:
             return self.check(tuple(p for p in text.split("|") if p), who)
+        if self.kind is dict:
+            return self.check(text, who)
         if self.kind is bool:
             if text.lower() not in BOOLEANS:
                 raise self._bad(text, who)
@@ -153,6 +204,13 @@ CONTROLS: tuple[Control, ...] = (
             maximum=16),
     # genai-perf's fixed output lengths send it; the consoles get the same with min tokens = max tokens
     Control("ignore_eos", bool, "BOOL", "Ignore EOS", "Generate to max tokens whatever the model says.",
+            offered=False),
+    # the OpenAI front and accuracy checks ask for these; the consoles show no log-probabilities or grammars
+    Control("logprobs", int, "INT64", "Logprobs", "Return each generated token's log-probability and this many "
+            "most likely alternatives (0: the chosen token's only).", minimum=0, maximum=20, offered=False),
+    Control("structured_outputs", dict, "BYTES", "Structured outputs", "Constrain the reply (vLLM's "
+            'StructuredOutputsParams): {"json": <schema>}, {"json_object": true}, {"regex": "<pattern>"} or '
+            '{"choice": [...]}.',
             offered=False),
 )
 BY_NAME: dict[str, Control] = {c.name: c for c in CONTROLS}

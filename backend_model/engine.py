@@ -5,7 +5,12 @@ prompt (``batch_index=[[slot]]``); all slots decode together; a slot is refilled
 sequence ends. Regular mode: prompts run in batches of exactly ``batch_size`` (a short batch is
 filled by repeating its prompts, as QEfficient does, but only real prompts report), and the next
 batch starts when the whole batch is done. ``step()`` runs one phase (admission or one decode
-step) and returns the new text of every sequence it touched.
+step) and returns the new text of every sequence it touched, with the log-probabilities of its new
+tokens when the request asks for them (:mod:`.logprobs`).
+
+A sequence's token comes from its sampler, masked first by its grammar when the request constrains
+the reply (:mod:`.grammar`), or, for a forced continuation, from the continuation itself: the engine
+feeds the given tokens instead of sampling and reports how likely the model found each one.
 
 A decode step always sends every row. As in QEfficient, a row with nothing to decode (finished,
 or a free slot) repeats the token and position it was last fed (zeros before its first use):
@@ -18,7 +23,7 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +31,8 @@ import numpy as np
 from .contract import Session
 from .detok import Detokenizer, max_prompt_bytes, token_bytes_table
 from .errors import BadRequest
+from .grammar import Grammars, Matcher
+from .logprobs import Scores, TokenLogprob, TokenTexts
 from .sampling import Sampler, SamplingParams
 
 _ids = itertools.count(1)
@@ -46,8 +53,12 @@ class Sequence:
     filler: bool = False  # a repeated prompt that only fills a regular-mode batch
     cancelled: bool = False
     slot: int = -1
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token, when the request asks for them
+    reported: int = 0  # entries an update has carried (the rest wait for their tokens' text)
+    forced: list[int] | None = None  # a continuation fed instead of sampling (scored, not generated)
     # private state
     sampler: Sampler | None = None
+    grammar: Matcher | None = None
     detok: Detokenizer | None = None
     held: str = ""  # text held back while it may still be the start of a stop string
 
@@ -66,6 +77,7 @@ class Update:
     seq: Sequence
     text: str  # new text since the previous update
     finished: bool
+    logprobs: tuple[TokenLogprob, ...] = ()  # the entries of the tokens whose text is out (the request asked)
 
 
 class Engine:
@@ -80,6 +92,8 @@ class Engine:
             eos.add(tokenizer.eos_token_id)
         self.eos_ids = frozenset(eos)
         self.table = token_bytes_table(tokenizer)
+        self.token_texts = TokenTexts(tokenizer, self.table)  # what the logprobs output calls each token
+        self.grammars = Grammars(tokenizer, self.dims.vocab, self.eos_ids)
         self.max_prompt_bytes = max_prompt_bytes(tokenizer, self.table, self.dims.ctx_len)  # None: no cheap check
         self.slots: list[Sequence | None] = [None] * self.dims.slots
         self.fed: list[tuple[int, int]] = [(0, 0)] * self.dims.slots  # each row's last (token, position)
@@ -101,10 +115,40 @@ class Engine:
                 "no room to generate (shorten the prompt or compile a longer ctx_len)"
             )
 
-    def prepare(self, prompt_ids: list[int], params: SamplingParams, tag: Any = None) -> Sequence:
-        """A checked sequence, not yet queued (so the caller can record it before it runs)."""
+    def check_continuation(self, prompt_ids: list[int], forced: list[int], what: str = "the continuation") -> None:
+        """Raise BadRequest for a forced continuation the model cannot score after ``prompt_ids``."""
+        if not forced:
+            raise BadRequest(f"{what} is empty")
+        bad = next((t for t in forced if not 0 <= t < self.dims.vocab), None)
+        if bad is not None:
+            raise BadRequest(f"{what} has token id {bad}, outside the vocabulary (0 to {self.dims.vocab - 1})")
+        if len(prompt_ids) + len(forced) > self.dims.ctx_len:
+            raise BadRequest(f"{what} is {len(forced)} tokens after a {len(prompt_ids)}-token prompt, over ctx_len "
+                             f"{self.dims.ctx_len}")
+
+    def prepare(self, prompt_ids: list[int], params: SamplingParams, tag: Any = None,
+                forced: list[int] | None = None) -> Sequence:
+        """A checked sequence, not yet queued (so the caller can record it before it runs).
+
+        ``forced``: score these tokens after the prompt instead of generating (its own log-probabilities
+        at least; EOS, stop strings and max_tokens do not end it). A grammar compiles here (BadRequest).
+        """
         self.check_prompt(prompt_ids)
-        return self._new(prompt_ids, params, tag)
+        grammar = None
+        if forced is not None:
+            self.check_continuation(prompt_ids, forced)
+            if params.structured_outputs is not None:
+                raise BadRequest("a forced continuation is scored as given: it takes no structured_outputs")
+            params = replace(params, max_tokens=len(forced), stop=(), min_tokens=0, ignore_eos=True,
+                             logprobs=params.logprobs or 0)
+        elif params.structured_outputs is not None:
+            if params.min_tokens or params.ignore_eos:
+                raise BadRequest("structured_outputs ends where its grammar does: it takes no min_tokens or "
+                                 "ignore_eos")
+            grammar = self.grammars.matcher(params.structured_outputs)
+        seq = self._new(prompt_ids, params, tag)
+        seq.forced, seq.grammar = forced, grammar
+        return seq
 
     def enqueue(self, seqs: list[Sequence]) -> None:
         with self._lock:
@@ -168,9 +212,10 @@ class Engine:
             elif all(s is None for s in self.slots):
                 free = list(range(self.dims.batch_size))
                 batch = [self.queue.popleft() for _ in range(min(len(free), len(self.queue)))]
-                for i in range(len(batch), len(free)):  # fill the batch by repetition
+                for i in range(len(batch), len(free)):  # fill the batch by repetition (unconstrained, unscored)
                     src = batch[i % len(batch)]
-                    batch.append(self._new(src.prompt_ids, src.params, None, filler=True))
+                    params = replace(src.params, logprobs=None, structured_outputs=None)
+                    batch.append(self._new(src.prompt_ids, params, None, filler=True))
             else:
                 return []
         for slot, seq in zip(free, batch):
@@ -232,28 +277,58 @@ class Engine:
             return [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in active]
         return self._advance(active, logits[[s.slot for s in active], -1])
 
+    def _choose(self, seq: Sequence, row: np.ndarray) -> tuple[int, tuple[TokenLogprob, ...]]:
+        """The sequence's next token from its logits row (masked in place by its grammar), and its entry when
+        the request asks for log-probabilities (of the raw row: before the grammar and the sampler)."""
+        scores = None if seq.params.logprobs is None else Scores(row, seq.params.logprobs)
+        if seq.forced is not None:
+            token = seq.forced[len(seq.tokens)]
+        else:
+            if seq.grammar is not None:
+                seq.grammar.mask(row)
+            token = seq.sampler(row, seq.prompt_ids + seq.tokens if seq.params.repetition_penalty != 1.0 else [])
+            if seq.grammar is not None:
+                seq.grammar.accept(token)
+        return token, () if scores is None else (scores.of(token),)
+
     def _advance(self, seqs: list[Sequence], logits: np.ndarray) -> list[Update]:
-        """Sample one token for each sequence, detokenise it and apply the stop rules."""
+        """Choose one token for each sequence, detokenise it and apply the stop rules."""
         updates = []
         for seq, row in zip(seqs, logits):
-            token = seq.sampler(row, seq.prompt_ids + seq.tokens if seq.params.repetition_penalty != 1.0 else [])
+            try:
+                token, entry = self._choose(seq, row)
+            except RuntimeError as exc:  # the grammar refused: this sequence ends, the others go on
+                updates.append(self._finish(seq, "error", str(exc)))
+                continue
             seq.tokens.append(token)
+            seq.logprobs.extend(entry)
             if token in self.eos_ids and not seq.params.ignore_eos and len(seq.tokens) > seq.params.min_tokens:
                 updates.append(self._finish(seq, "eos"))
                 continue
             text = self._emit(seq, seq.detok.add(token))
             if seq.finished:  # a stop string matched
-                updates.append(Update(seq, text, True))
+                updates.append(self._update(seq, text, True))
                 self._release(seq)
                 continue
             limit = seq.params.max_tokens
-            if limit is not None and len(seq.tokens) >= limit:
+            if seq.grammar is not None and seq.grammar.finished:  # nothing but the end can follow
+                updates.append(self._finish(seq, "stop", prefix=text))
+            elif limit is not None and len(seq.tokens) >= limit:
                 updates.append(self._finish(seq, "length", prefix=text))
             elif len(seq.prompt_ids) + len(seq.tokens) >= self.dims.ctx_len:
                 updates.append(self._finish(seq, "ctx_len", prefix=text))
             elif text:
-                updates.append(Update(seq, text, False))
+                updates.append(self._update(seq, text, False))
         return updates
+
+    @staticmethod
+    def _update(seq: Sequence, text: str, finished: bool) -> Update:
+        """An update of ``text``; its log-probability entries are those of the tokens whose text is now out
+        (none while a stop string's possible start is held back; all of them at the end)."""
+        entries: tuple[TokenLogprob, ...] = ()
+        if finished or (text and not seq.held):
+            entries, seq.reported = tuple(seq.logprobs[seq.reported:]), len(seq.logprobs)
+        return Update(seq, text, finished, entries)
 
     def _emit(self, seq: Sequence, new: str) -> str:
         """Append new text, holding back what may begin a stop string; sets finish on a match."""
@@ -285,7 +360,7 @@ class Engine:
             seq.held = ""
             seq.text += tail
         self._release(seq)
-        return Update(seq, prefix + tail, True)
+        return self._update(seq, prefix + tail, True)
 
     def _release(self, seq: Sequence) -> None:
         if 0 <= seq.slot < len(self.slots) and self.slots[seq.slot] is seq:

@@ -5,7 +5,8 @@ The bundled interface takes ``prompt`` (one or more prompts) and each control of
 tools (genai-perf ``--backend vllm``, AIPerf) run against this model unmodified: ``text_input`` (one
 prompt), ``stream`` (BOOL), ``sampling_parameters`` (a JSON object of the same controls) and
 ``exclude_input_in_output``. ``status_of`` with ``status_key`` asks whether the asker's own request
-(the one sent with that ``status_key``) runs here.
+(the one sent with that ``status_key``) runs here. ``continuation`` (one JSON value per prompt: its text
+as a JSON string, or its token ids as a JSON array) asks to score that continuation instead of generating.
 
 Cheap checks come first: the number of prompts and their size in bytes (against what the model's
 context can hold at most) before decoding or tokenising; the JSON's size and depth before parsing;
@@ -16,27 +17,21 @@ each value once, by its control's rule (integers before any cast). Free of
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .controls import CONTROLS, Control
+from .controls import CONTROLS, MAX_JSON_BYTES, Control, json_object
 from .errors import BadRequest
 from .sampling import SamplingParams
 
 MAX_PROMPTS = 256
-MAX_JSON_BYTES = 64 * 1024  # sampling_parameters
-MAX_JSON_DEPTH = 32
 MAX_NAME_BYTES = 256  # id, status_of, status_key
+MAX_CONTINUATION_BYTES = 1024 * 1024  # one prompt's continuation, as JSON
 Read = Callable[[str], Optional[np.ndarray]]
 _ABSENT = object()
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 @dataclass
@@ -50,6 +45,7 @@ class Inputs:
     stream: bool | None = None  # None: the model's transaction policy decides
     status_key: str = ""  # the key a status question about this request must bring
     status_of: str | None = None  # a status question: the request id asked about
+    continuations: list[str | list[int]] | None = None  # per prompt: text or token ids to score (not generate)
 
     def params(self) -> SamplingParams:
         """The engine's sampling parameters of these controls."""
@@ -121,27 +117,34 @@ def _prompts(read: Read, max_bytes: int | None) -> list[str]:
     return prompts
 
 
-def _depth(text: str) -> int:
-    """How deep a JSON text nests (brackets inside strings do not count)."""
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
-
-
 def _sampling_parameters(read: Read) -> dict[str, Any]:
     """The vLLM backend's ``sampling_parameters`` JSON object; its size and depth are checked before parsing."""
     text = _text(read, "sampling_parameters", MAX_JSON_BYTES)
-    if not text:
-        return {}
-    if _depth(text) > MAX_JSON_DEPTH:
-        raise BadRequest(f"sampling_parameters nests deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        given = json.loads(text)
-    except Exception as exc:  # whatever the parser raises is said in one line
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise BadRequest(f"sampling_parameters is not JSON: {reason}") from None
-    if not isinstance(given, dict):
-        raise BadRequest("sampling_parameters must be a JSON object")
-    return given
+    return json_object(text, "sampling_parameters") if text else {}
+
+
+def _continuations(read: Read, count: int) -> list[str | list[int]] | None:
+    """The ``continuation`` input: one JSON string (text) or JSON array of token ids per prompt."""
+    array = read("continuation")
+    if array is None:
+        return None
+    items = array.reshape(-1)
+    if len(items) != count:
+        raise BadRequest(f"continuation takes one value per prompt ({count}), got {len(items)}")
+    values = []
+    for i, item in enumerate(items):
+        where = f"the continuation of {_which(i, count)}"
+        if len(item) > MAX_CONTINUATION_BYTES:
+            raise BadRequest(f"{where} is {len(item)} bytes, over the {MAX_CONTINUATION_BYTES} this model reads")
+        try:
+            value = json.loads(_decode(item, where))
+        except (ValueError, RecursionError):
+            value = None
+        ids = isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+        if not (isinstance(value, str) or ids):
+            raise BadRequest(f"{where} must be JSON: a string (its text) or an array of token ids")
+        values.append(value)
+    return values
 
 
 def _own(read: Read, control: Control) -> Any:
@@ -152,6 +155,8 @@ def _own(read: Read, control: Control) -> Any:
     if control.multiple:  # counted before the strings are decoded
         items = _items(array, control.name, array.size if control.maximum is None else int(control.maximum))
         return [_decode(item, f"{control.name}[{i}]") for i, item in enumerate(items)]
+    if control.kind is dict:  # a JSON object's text, measured before it is decoded
+        return _text(read, control.name, MAX_JSON_BYTES)
     return _one(array, control.name)
 
 
@@ -190,7 +195,7 @@ def read_inputs(read: Read, max_prompt_bytes: int | None = None, unknown: Sequen
     prompts = _prompts(read, max_prompt_bytes)
     controls = _controls(read)
     return Inputs(prompts, controls, _text(read, "id") or "", _flag(read, "exclude_input_in_output"),
-                  _flag(read, "stream"), key)
+                  _flag(read, "stream"), key, continuations=_continuations(read, len(prompts)))
 
 
 def _which(index: int, count: int) -> str:
@@ -210,4 +215,16 @@ def encode(engine: Any, prompts: list[str]) -> list[list[int]]:
                 else ""
             raise BadRequest(f"{exc}{whole}") from None
         encoded.append(ids)
+    return encoded
+
+
+def encode_continuations(engine: Any, prompt_ids: list[list[int]], continuations: list[str | list[int]]
+                         ) -> list[list[int]]:
+    """Each continuation's tokens (text tokenised without special tokens: give its leading space), checked
+    against the prompt it follows (the message names the prompt)."""
+    encoded = []
+    for i, (ids, value) in enumerate(zip(prompt_ids, continuations)):
+        forced = engine.tokenizer(value, add_special_tokens=False)["input_ids"] if isinstance(value, str) else value
+        engine.check_continuation(ids, forced, f"the continuation of {_which(i, len(prompt_ids))}")
+        encoded.append(forced)
     return encoded

@@ -23,6 +23,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     min_tokens: int = 0  # EOS does not end a sequence before this many tokens
     ignore_eos: bool = False  # generate to max_tokens / ctx_len whatever the model says (benchmarks)
+    logprobs: int | None = None  # report each token's log-probability and this many alternatives (None: none)
+    structured_outputs: dict[str, Any] | None = None  # the grammar the reply must match (engine.grammar)
     other: tuple[tuple[str, Any], ...] = ()  # (name, value) of the schema's controls without a field here yet
 
     @classmethod

@@ -4,8 +4,9 @@ The engine thread only steps the engine and posts each step's updates. The respo
 answers them through a ``Wire`` (the Triton glue's response senders), so the engine never waits
 for a response or a cancellation check to cross to the server process: a round of responses
 carries everything posted since the previous round (texts of steps it has not caught up with are
-joined), then the live requests are checked for cancellation once. Every request gets exactly one
-final response: errors and cancellations included.
+joined; log-probability entries go with the next response that carries text), then the live requests
+are checked for cancellation once. Every request gets exactly one final response: errors and
+cancellations included.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from .engine import Engine, Sequence, Update
+from .logprobs import TokenLogprob
 from .sampling import SamplingParams
 
 Log = Callable[[str, str], None]  # (level, message); typing names: evaluated at run time, so 3.8-safe
@@ -37,6 +39,7 @@ class Request:
     started: float = field(default_factory=time.perf_counter)
     ended: int = 0  # sequences whose final update has been answered
     cancelled: bool = False
+    unsent: dict[int, list[TokenLogprob]] = field(default_factory=dict)  # entries awaiting their text's response
 
     @property
     def finished(self) -> bool:
@@ -46,7 +49,7 @@ class Request:
 class Wire(Protocol):
     """How responses leave; ``send`` raises when the client is gone."""
 
-    def send(self, req: Request, texts: list[str], final: bool) -> None: ...
+    def send(self, req: Request, texts: list[str], final: bool, logprobs: list[list[TokenLogprob]]) -> None: ...
 
 
 @dataclass
@@ -55,6 +58,7 @@ class _Posted:
 
     req: Request
     texts: dict[int, str] = field(default_factory=dict)
+    logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)
     ended: int = 0
 
 
@@ -78,9 +82,12 @@ class Serving:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, req: Request, prompt_ids: list[list[int]], params: SamplingParams) -> None:
-        """Queue ``req``'s prompts (checked by the caller: ``Engine.check_prompt``)."""
-        req.seqs = [self.engine.prepare(ids, params, tag=(req, i)) for i, ids in enumerate(prompt_ids)]
+    def submit(self, req: Request, prompt_ids: list[list[int]], params: SamplingParams,
+               forced: list[list[int]] | None = None) -> None:
+        """Queue ``req``'s prompts (``forced``: each one's continuation to score); BadRequest before anything is
+        queued when the engine refuses one (``Engine.prepare``)."""
+        req.seqs = [self.engine.prepare(ids, params, (req, i), forced[i] if forced else None)
+                    for i, ids in enumerate(prompt_ids)]
         with self._cond:
             self.live[id(req)] = req
         self.engine.enqueue(req.seqs)
@@ -119,6 +126,8 @@ class Serving:
                     posted = self._posted[id(req)] = _Posted(req)
                 posted.texts[index] = posted.texts.get(index, "") + up.text
                 posted.ended += up.finished
+                if up.logprobs:
+                    posted.logprobs.setdefault(index, []).extend(up.logprobs)
             self._stepped = True
             self._cond.notify()
 
@@ -139,6 +148,8 @@ class Serving:
         req = posted.req
         req.ended += posted.ended
         texts = [posted.texts.get(i, "") for i in range(len(req.seqs))]
+        for i, entries in posted.logprobs.items():
+            req.unsent.setdefault(i, []).extend(entries)
         if req.finished:
             with self._cond:
                 self.live.pop(id(req), None)
@@ -148,8 +159,9 @@ class Serving:
             self._send(req, texts, False)
 
     def _send(self, req: Request, texts: list[str], final: bool) -> None:
+        logprobs = [req.unsent.pop(i, []) for i in range(len(req.seqs))]  # the entries so far go with this text
         try:
-            self.wire.send(req, texts, final)
+            self.wire.send(req, texts, final, logprobs)
         except Exception as exc:  # the client went away; the request is over for us
             self.log("verbose", f"{self.name}: request {req.request_id}: response not delivered: {exc}")
 
@@ -178,7 +190,8 @@ class Serving:
 
 def _controls(req: Request) -> str:
     """`` controls=max_tokens=8,seed=0,stop=[2]``: the sampling values away from the defaults, as the request's
-    sampler got them (strings counted, never shown)."""
+    sampler got them (strings counted and JSON objects named by their keys, never shown)."""
     changed = req.seqs[0].params.changed() if req.seqs else {}
-    shown = [f"{k}=[{len(v)}]" if isinstance(v, tuple) else f"{k}={v}" for k, v in changed.items()]
+    shown = [f"{k}=[{len(v)}]" if isinstance(v, tuple) else f"{k}=[{','.join(v)}]" if isinstance(v, dict)
+             else f"{k}={v}" for k, v in changed.items()]
     return f" controls={','.join(shown)}" if shown else ""

@@ -12,6 +12,7 @@ import json
 import traceback
 from dataclasses import replace
 from functools import partial
+from typing import List, Optional, Tuple
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -19,7 +20,8 @@ import triton_python_backend_utils as pb_utils
 from .build import BackendSettings, build_engine
 from .engine import Engine
 from .errors import BadRequest
-from .inputs import Inputs, encode, read_inputs
+from .inputs import Inputs, encode, encode_continuations, read_inputs
+from .logprobs import TokenLogprob, TokenTexts
 from .qaic_session import qaic_available
 from .sampling import SamplingParams
 from .serving import Request, Serving
@@ -53,9 +55,14 @@ def _error(message: str, invalid: bool) -> pb_utils.TritonError:
     return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
-def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Request, list[list[int]], SamplingParams]:
-    """A checked request; BadRequest with a message for the client."""
+Parsed = Tuple[Request, List[List[int]], SamplingParams, Optional[List[List[int]]]]  # 3.8: typing names at run time
+
+
+def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> Parsed:
+    """A checked request (its prompts' tokens, parameters and continuations to score); BadRequest with a message
+    for the client."""
     encoded = encode(engine, inputs.prompts)
+    forced = None if inputs.continuations is None else encode_continuations(engine, encoded, inputs.continuations)
     params = inputs.params()
     if "max_tokens" not in inputs.controls and engine.default_max_tokens:  # unset; 0 asks for the whole context
         params = replace(params, max_tokens=engine.default_max_tokens)
@@ -70,23 +77,32 @@ def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> tuple[Req
         key=request.request_id() or inputs.request_id or "",  # generate sends no Triton id: its "id" input
         status_key=inputs.status_key,
     )
-    return req, encoded, params
+    return req, encoded, params, forced
 
 
 def _response(**outputs) -> pb_utils.InferenceResponse:
     tensors = []
     for name, values in outputs.items():
-        dtype = np.object_ if name in ("text_output", "finish_reason") else np.int32
+        dtype = np.object_ if name in ("text_output", "finish_reason", "logprobs") else np.int32
         tensors.append(pb_utils.Tensor(name, np.array(values, dtype=dtype)))
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
 class TritonResponder:
-    """Responses through Triton's response senders: new text per step, or everything at the end."""
+    """Responses through Triton's response senders: new text per step, or everything at the end; the
+    ``logprobs`` output (JSON per prompt, :mod:`.logprobs`) beside the text when the request asks for it."""
 
-    def send(self, req: Request, texts: list[str], final: bool) -> None:
+    def __init__(self, texts: TokenTexts) -> None:
+        self.texts = texts
+
+    def _logprobs(self, req: Request, logprobs: list[list[TokenLogprob]]) -> dict[str, list[str]]:
+        if not req.seqs or req.seqs[0].params.logprobs is None:
+            return {}
+        return {"logprobs": [self.texts.json(entries) for entries in logprobs]}
+
+    def send(self, req: Request, texts: list[str], final: bool, logprobs: list[list[TokenLogprob]]) -> None:
         if not final:
-            req.sender.send(_response(text_output=texts))
+            req.sender.send(_response(text_output=texts, **self._logprobs(req, logprobs)))
             return
         errors = [s.error for s in req.seqs if s.finish_reason == "error"]
         if errors:
@@ -95,7 +111,8 @@ class TritonResponder:
             if not req.streaming:
                 texts = [(p if req.include_prompt else "") + s.text for p, s in zip(req.prompts, req.seqs)]
             response = _response(text_output=texts, finish_reason=[s.finish_reason for s in req.seqs],
-                                 input_tokens=req.input_tokens, output_tokens=[len(s.tokens) for s in req.seqs])
+                                 input_tokens=req.input_tokens, output_tokens=[len(s.tokens) for s in req.seqs],
+                                 **self._logprobs(req, logprobs))
         req.sender.send(response, flags=FINAL)
 
 
@@ -110,7 +127,7 @@ class TritonPythonModel:
             settings.cpu_models = served_cpu_models(args["model_repository"], card=qaic_available())
         self.engine, description = self.build(settings)
         _log("info", f"{self.name}: {description} decoupled={self.decoupled}")
-        self.serving = Serving(self.engine, TritonResponder(), _log, self.name)
+        self.serving = Serving(self.engine, TritonResponder(self.engine.token_texts), _log, self.name)
 
     def build(self, settings: BackendSettings) -> tuple[Engine, str]:
         """The engine and its one-line description (a subclass may serve another engine)."""
@@ -123,7 +140,7 @@ class TritonPythonModel:
                 if inputs.status_of is not None:
                     self._status(request, inputs)
                     continue
-                req, encoded, params = parse(request, inputs, self.engine, self.decoupled)
+                self.serving.submit(*parse(request, inputs, self.engine, self.decoupled))
             except BadRequest as exc:
                 self._refuse(request, str(exc), invalid=True)
                 continue
@@ -132,7 +149,6 @@ class TritonPythonModel:
                 self._refuse(request, f"the model failed to read the request ({type(exc).__name__}); see the "
                              "server log", invalid=False)
                 continue
-            self.serving.submit(req, encoded, params)
         return None
 
     def _refuse(self, request, message: str, invalid: bool) -> None:

@@ -80,7 +80,8 @@ class BatchCall(Call):
                 return values[i] if values is not None else default
 
             stats = reply_stats((), elapsed, pick("output_tokens"), pick("input_tokens"), streamed=False)
-            yield Reply(i, prompt, self.interface().finish(prompt, texts[i]), pick("finish_reason", ""), stats)
+            yield Reply(i, prompt, self.interface().finish(prompt, texts[i]), pick("finish_reason", ""), stats,
+                        pick("logprobs"))
 
     def _start(self) -> tuple[Callable[[], None], Callable[[], None]]:
         """Send the request; its outcome lands in the queue. Returns (server-side canceller, closer)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .errors import CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
 
@@ -179,12 +180,14 @@ class ReplyStats:
 
 @dataclass(frozen=True)
 class TextDelta:
-    """New text for prompt ``index`` (streaming); ``first`` marks the reply's first text."""
+    """New text for prompt ``index`` (streaming); ``first`` marks the reply's first text; ``logprobs``: the
+    log-probability entries that came with it, when asked for (the Reply has them all)."""
 
     index: int
     text: str
     time: float
     first: bool = False
+    logprobs: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,9 @@ class Reply:
     """The finished answer to prompt ``index``.
 
     ``text`` is the reply's new text (the console asks every server for new text only; a front end that shows
-    the prompt before it adds it when it renders).
+    the prompt before it adds it when it renders). ``logprobs``: one entry per generated token when the request
+    asked for them and the model has them (the bundled backend's ``logprobs`` output: ``{"id", "token",
+    "logprob", "top": [...]}``), else None.
     """
 
     index: int
@@ -200,6 +205,7 @@ class Reply:
     text: str
     finish_reason: str
     stats: ReplyStats
+    logprobs: list[dict[str, Any]] | None = None
 
     @property
     def ok(self) -> bool:

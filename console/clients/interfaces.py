@@ -4,7 +4,7 @@
 
 * ``qaic-console`` — the bundled backend (and the seed's ``{"prompt", "id"}``): ``prompt`` [-1] in,
   several prompts in one request, controls by their own names -> ``text_output``, ``finish_reason``,
-  ``input_tokens``, ``output_tokens``.
+  ``input_tokens``, ``output_tokens``, and ``logprobs`` (JSON per prompt) when asked.
 * ``vllm`` — Triton's vLLM backend: ``text_input``, ``stream``, ``sampling_parameters`` (every
   control, as JSON), ``exclude_input_in_output``, ``return_*`` -> ``text_output``; one prompt per
   request. Versions before ``exclude_input_in_output`` stream the whole text so far, prompt first.
@@ -33,7 +33,7 @@ from .events import ModelInfo, Tensor
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .wire import output_list, tensor
 
-OUTPUTS = ("text_output", "finish_reason", "input_tokens", "output_tokens")
+OUTPUTS = ("text_output", "finish_reason", "input_tokens", "output_tokens", "logprobs")
 Outputs = dict[str, list | None]
 KINDS = {"BYTES": str, "BOOL": bool, "FP16": float, "FP32": float, "FP64": float,
          **{f"{s}INT{b}": int for s in ("", "U") for b in (8, 16, 32, 64)}}
@@ -49,6 +49,17 @@ class InputValue:
     many: bool = False
 
 
+def entries(text: str) -> list[dict[str, Any]]:
+    """One prompt's ``logprobs`` output (a JSON array: ``backend_model.logprobs`` gives its shape) as its entries."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ClientError(f"the model's logprobs output is not JSON: {text[:60]!r}", SERVER) from None
+    if not isinstance(value, list):
+        raise ClientError("the model's logprobs output is not a JSON array", SERVER)
+    return value
+
+
 def _text(t: Tensor | None) -> bool:
     return t is not None and t.datatype == "BYTES"
 
@@ -61,7 +72,8 @@ class Interface:
     text_output = "text_output"
     batches_prompts = True  # several prompts in one request (the model's batch)
     aliases: dict[str, tuple[str, ...]] = {}  # control -> the model's input names, where they differ
-    extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "input_tokens", "output_tokens": "output_tokens"}
+    extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "input_tokens", "output_tokens": "output_tokens",
+                     "logprobs": "logprobs"}
     samples_by_default = False  # the server samples when no temperature is sent (vLLM, OpenAI-compatible servers)
     unlimited: int | None = 0  # what a control whose 0 means "up to the context" goes as (None: it cannot be asked)
     default_note = ""  # what applies then, in words
@@ -84,16 +96,17 @@ class Interface:
         return self.text_output
 
     def wire_input(self, control: Control) -> Tensor | None:
-        """The model's input for ``control`` (a declared one of a fitting type), or None."""
+        """The model's input for ``control`` (a declared one of a fitting type: a JSON object goes as text), or None."""
+        kind = str if control.kind is dict else control.kind
         for name in self.aliases.get(control.name, (control.name,)):
             declared = self.info.input(name)
-            if declared is not None and KINDS.get(declared.datatype) is control.kind:
+            if declared is not None and KINDS.get(declared.datatype) is kind:
                 return declared
         return None
 
     def ignored(self, params: GenerationParams | None = None) -> list[str]:
         """Controls (the set ones, or all when ``params`` is None) this model would not receive."""
-        names = [c.name for c in CONTROLS] if params is None else list(params.values)
+        names = [c.name for c in CONTROLS] if params is None else list(params.values)  # None: the offered ones
         return [n for n in names if self.wire_input(BY_NAME[n]) is None]
 
     def whole_context(self) -> int | None:
@@ -128,14 +141,13 @@ class Interface:
         """The set controls the model declares, and its required ones (at the console's default) when unset."""
         params = self.sent(params)
         out = []
-        for control in CONTROLS:
+        for control in BY_NAME.values():
             declared = self.wire_input(control)
             value = params.get(control.name)
             if declared is None or (value is None and (declared.optional or control.default is None)):
                 continue
             value = control.default if value is None else value
-            out.append(InputValue(declared.name, declared.datatype, tuple(value) if control.multiple else (value,),
-                            control.multiple))
+            out.append(InputValue(declared.name, declared.datatype, control.wire(value), control.multiple))
         return out
 
     def switches(self, params: GenerationParams, streaming: bool) -> list[InputValue]:
@@ -180,9 +192,11 @@ class Interface:
         """``text_output``, ``finish_reason``, token counts as lists of ``n`` values (None when not sent)."""
         out: Outputs = {"text_output": output_list(result, self.text_name, n, texts=True)}
         for ours, theirs in self.extra_outputs.items():
-            out[ours] = output_list(result, theirs, n, texts=ours == "finish_reason")
+            out[ours] = output_list(result, theirs, n, texts=ours in ("finish_reason", "logprobs"))
         if out.get("finish_reason"):
             out["finish_reason"] = [self.reason(r) for r in out["finish_reason"]]
+        if out.get("logprobs"):
+            out["logprobs"] = [entries(v) for v in out["logprobs"]]
         return out
 
     def parse_generate(self, data: dict[str, Any], n: int) -> Outputs:
@@ -196,7 +210,8 @@ class Interface:
             values = value if isinstance(value, list) else [value]
             if len(values) != n:
                 raise ClientError(f"the model returned {len(values)} {theirs} values for {n} prompts", SERVER)
-            out[ours] = [self.reason(v) for v in values] if ours == "finish_reason" else values
+            out[ours] = [self.reason(v) for v in values] if ours == "finish_reason" else \
+                [entries(v) for v in values] if ours == "logprobs" else values
         return {k: out.get(k) for k in OUTPUTS}
 
     def new_text(self, prompt: str, so_far: str, piece: str) -> str:

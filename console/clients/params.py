@@ -1,8 +1,9 @@
 """The controls table: the controls of the schema (``backend_model.controls``) the consoles offer.
 
-The click options, the TUI fields, the web controls and the wire inputs are all made from
-:data:`CONTROLS`, a view over the schema's rows; :func:`check` and :func:`parse` apply a row's rule
-and name the control by its label.
+The click options, the TUI fields and the web controls are made from :data:`CONTROLS`, a view over the
+schema's offered rows; a request (:class:`GenerationParams`) may also set ``logprobs`` and
+``structured_outputs`` (:data:`BY_NAME`: the OpenAI front asks for them), and the wire inputs are made
+from those it sets. :func:`check` and :func:`parse` apply a row's rule and name the control by its label.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from backend_model.errors import BadRequest
 from .errors import ClientError
 
 CONTROLS: tuple[Control, ...] = tuple(c for c in schema.CONTROLS if c.offered)
-BY_NAME: dict[str, Control] = {c.name: c for c in CONTROLS}
+REQUEST_ONLY = ("logprobs", "structured_outputs")  # no form offers them; the OpenAI front's requests set them
+BY_NAME: dict[str, Control] = {c.name: c for c in schema.CONTROLS if c.offered or c.name in REQUEST_ONLY}
 
 
 def check(control: Control, value: Any) -> Any:

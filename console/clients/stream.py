@@ -29,12 +29,16 @@ class Collected:
     def __init__(self, interface: Interface, prompts: list[str]) -> None:
         self.interface, self.prompts = interface, prompts
         self.texts = [""] * len(prompts)
+        self.logprobs: list[list[dict[str, Any]]] | None = None  # every entry so far, when the model sends them
         self.arrivals: list[list[float]] = [[] for _ in prompts]
         self.last: Outputs = {}
         self.sums = interface.counts_are_deltas(streaming=True)
 
     def add(self, outputs: Outputs, at: float, once: bool) -> Iterator[TextDelta]:
         """The new text of one response (``once``: the model answers once, the whole text)."""
+        entries = outputs.get("logprobs")
+        if entries is not None:  # each response carries its own tokens' entries
+            self.logprobs = [[*old, *new] for old, new in zip(self.logprobs or [[] for _ in entries], entries)]
         for i, piece in enumerate(outputs["text_output"] or ()):
             prompt = self.prompts[i]
             if once:
@@ -44,9 +48,9 @@ class Collected:
             if new:
                 self.arrivals[i].append(at)
                 self.texts[i] += new
-                yield TextDelta(i, new, at, first=len(self.arrivals[i]) == 1)
+                yield TextDelta(i, new, at, len(self.arrivals[i]) == 1, None if entries is None else entries[i])
         for name, values in outputs.items():
-            if name == "text_output" or values is None:
+            if name in ("text_output", "logprobs") or values is None:
                 continue
             earlier = self.last.get(name)
             if self.sums and name == "output_tokens" and earlier is not None:
@@ -120,7 +124,8 @@ class StreamCall(Call):
         for i, prompt in enumerate(self.prompts):
             stats = reply_stats(collected.arrivals[i], latency, collected.value("output_tokens", i),
                                 collected.value("input_tokens", i), streamed=info.decoupled)
-            yield Reply(i, prompt, collected.texts[i], collected.value("finish_reason", i) or "", stats)
+            yield Reply(i, prompt, collected.texts[i], collected.value("finish_reason", i) or "", stats,
+                        None if collected.logprobs is None else collected.logprobs[i])
 
 
 def stream(url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams | None = None,

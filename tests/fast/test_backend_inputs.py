@@ -10,9 +10,10 @@ import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import AutoTokenizer
 
+from backend_model.controls import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from backend_model.detok import UTF8_SHRINK, longest_token_bytes, max_prompt_bytes, token_bytes_table
 from backend_model.errors import BadRequest
-from backend_model.inputs import MAX_JSON_BYTES, MAX_JSON_DEPTH, encode, read_inputs
+from backend_model.inputs import encode, read_inputs
 from backend_model.models import prepare_embedded
 from backend_model.sampling import SamplingParams
 
@@ -173,3 +174,49 @@ def test_no_text_has_fewer_tokens_than_the_byte_bound_says() -> None:
     shrinking = "𝐀𝐀𝐀𝐀"  # 16 bytes; NFKC makes it "AAAA", one token of 4 bytes
     assert nfkc(shrinking)["input_ids"] == [0]
     assert 4 < len(shrinking.encode()) <= 4 * UTF8_SHRINK  # the normalizer's room is needed, and enough
+
+
+def test_logprobs_structured_outputs_and_continuations() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    own = read_inputs(reader(prompt=["a", "b"], logprobs=np.int64(0), structured_outputs=json.dumps({"json": schema}),
+                             continuation=['" Paris"', "[1, 2, 3]"]))
+    assert own.params() == SamplingParams(logprobs=0, structured_outputs={"json": schema})
+    assert own.continuations == [" Paris", [1, 2, 3]]
+    shared = read_inputs(reader(text_input="a", sampling_parameters=json.dumps(
+        {"logprobs": "5", "structured_outputs": {"regex": "[0-9]+"}})))  # vLLM's SamplingParams names
+    assert shared.params() == SamplingParams(logprobs=5, structured_outputs={"regex": "[0-9]+"})
+    assert read_inputs(reader(prompt="a")).continuations is None
+
+
+@pytest.mark.parametrize(("inputs", "needle"), [
+    ({"logprobs": np.int64(21)}, "logprobs must be an integer >= 0 and <= 20, got 21"),
+    ({"structured_outputs": "[1]"}, "structured_outputs must be a JSON object"),
+    ({"structured_outputs": "{"}, "structured_outputs is not JSON"),
+    ({"structured_outputs": "{" * 40 + "}" * 40}, "structured_outputs nests deeper than 32 levels"),
+    ({"structured_outputs": " " * (MAX_JSON_BYTES + 1)}, f"structured_outputs is {MAX_JSON_BYTES + 1} bytes, over"),
+    ({"sampling_parameters": '{"structured_outputs": 3}'}, "structured_outputs must be a JSON object, got 3"),
+    ({"continuation": ['"a"', '"b"']}, "continuation takes one value per prompt (1), got 2"),
+    ({"continuation": ["Paris"]}, "the continuation of the prompt must be JSON: a string (its text) or an array"),
+    ({"continuation": ["[1, true]"]}, "must be JSON: a string (its text) or an array of token ids"),
+    ({"continuation": ["[" * 100_000]}, "must be JSON"),
+])
+def test_bad_logprobs_grammars_and_continuations_are_named_in_one_line(inputs: dict, needle: str) -> None:
+    refused(needle, **({"text_input": "a"} if "sampling_parameters" in inputs else {"prompt": "a"}), **inputs)
+
+
+def test_a_continuation_is_tokenised_without_special_tokens_and_checked_against_its_prompt() -> None:
+    from backend_model.contract import Dims
+    from backend_model.engine import Engine
+    from backend_model.inputs import encode_continuations
+    from console.bench.engine import ZeroCostSession
+
+    tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))
+    engine = Engine(ZeroCostSession(Dims(1, 8, 16, len(tokenizer), 2), [0]), tokenizer)
+    prompts = encode(engine, ["The capital of France is", "Hi"])
+    forced = encode_continuations(engine, prompts, [" Paris.", [42, 43]])
+    assert forced == [tokenizer(" Paris.", add_special_tokens=False).input_ids, [42, 43]]
+    with pytest.raises(BadRequest, match="the continuation of prompt 2 of 2 is 16 tokens after a 1-token prompt, "
+                                         "over ctx_len 16"):
+        encode_continuations(engine, prompts, [" Paris.", [42] * 16])
+    with pytest.raises(BadRequest, match="the continuation of prompt 1 of 2 is empty"):
+        encode_continuations(engine, prompts, ["", [42]])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import tritonclient.grpc as grpcclient
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
@@ -129,3 +130,31 @@ def test_zero_tokens_means_up_to_the_context_on_every_server_or_says_which_defau
     assert values(info("ensemble"))["max_tokens"] == (128,)
     assert "the console's default of 128 is sent" in trt.notes(whole)[0]
     assert not vllm.notes(GenerationParams(max_tokens=5)) and not trt.notes(GenerationParams())
+
+
+class Result:
+    """A response's outputs as tritonclient's results give them (``as_numpy``; None when not sent)."""
+
+    def __init__(self, **outputs: list) -> None:
+        self.outputs = {k: np.array([v.encode() if isinstance(v, str) else v for v in vs], dtype=np.object_
+                                    if isinstance(vs[0], str) else np.int32) for k, vs in outputs.items()}
+
+    def as_numpy(self, name: str) -> np.ndarray | None:
+        return self.outputs.get(name)
+
+
+def test_the_bundled_backend_is_asked_for_logprobs_and_grammars_and_its_logprobs_are_read() -> None:
+    bundled = info("smollm2_decoupled", render_config(ModelSpec("smollm2_decoupled", decoupled=True)))
+    spec = {"json": {"type": "object"}}
+    params = GenerationParams(max_tokens=4, logprobs=2, structured_outputs=spec)
+    wire = {w.name: w for w in interface_of(bundled).request(["a"], params, True)}
+    assert wire["logprobs"].values == (2,) and wire["logprobs"].datatype == "INT64"
+    assert wire["structured_outputs"].datatype == "BYTES" and json.loads(wire["structured_outputs"].values[0]) == spec
+    assert interface_of(info("vllm_model")).ignored(params) == []  # vLLM's SamplingParams have both
+    assert interface_of(info("text_model")).ignored(params) == ["max_tokens", "logprobs", "structured_outputs"]
+    entry = {"id": 7, "token": " a", "logprob": -0.5, "top": []}
+    outputs = interface_of(bundled).outputs(Result(text_output=[" a", "b"], logprobs=[json.dumps([entry]), "[]"]), 2)
+    assert outputs["logprobs"] == [[entry], []]
+    assert interface_of(bundled).outputs(Result(text_output=["x"]), 1)["logprobs"] is None  # not asked: not sent
+    assert interface_of(bundled).parse_generate({"text_output": "x", "logprobs": json.dumps([entry])}, 1)[
+        "logprobs"] == [[entry]]

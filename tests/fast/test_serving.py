@@ -18,6 +18,7 @@ from transformers import AutoTokenizer
 
 from backend_model.contract import Dims
 from backend_model.engine import Engine
+from backend_model.logprobs import TokenLogprob
 from backend_model.models import prepare_embedded
 from backend_model.sampling import SamplingParams
 from backend_model.serving import Request, Serving
@@ -51,15 +52,17 @@ class Wire:
 
     def __init__(self, gone: tuple[str, ...] = ()) -> None:
         self.sent: list[tuple[str, list[str], bool]] = []
+        self.logprobs: list[tuple[str, list[str], list[list[TokenLogprob]]]] = []  # (request, texts, entries)
         self.gone = gone
         self.hold: threading.Event | None = None  # when set up, a partial send waits for it
         self._cond = threading.Condition()  # shared with the session, so a wait sees both move
 
-    def send(self, req: Request, texts: list[str], final: bool) -> None:
+    def send(self, req: Request, texts: list[str], final: bool, logprobs: list[list[TokenLogprob]]) -> None:
         if self.hold is not None and not final:
             assert self.hold.wait(WAIT)
         with self._cond:
             self.sent.append((req.request_id, list(texts), final))
+            self.logprobs.append((req.request_id, list(texts), logprobs))
             self._cond.notify_all()
         if req.request_id in self.gone:
             raise RuntimeError("the client went away")
@@ -247,3 +250,26 @@ def test_a_slow_client_gets_every_token_with_the_steps_it_missed_joined(tokenize
     first, second = (texts[0] for texts, _ in responses[:2])
     # everything the engine posted while the first send was held (>= 100 tokens in all) came in the next one
     assert len(first) + len(second) >= 100, (len(first), len(second))
+
+
+def test_logprob_entries_travel_with_the_text_of_their_tokens(tokenizer) -> None:
+    serve, _ = serving(tokenizer)
+    ids = [serve.engine.encode("My name is")]
+    streamed = Request(Sender(serve.wire._cond), "lp", ["My name is"], [len(ids[0])], key="triton-lp")
+    once = Request(Sender(serve.wire._cond), "lp-once", ["My name is"], [len(ids[0])], streaming=False)
+    try:  # "5x" holds a 5 back until the next digit shows it is no stop: its entry waits with it
+        serve.submit(streamed, ids, SamplingParams(max_tokens=30, logprobs=2, stop=("5x",)))
+        serve.submit(once, ids, SamplingParams(max_tokens=30, logprobs=0))
+        serve.wire.wait(lambda: serve.wire.finished("lp", "lp-once"))
+    finally:
+        serve.stop()
+    sent = [(texts[0], entries[0]) for rid, texts, entries in serve.wire.logprobs if rid == "lp"]
+    assert all(len(entries) == len(text) for text, entries in sent)  # one digit, one token, one entry
+    assert any(text.startswith("5") and len(text) == 2 for text, _ in sent)  # the held 5 came with the next digit
+    seq = streamed.seqs[0]
+    assert [e.id for _, entries in sent for e in entries] == seq.tokens and seq.logprobs == [e for _, es in sent
+                                                                                              for e in es]
+    assert all(len(e.top) == 2 and e.top[0][0] == e.id for e in seq.logprobs)
+    (texts, entries), = [(t, e) for rid, t, e in serve.wire.logprobs if rid == "lp-once"]
+    assert len(entries[0]) == 30 and [e.id for e in entries[0]] == once.seqs[0].tokens
+    assert all(e.top == () for e in entries[0])  # 0: the chosen token's only

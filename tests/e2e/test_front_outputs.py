@@ -67,19 +67,20 @@ def test_completions_logprobs_are_the_backends_streamed_or_not(sdk, embedded_ser
 
 def test_chat_logprobs_with_top_logprobs_are_the_backends_streamed_or_not(sdk, embedded_server) -> None:
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    want = backend_reply(embedded_server, STREAM, templated(embedded_server, messages[0]["content"]), max_tokens=10,
+    want = backend_reply(embedded_server, STREAM, templated(embedded_server, messages[0]["content"]), max_tokens=40,
                          logprobs=2)
-    answer = sdk.chat.completions.create(model=STREAM, messages=messages, max_tokens=10, logprobs=True,
+    answer = sdk.chat.completions.create(model=STREAM, messages=messages, max_tokens=40, logprobs=True,
                                          top_logprobs=2).choices[0]
     assert answer.message.content == want.text
     content = answer.logprobs.content
+    assert answer.finish_reason == "stop" and content[-1].token == "<|im_end|>"  # the end of sequence is scored too
     assert [(c.token, c.logprob) for c in content] == [(e["token"], e["logprob"]) for e in want.logprobs]
     assert all(c.bytes == list(c.token.encode()) for c in content)
     assert [[(t.token, t.logprob) for t in c.top_logprobs] for c in content] == \
         [[(t["token"], t["logprob"]) for t in e["top"]] for e in want.logprobs]
     assert all(len(c.top_logprobs) == 2 for c in content)
     assert content[0].top_logprobs[0].logprob >= content[0].top_logprobs[1].logprob
-    chunks = list(sdk.chat.completions.create(model=STREAM, messages=messages, max_tokens=10, logprobs=True,
+    chunks = list(sdk.chat.completions.create(model=STREAM, messages=messages, max_tokens=40, logprobs=True,
                                               top_logprobs=2, stream=True))
     streamed = [c for chunk in chunks if chunk.choices and chunk.choices[0].logprobs
                 for c in chunk.choices[0].logprobs.content]
@@ -92,15 +93,19 @@ def test_chat_logprobs_with_top_logprobs_are_the_backends_streamed_or_not(sdk, e
 @pytest.mark.parametrize("stream_it", [False, True])
 def test_a_json_schema_answer_validates(sdk, stream_it) -> None:
     form = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
-    asked = dict(model=STREAM, messages=[{"role": "user", "content": QUESTION}], max_tokens=48, response_format=form)
+    asked = dict(model=STREAM, messages=[{"role": "user", "content": QUESTION}], max_tokens=48, response_format=form,
+                 logprobs=True)
     if stream_it:
         chunks = [c.choices[0] for c in sdk.chat.completions.create(**asked, stream=True) if c.choices]
         text, finish = "".join(c.delta.content or "" for c in chunks), chunks[-1].finish_reason
+        tokens = [t.token for c in chunks if c.logprobs for t in c.logprobs.content]
     else:
         choice = sdk.chat.completions.create(**asked).choices[0]
         text, finish = choice.message.content, choice.finish_reason
+        tokens = [t.token for t in choice.logprobs.content]
     jsonschema.validate(json.loads(text), PERSON)
     assert finish == "stop", text
+    assert "".join(tokens) == text  # the grammar's tokens, scored as the model saw them, the last one included
     anything = sdk.chat.completions.create(model=BATCH, messages=[{"role": "user", "content": QUESTION}],
                                            max_tokens=48, response_format={"type": "json_object"})
     assert isinstance(json.loads(anything.choices[0].message.content), dict)

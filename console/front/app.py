@@ -130,7 +130,7 @@ class Answer:
         async for _ in self.generation.pieces():
             pass
         text = (self.generation.prompt if self.job.echo else "") + self.generation.text
-        return self.shape.whole(text, self.finish, await self.counts())
+        return self.shape.whole(text, self.finish, await self.counts(), self.generation.tokens())
 
     async def stream(self, request: Request, headers: dict[str, str]) -> Response:
         pieces = self.generation.pieces()
@@ -142,15 +142,16 @@ class Answer:
         return EventStream(self.events(first or "", pieces), headers=headers)
 
     async def events(self, first: str, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
-        shape = self.shape
+        shape, tokens = self.shape, self.generation.tokens
         try:
             if self.job.echo:
                 yield shape.chunk(self.generation.prompt)
-            yield shape.chunk(first, first=True)
+            yield shape.chunk(first, first=True, tokens=tokens())
             async for piece in pieces:
-                if piece:
-                    yield shape.chunk(piece)
-            yield shape.chunk("", finish=self.finish)
+                new = tokens()
+                if piece or new:
+                    yield shape.chunk(piece, tokens=new)
+            yield shape.chunk("", finish=self.finish, tokens=tokens())
             if self.job.include_usage:
                 yield shape.usage_chunk(await self.counts())
         except APIError as exc:
@@ -221,6 +222,8 @@ def create_app(front: Front) -> FastAPI:
             return JSONResponse(await unless_gone(request, result.whole()), headers=headers)
         except Gone:
             return Response(status_code=499)
+        except APIError as exc:
+            raise mapping.blame(job, exc) from None
 
     @v1.post("/completions")
     async def completions(request: Request) -> Any:

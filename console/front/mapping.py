@@ -4,7 +4,10 @@ Each field is checked once, before anything is sent: a control by its row of the
 (``backend_model.controls``, named by the field), the switches by their type. Fields a Triton LLM has no
 control for are taken at their no-op value only (``n`` = 1, penalties 0, no ``logit_bias``, no tools), a few
 that change nothing here are accepted and ignored, and any other field is refused, as OpenAI's API does.
-Which controls a given model lacks is the model's interface's to say (:func:`check_model`).
+``logprobs``/``top_logprobs`` become the ``logprobs`` control, ``response_format`` and vLLM's ``guided_*`` and
+``structured_outputs`` the ``structured_outputs`` control (vLLM's names: ``{"json": schema}``, ``{"regex": ...}``).
+Which controls a given model lacks is the model's interface's to say (:func:`check_model`); those two need the
+model's own input of that name (and a ``logprobs`` output), not one that only carries them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from backend_model.errors import BadRequest
 from console.clients import GenerationParams, Interface
 from console.clients import params as offered
 
-from .errors import bad_request
+from .errors import APIError, bad_request
 
 CONTROL_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
                   "seed": "seed", "stop": "stop", "repetition_penalty": "repetition_penalty",
@@ -27,7 +30,10 @@ NO_OP = {"n": 1, "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0, "l
 IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "tool_choice", "function_call",
            "prompt_cache_key", "safety_identifier")
 SWITCHES = ("model", "stream", "stream_options", "logprobs", "ignore_eos", "max_completion_tokens")
-STRUCTURED = ("response_format", "guided_json", "guided_regex")  # structured output (guided_*: vLLM's names)
+GUIDED = {"guided_json": ("json", (dict, str), "a JSON schema"), "guided_regex": ("regex", str, "a regular expression"),
+          "guided_choice": ("choice", list, "a list of strings"),
+          "structured_outputs": ("", dict, "an object")}  # vLLM's fields -> the control's kind ("": the whole of it)
+STRUCTURED = ("response_format", *GUIDED)
 COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "prompt", "echo"}
 CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "messages", "top_logprobs"}
 FORMATS = ("text", "json_object", "json_schema")
@@ -50,7 +56,7 @@ class Job:
     include_usage: bool = False
     echo: bool = False
     logprobs: int | None = None  # alternatives per token; None: no logprobs asked
-    structured: str = ""  # the structured output asked for (its field), "" for none
+    structured: str = ""  # the field that asked for structured output, "" for none
 
 
 def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -129,21 +135,27 @@ def _logprobs(body: dict[str, Any], job: Job) -> None:
         raise bad_request(f"{name} must be an integer from 0 to {MAX_LOGPROBS}, got {job.logprobs}", name)
 
 
-def _structured(body: dict[str, Any]) -> str:
-    """The structured-output field a body sets (checked for its shape), or ""."""
+def _structured(body: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """The structured-output field a body sets and its ``structured_outputs`` control (vLLM's names), or ("", None).
+    The backend compiles it; only its shape is checked here."""
+    asked: dict[str, dict[str, Any]] = {}
     form = _typed(body, "response_format", dict, "an object with a type")
     if form is not None:
         kind = form.get("type")
         if kind not in FORMATS:
             raise bad_request(f"response_format type must be one of {', '.join(FORMATS)}", "response_format")
-        if kind == "json_schema" and not isinstance((form.get("json_schema") or {}).get("schema"), dict):
+        schema = (form.get("json_schema") or {}).get("schema") if kind == "json_schema" else None
+        if kind == "json_schema" and not isinstance(schema, dict):
             raise bad_request("response_format json_schema needs json_schema.schema (an object)", "response_format")
-    guided = [name for name, kind in (("guided_json", (dict, str)), ("guided_regex", str))
-              if _typed(body, name, kind, "a JSON schema" if name == "guided_json" else "a regular expression")]
-    asked = ([] if form is None or form.get("type") == "text" else ["response_format"]) + guided
+        if kind != "text":
+            asked["response_format"] = {"json": schema} if schema is not None else {"json_object": True}
+    for name, (key, kind, what) in GUIDED.items():
+        value = _typed(body, name, kind, what)
+        if value:
+            asked[name] = {key: value} if key else value
     if len(asked) > 1:
-        raise bad_request(f"give one of {', '.join(asked)}", asked[1])
-    return asked[0] if asked else ""
+        raise bad_request(f"give one of {', '.join(asked)}", list(asked)[1])
+    return next(iter(asked.items()), ("", None))
 
 
 def parse(body: Any, chat: bool) -> Job:
@@ -173,7 +185,14 @@ def parse(body: Any, chat: bool) -> Job:
         job.prompt = _prompt(body)
         job.echo = bool(_typed(body, "echo", bool, "true or false"))
     _logprobs(body, job)
-    job.structured = _structured(body)
+    if job.echo and job.logprobs is not None:
+        raise bad_request("echo with logprobs is not supported: the prompt's tokens are not scored here", "echo")
+    if job.logprobs is not None:
+        _control(job, "top_logprobs" if chat and body.get("top_logprobs") is not None else "logprobs", job.logprobs,
+                 "logprobs")
+    job.structured, spec = _structured(body)
+    if spec is not None:
+        _control(job, job.structured, spec, "structured_outputs")
     for name, control in {**CONTROL_FIELDS, "max_completion_tokens": "max_tokens"}.items():
         if body.get(name) is not None:
             _control(job, name, body[name], control)
@@ -186,15 +205,29 @@ def parse(body: Any, chat: bool) -> Job:
     return job
 
 
+def _own_input(interface: Interface, control: str) -> bool:
+    """The model declares an input of this name (not another that carries it: vLLM's ``sampling_parameters``)."""
+    declared = interface.wire_input(BY_NAME[control])
+    return declared is not None and declared.name == control
+
+
+def blame(job: Job, error: APIError) -> APIError:
+    """``error`` naming the field whose control the model's message is about (the backend's start with its name)."""
+    if error.status == 400 and error.param is None:
+        error.param = next((f for c, f in job.fields.items() if str(error).startswith(c)), None)
+    return error
+
+
 def check_model(job: Job, interface: Interface) -> GenerationParams:
     """The controls to send to the model ``interface`` speaks to; APIError 400 naming those it has no input for."""
     controls = dict(job.controls)
     if not job.chat and "max_tokens" not in job.fields and interface.wire_input(offered.BY_NAME["max_tokens"]):
         controls["max_tokens"] = COMPLETIONS_MAX_TOKENS
     name = f"model {interface.info.name} ({interface.name} interface)"
-    if job.logprobs is not None:  # no backend has an output the front reads them from yet
-        raise bad_request(f"{name} returns no logprobs here", "logprobs")
-    if job.structured:  # no backend has an input that enforces it yet
+    if job.logprobs is not None and not (_own_input(interface, "logprobs") and interface.info.output(
+            interface.extra_outputs.get("logprobs", ""))):
+        raise bad_request(f"{name} returns no logprobs here", job.fields["logprobs"])
+    if job.structured and not _own_input(interface, "structured_outputs"):
         raise bad_request(f"{name} has no structured-output input for {job.structured}", job.structured)
     params = GenerationParams.from_checked(controls)
     lacking = interface.ignored(params)

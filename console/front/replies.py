@@ -29,25 +29,30 @@ def usage(prompt_tokens: int | None, completion_tokens: int | None) -> dict[str,
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total}
 
 
-def completion_logprobs(tokens: list[dict[str, Any]], offset: int) -> dict[str, Any]:
-    """The completions shape of ``tokens`` (``{"token", "logprob", "top": {token: logprob}}`` each), their text
-    starting at character ``offset`` of the choice's text."""
-    offsets, at = [], offset
+def _bytes(entry: dict[str, Any]) -> bytes:
+    """A token's UTF-8 bytes (the backend names them where a token is part of a character)."""
+    return bytes(entry["bytes"]) if "bytes" in entry else entry["token"].encode()
+
+
+def completion_logprobs(tokens: list[dict[str, Any]], offset: int, text: str) -> dict[str, Any]:
+    """The completions shape of the backend's entries (``backend_model.logprobs``), their text starting at character
+    ``offset`` of the choice's text; ``text``: theirs (a token's offset is where its bytes begin, in characters: a
+    token ending inside a character starts that character, a special token or a stop string's adds nothing)."""
+    offsets, done = [], b""
     for token in tokens:
-        offsets.append(at)
-        at += len(token["token"])
+        offsets.append(offset + min(len(done.decode("utf-8", errors="ignore")), len(text)))
+        done += _bytes(token)
     return {"tokens": [t["token"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
-            "top_logprobs": [t["top"] for t in tokens], "text_offset": offsets}
+            "top_logprobs": [{o["token"]: o["logprob"] for o in t["top"]} for t in tokens], "text_offset": offsets}
 
 
 def chat_logprobs(tokens: list[dict[str, Any]]) -> dict[str, Any]:
-    """The chat shape of ``tokens``."""
+    """The chat shape of the backend's entries."""
 
-    def entry(token: str, logprob: float) -> dict[str, Any]:
-        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+    def entry(token: dict[str, Any]) -> dict[str, Any]:
+        return {"token": token["token"], "logprob": token["logprob"], "bytes": list(_bytes(token))}
 
-    return {"content": [{**entry(t["token"], t["logprob"]), "top_logprobs": [entry(k, v) for k, v in t["top"].items()]}
-                        for t in tokens], "refusal": None}
+    return {"content": [{**entry(t), "top_logprobs": [entry(o) for o in t["top"]]} for t in tokens], "refusal": None}
 
 
 class Shape:
@@ -63,15 +68,15 @@ class Shape:
         kind = ("chat.completion" if self.chat else "text_completion") + (".chunk" if chunk and self.chat else "")
         return {"id": self.id, "object": kind, "created": self.created, "model": self.job.model}
 
-    def _logprobs(self, tokens: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    def _logprobs(self, tokens: list[dict[str, Any]] | None, text: str) -> dict[str, Any] | None:
         if tokens is None or self.job.logprobs is None:
             return None
-        return chat_logprobs(tokens) if self.chat else completion_logprobs(tokens, self.sent)
+        return chat_logprobs(tokens) if self.chat else completion_logprobs(tokens, self.sent, text)
 
     def chunk(self, text: str, first: bool = False, finish: str | None = None,
               tokens: list[dict[str, Any]] | None = None) -> bytes:
         """One stream event carrying ``text`` (``first``: the chat answer's role too; ``finish``: its end)."""
-        logprobs = self._logprobs(tokens)
+        logprobs = self._logprobs(tokens, text)
         self.sent += len(text)
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text} if first else (
@@ -89,7 +94,7 @@ class Shape:
     def whole(self, text: str, finish: str, counts: dict[str, int | None],
               tokens: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The one answer of a request that is not streamed."""
-        logprobs = self._logprobs(tokens)
+        logprobs = self._logprobs(tokens, text)
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
                       "finish_reason": finish}

@@ -101,8 +101,8 @@ class Upstream:
 
 
 class Generation:
-    """One request for one prompt: iterate :meth:`pieces` for the new text of each response, then read the finish
-    reason and the token counts the model sent."""
+    """One request for one prompt: iterate :meth:`pieces` for the new text of each response (and :meth:`tokens` for
+    the log-probability entries that came since), then read the finish reason and the token counts the model sent."""
 
     def __init__(self, upstream: Upstream, info: ModelInfo, prompt: str, params: GenerationParams,
                  timeout: float | None) -> None:
@@ -110,6 +110,7 @@ class Generation:
         self.interface = interface_of(info)
         self.collected = Collected(self.interface, [prompt])
         self.responses = 0
+        self.taken = 0  # log-probability entries :meth:`tokens` gave
 
     @property
     def text(self) -> str:
@@ -117,6 +118,14 @@ class Generation:
 
     def value(self, name: str) -> Any:
         return self.collected.value(name, 0)
+
+    def tokens(self) -> list[dict[str, Any]] | None:
+        """The ``logprobs`` entries that came since the last call (None: the model sent none)."""
+        if self.collected.logprobs is None:
+            return None
+        new = self.collected.logprobs[0][self.taken:]
+        self.taken += len(new)
+        return new
 
     async def pieces(self) -> AsyncIterator[str]:
         """The new text of each response (empty when a step decoded no whole character); APIError on failure."""

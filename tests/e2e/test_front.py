@@ -129,9 +129,8 @@ def test_a_stream_ends_with_done_and_a_refused_one_gets_its_status(front) -> Non
     ({"frobnicate": 1}, 400, "frobnicate", "unrecognized request argument"),
     ({"stream_options": {"include_usage": True}}, 400, "stream_options", "only allowed when stream"),
     ({"ignore_eos": True}, 400, "ignore_eos", "needs max_tokens"),
-    ({"logprobs": 2}, 400, "logprobs", "returns no logprobs here"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}, 400,
-     "response_format", "has no structured-output input for response_format"),
+    ({"logprobs": 2, "echo": True}, 400, "echo", "echo with logprobs is not supported"),
+    ({"guided_choice": "yes"}, 400, "guided_choice", "guided_choice must be a list of strings"),
 ])
 def test_bad_requests_get_one_line_in_openais_shape(front, body, status, param, words) -> None:
     response = httpx.post(f"{front.base_url}/completions", json={"model": BATCH, "prompt": "Hi", **body}, timeout=30)
@@ -293,6 +292,7 @@ def test_every_interface_is_served_as_the_console_speaks_to_it(others, llm_serve
 
 
 def test_the_controls_a_model_lacks_are_named_in_the_error(others) -> None:
+    interface_name = {"vllm_model": "vllm", "ensemble": "tensorrt-llm"}
     with pytest.raises(openai.BadRequestError) as refused:
         others.completions.create(model="text_model", prompt="hi", temperature=0.5, extra_body={"top_k": 3})
     error = refused.value.body
@@ -301,6 +301,16 @@ def test_the_controls_a_model_lacks_are_named_in_the_error(others) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
         others.completions.create(model="ensemble", prompt="hi", max_tokens=4, extra_body={"min_tokens": 2})
     assert "has no input for min_tokens" in refused.value.body["message"]
+    for model in ("vllm_model", "ensemble"):  # vLLM's sampling_parameters would carry them: nothing enforces them
+        with pytest.raises(openai.BadRequestError) as refused:
+            others.completions.create(model=model, prompt="hi", max_tokens=4, logprobs=2)
+        assert refused.value.body["message"] == f"model {model} ({interface_name[model]} interface) returns no " \
+            "logprobs here" and refused.value.body["param"] == "logprobs"
+        with pytest.raises(openai.BadRequestError) as refused:
+            others.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                           response_format={"type": "json_object"})
+        assert refused.value.body["message"] == f"model {model} ({interface_name[model]} interface) has no " \
+            "structured-output input for response_format"
 
 
 def test_serve_with_openai_port_serves_the_repository_and_stops_with_it(tmp_path) -> None:

@@ -10,7 +10,7 @@ from console.clients import ModelInfo, Tensor, interface_of
 from console.clients import params as offered
 from console.front.command import api_key_for
 from console.front.errors import APIError, upstream_error
-from console.front.mapping import check_model, parse
+from console.front.mapping import blame, check_model, parse
 from console.front.replies import Shape, chat_logprobs, completion_logprobs, finish_reason
 from console.front.tokenizers import Tokenizers
 
@@ -80,12 +80,20 @@ def test_answer_shapes() -> None:
     assert first["usage"] is None and first["id"].startswith("chatcmpl-")
     last = json.loads(shape.usage_chunk({"prompt_tokens": 1})[len(b"data: "):])
     assert last["choices"] == [] and last["usage"] == {"prompt_tokens": 1}
-    tokens = [{"token": "Hé", "logprob": -0.5, "top": {"Hé": -0.5}}, {"token": "!", "logprob": -1.0, "top": {}}]
+    top = [{"id": 5, "token": "Hé", "logprob": -0.5}]
+    tokens = [{"id": 5, "token": "Hé", "logprob": -0.5, "top": top},
+              {"id": 6, "token": "!", "logprob": -1.0, "top": []}]
     assert chat_logprobs(tokens)["content"][0] == {"token": "Hé", "logprob": -0.5, "bytes": [72, 195, 169],
                                                    "top_logprobs": [{"token": "Hé", "logprob": -0.5,
                                                                      "bytes": [72, 195, 169]}]}
-    assert completion_logprobs(tokens, 10) == {"tokens": ["Hé", "!"], "token_logprobs": [-0.5, -1.0],
-                                               "top_logprobs": [{"Hé": -0.5}, {}], "text_offset": [10, 12]}
+    assert completion_logprobs(tokens, 10, "Hé!") == {"tokens": ["Hé", "!"], "token_logprobs": [-0.5, -1.0],
+                                                      "top_logprobs": [{"Hé": -0.5}, {}], "text_offset": [10, 12]}
+    halves = [{"id": 1, "token": "\ufffd", "bytes": [226, 130], "logprob": -1.0, "top": []},
+              {"id": 2, "token": "\ufffd", "bytes": [172], "logprob": -2.0, "top": []},
+              {"id": 3, "token": "!", "logprob": -3.0, "top": []},
+              {"id": 0, "token": "<|im_end|>", "logprob": 0, "top": []}]  # a special token adds no text
+    assert completion_logprobs(halves, 0, "€!")["text_offset"] == [0, 0, 1, 2]  # bytes of one character: its offset
+    assert chat_logprobs(halves)["content"][1]["bytes"] == [172]
     assert [finish_reason(r) for r in ("eos", "stop", "length", "ctx_len", "", None)] == \
         ["stop", "stop", "length", "length", "stop", "stop"]
 
@@ -111,6 +119,59 @@ def test_structured_output_is_checked_for_its_shape_and_one_at_a_time() -> None:
     assert "needs json_schema.schema" in str(refusal({"response_format": {"type": "json_schema"}}))
     assert "type must be one of" in str(refusal({"response_format": {"type": "yaml"}}))
     assert refusal({"response_format": schema, "guided_regex": "a"}).param == "guided_regex"
+
+
+@pytest.mark.parametrize(("body", "field", "spec"), [
+    ({"response_format": {"type": "json_object"}}, "response_format", {"json_object": True}),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
+     "response_format", {"json": {"type": "object"}}),
+    ({"guided_json": '{"type": "integer"}'}, "guided_json", {"json": '{"type": "integer"}'}),
+    ({"guided_regex": "[0-9]+"}, "guided_regex", {"regex": "[0-9]+"}),
+    ({"guided_choice": ["yes", "no"]}, "guided_choice", {"choice": ["yes", "no"]}),
+    ({"structured_outputs": {"choice": ["a"]}}, "structured_outputs", {"choice": ["a"]}),  # vLLM >= 0.10
+])
+def test_structured_output_becomes_the_structured_outputs_control(body, field, spec) -> None:
+    job = parse({"model": "m", "messages": [{"role": "user", "content": "hi"}], **body}, chat=True)
+    assert job.structured == field and job.controls["structured_outputs"] == spec
+    assert job.fields["structured_outputs"] == field
+
+
+def test_logprobs_become_the_logprobs_control_named_by_their_field() -> None:
+    completion = parse({"model": "m", "prompt": "hi", "logprobs": 0}, chat=False)
+    assert completion.controls["logprobs"] == 0 and completion.fields["logprobs"] == "logprobs"
+    chat = parse({"model": "m", "messages": [{"role": "user", "content": "hi"}], "logprobs": True,
+                  "top_logprobs": 3}, chat=True)
+    assert chat.controls["logprobs"] == chat.logprobs == 3 and chat.fields["logprobs"] == "top_logprobs"
+    plain = parse({"model": "m", "messages": [{"role": "user", "content": "hi"}], "logprobs": False}, chat=True)
+    assert plain.logprobs is None and "logprobs" not in plain.controls
+    assert refusal({"logprobs": 2, "echo": True}).param == "echo"
+    assert refusal({"top_logprobs": 21, "logprobs": True}, chat=True).param == "top_logprobs"
+    assert refusal({"guided_choice": "yes"}).param == "guided_choice"
+
+
+def test_logprobs_and_structured_output_need_the_models_own_input_and_output() -> None:
+    def info(name: str, inputs: tuple, outputs: tuple = ()) -> ModelInfo:
+        return ModelInfo(name, True, True, inputs=(Tensor("prompt", "BYTES"), *inputs),
+                         outputs=(Tensor("text_output", "BYTES"), *outputs))
+
+    wire = tuple(Tensor(n, t, (1,), True) for n, t in (("logprobs", "INT64"), ("structured_outputs", "BYTES")))
+    full = interface_of(info("b", wire, (Tensor("logprobs", "BYTES", (-1,)),)))
+    job = parse({"model": "b", "prompt": "hi", "logprobs": 2, "guided_regex": "a+"}, False)
+    assert check_model(job, full).values == {"logprobs": 2, "structured_outputs": {"regex": "a+"}}
+    no_output = interface_of(info("o", wire))
+    with pytest.raises(APIError, match=r"^model o \(qaic-console interface\) returns no logprobs here$"):
+        check_model(parse({"model": "o", "prompt": "hi", "logprobs": 2}, False), no_output)
+    vllm = interface_of(ModelInfo("v", True, True, inputs=(  # sampling_parameters carries them, nothing enforces
+        Tensor("text_input", "BYTES"), Tensor("sampling_parameters", "BYTES", (1,), True)),
+        outputs=(Tensor("text_output", "BYTES"), Tensor("logprobs", "BYTES", (-1,)))))
+    assert vllm.name == "vllm"
+    for body, field in (({"response_format": {"type": "json_object"}}, "response_format"),
+                        ({"logprobs": True, "top_logprobs": 1}, "top_logprobs")):
+        with pytest.raises(APIError) as caught:
+            check_model(parse({"model": "v", "messages": [{"role": "user", "content": "hi"}], **body}, True), vllm)
+        assert caught.value.param == field and str(caught.value).startswith("model v (vllm interface)")
+    blamed = blame(job, upstream_error("structured_outputs cannot be compiled: x", answered=False))
+    assert blamed.status == 400 and blamed.param == "guided_regex"
 
 
 def test_the_console_sends_its_own_front_every_control_the_model_takes() -> None:

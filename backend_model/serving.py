@@ -1,7 +1,7 @@
 """The serving loop behind the Triton glue: an engine thread and a response thread.
 
 The engine thread only steps the engine and posts each step's updates. The response thread
-answers them through a ``Wire`` (the Triton glue's response senders), so the engine never waits
+answers them through a ``Responder`` (the Triton glue's response senders), so the engine never waits
 for a response or a cancellation check to cross to the server process: a round of responses
 carries everything posted since the previous round (texts of steps it has not caught up with are
 joined; log-probability entries go with the next response that carries text), then the live requests
@@ -27,7 +27,7 @@ Log = Callable[[str, str], None]  # (level, message); typing names: evaluated at
 class Request:
     """One client request: its prompts' sequences and where to answer (``sender``)."""
 
-    sender: Any  # is_cancelled() -> bool; what the Wire answers through
+    sender: Any  # is_cancelled() -> bool; what the Responder answers through
     request_id: str
     prompts: list[str]
     input_tokens: list[int]
@@ -46,7 +46,7 @@ class Request:
         return self.ended == len(self.seqs)
 
 
-class Wire(Protocol):
+class Responder(Protocol):
     """How responses leave; ``send`` raises when the client is gone."""
 
     def send(self, req: Request, texts: list[str], final: bool, logprobs: list[list[TokenLogprob]]) -> None: ...
@@ -63,11 +63,11 @@ class _Posted:
 
 
 class Serving:
-    """Runs ``engine`` for ``wire``: ``submit`` requests, ``stop`` at the end."""
+    """Runs ``engine`` for ``responder``: ``submit`` requests, ``stop`` at the end."""
 
-    def __init__(self, engine: Engine, wire: Wire, log: Log, name: str = "model") -> None:
+    def __init__(self, engine: Engine, responder: Responder, log: Log, name: str = "model") -> None:
         self.engine = engine
-        self.wire = wire
+        self.responder = responder
         self.log = log
         self.name = name
         self.live: dict[int, Request] = {}  # the response thread's own (submit adds under the lock)
@@ -161,7 +161,7 @@ class Serving:
     def _send(self, req: Request, texts: list[str], final: bool) -> None:
         logprobs = [req.unsent.pop(i, []) for i in range(len(req.seqs))]  # the entries so far go with this text
         try:
-            self.wire.send(req, texts, final, logprobs)
+            self.responder.send(req, texts, final, logprobs)
         except Exception as exc:  # the client went away; the request is over for us
             self.log("verbose", f"{self.name}: request {req.request_id}: response not delivered: {exc}")
 

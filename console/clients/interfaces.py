@@ -85,6 +85,11 @@ class Interface:
     def matches(cls, info: ModelInfo) -> bool:
         return is_text(info.input(cls.prompt_input)) and is_text(info.output(cls.text_output))
 
+    @property
+    def label(self) -> str:
+        """How the consoles name it under a model."""
+        return f"interface {self.name}"
+
     # ---- what is sent
 
     @property

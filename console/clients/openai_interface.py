@@ -67,6 +67,10 @@ class OpenAIInterface(Interface):
     def server(self) -> Server:
         return server_of(self.info)
 
+    @property
+    def label(self) -> str:
+        return "OpenAI-compatible API" + ("" if self.server is GENERIC else f" ({self.server.name})")
+
     def wire_input(self, control: Control) -> Tensor | None:
         listed = self.info.parameters.get("controls")  # the front says which controls the model has
         if listed is not None and control.name not in listed.split(","):

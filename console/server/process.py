@@ -1,12 +1,10 @@
 """Start, watch and stop a real ``tritonserver`` process on one model repository.
 
-The server runs under :mod:`console.server.guard` in its own session: the guard, tritonserver and
-the Python backend stubs form one process group, which :meth:`TritonServer.stop` takes down
-together, and which the guard takes down by itself when this process dies without stopping it.
-Models are loaded in explicit model-control mode (every visible folder of the repository, or the ones
-asked for), so a model can be reloaded while the server runs; hidden folders (a killed generator's
-leftovers) are named, never loaded. Its repository API answers only a key made for each launch
-(:mod:`.arguments`), which :attr:`TritonServer.handle` sends, as do this user's other consoles (:mod:`.keys`).
+The server runs under :mod:`console.server.guard` in its own session: the guard, tritonserver and the Python
+backend stubs form one process group, which :meth:`TritonServer.stop` takes down together, and which the guard
+takes down by itself when this process dies without stopping it. Its command line (:mod:`.arguments`): every
+visible folder loaded in explicit model-control mode (a killed generator's hidden leftovers are named, never
+loaded), and a repository API that answers only the key :attr:`TritonServer.handle` sends (:mod:`.keys`).
 """
 
 from __future__ import annotations

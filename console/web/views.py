@@ -94,6 +94,13 @@ def interface_name(info: ModelInfo) -> str:
         return "unsupported"
 
 
+def _interface_label(info: ModelInfo) -> str:
+    try:
+        return interface_of(info).label
+    except ClientError:
+        return "interface unsupported"
+
+
 KINDS = {"kv_cache": "KV cache", "causal": "causal (slow on a CPU)"}
 
 
@@ -136,7 +143,7 @@ def model_note(info: ModelInfo | None, template: str | None) -> str:
     """The line under the model selector: kind, interface and the chat template's state."""
     if info is None:
         return "no model ready yet: start a server or connect to one (Server tab)"
-    parts = [model_kind(info), f"interface {interface_name(info)}"]
+    parts = [model_kind(info), _interface_label(info)]
     if template:
         parts.append(f"chat template {template}")
     return md(" · ".join(parts))

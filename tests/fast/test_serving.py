@@ -1,6 +1,6 @@
 """The serving loop behind the Triton glue (engine thread + response thread), without a server.
 
-A recording wire stands in for Triton's response senders and a zero-cost session for the model
+A recording responder stands in for Triton's response senders and a zero-cost session for the model
 (optionally gated, so the test lets the engine take one step at a time). What the glue promises:
 exactly one final response per request (cancellation and errors included), streamed texts that
 join to the engine's, cancellation reaching the engine within a step or so, requests sharing the
@@ -47,7 +47,7 @@ class Sender:
         return self.cancelled
 
 
-class Wire:
+class Responder:
     """Records every response; sends of requests in ``gone`` raise after recording (the client left)."""
 
     def __init__(self, gone: tuple[str, ...] = ()) -> None:
@@ -122,17 +122,17 @@ class Session(ZeroCostSession):
             assert self._cond.wait_for(lambda: until() or (self.runs > started and sender.checks > checks), WAIT)
 
 
-def serving(tokenizer, wire: Wire | None = None, slots: int = 8, **session):
+def serving(tokenizer, responder: Responder | None = None, slots: int = 8, **session):
     dims = Dims(1, 32, 2048, len(tokenizer), slots)
-    wire = wire or Wire()
-    engine = Engine(Session(dims, digit_tokens(tokenizer), wire._cond, **session), tokenizer)
+    responder = responder or Responder()
+    engine = Engine(Session(dims, digit_tokens(tokenizer), responder._cond, **session), tokenizer)
     logs: list[tuple[str, str]] = []
-    return Serving(engine, wire, lambda level, m: logs.append((level, m)), "test"), logs
+    return Serving(engine, responder, lambda level, m: logs.append((level, m)), "test"), logs
 
 
 def submit(serve: Serving, request_id: str, prompts: list[str], max_tokens: int, streaming: bool = True) -> Request:
     ids = [serve.engine.encode(p) for p in prompts]
-    req = Request(Sender(serve.wire._cond), request_id, prompts, [len(i) for i in ids], streaming=streaming,
+    req = Request(Sender(serve.responder._cond), request_id, prompts, [len(i) for i in ids], streaming=streaming,
                   key=f"triton-{request_id}")
     serve.submit(req, ids, SamplingParams(max_tokens=max_tokens))
     return req
@@ -147,11 +147,11 @@ def test_every_request_ends_with_one_final_and_its_streamed_texts_join(tokenizer
     try:
         reqs = [submit(serve, "a", ["My name is"], 40), submit(serve, "b", ["1, 2, 3", "Hello there"], 25),
                 submit(serve, "c", ["x"], 1)]
-        serve.wire.wait(lambda: serve.wire.finished("a", "b", "c"))
+        serve.responder.wait(lambda: serve.responder.finished("a", "b", "c"))
     finally:
         serve.stop()
     for req in reqs:
-        responses = serve.wire.of(req.request_id)
+        responses = serve.responder.of(req.request_id)
         assert [final for _, final in responses] == [False] * (len(responses) - 1) + [True]
         for i, seq in enumerate(req.seqs):
             assert joined(responses, i) == seq.text == digits_after(len(seq.prompt_ids), len(seq.tokens))
@@ -165,10 +165,10 @@ def test_batch_mode_answers_once_at_the_end(tokenizer) -> None:
     serve, _ = serving(tokenizer)
     try:
         req = submit(serve, "batch", ["My name is", "x"], 30, streaming=False)
-        serve.wire.wait(lambda: serve.wire.finished("batch"))
+        serve.responder.wait(lambda: serve.responder.finished("batch"))
     finally:
         serve.stop()
-    assert len(serve.wire.of("batch")) == 1 and serve.wire.of("batch")[0][1]
+    assert len(serve.responder.of("batch")) == 1 and serve.responder.of("batch")[0][1]
     assert all(len(s.tokens) == 30 for s in req.seqs)
 
 
@@ -177,7 +177,7 @@ def test_requests_share_the_slots(tokenizer) -> None:
     try:
         for name in "pqrst":  # five requests, four slots: one waits for a free slot
             submit(serve, name, [f"prompt {name}"], 200)
-        serve.wire.wait(lambda: serve.wire.finished(*"pqrst"))
+        serve.responder.wait(lambda: serve.responder.finished(*"pqrst"))
     finally:
         serve.stop()
     assert serve.engine.session.widest == 4
@@ -189,19 +189,19 @@ def test_cancellation_reaches_the_engine_within_a_step_or_so(tokenizer) -> None:
     try:
         req = submit(serve, "long", ["Count:"], 1000)
         assert serve.find("triton-long") is req and serve.find("triton-other") is None
-        while len(serve.wire.of("long")) < 3:  # the request streams: a response per step
-            session.step(lambda: len(serve.wire.of("long")) >= 3, req.sender)
+        while len(serve.responder.of("long")) < 3:  # the request streams: a response per step
+            session.step(lambda: len(serve.responder.of("long")) >= 3, req.sender)
         req.sender.cancelled = True
         steps = 0
-        while not serve.wire.finished("long"):
+        while not serve.responder.finished("long"):
             steps += 1
-            session.step(lambda: serve.wire.finished("long"), req.sender)
+            session.step(lambda: serve.responder.finished("long"), req.sender)
         assert steps <= 2
     finally:
         serve.stop()
     (seq,) = req.seqs
     assert seq.finish_reason == "cancelled" and len(seq.tokens) < 1000 and serve.find("triton-long") is None
-    assert [final for _, final in serve.wire.of("long")].count(True) == 1
+    assert [final for _, final in serve.responder.of("long")].count(True) == 1
     assert any("request long" in m and "finish=cancelled" in m for _, m in logs)
 
 
@@ -209,43 +209,43 @@ def test_a_failing_session_ends_its_requests_once_and_serving_goes_on(tokenizer)
     serve, logs = serving(tokenizer, fail_at=5)
     try:
         broken = submit(serve, "broken", ["My name is"], 50)
-        serve.wire.wait(lambda: serve.wire.finished("broken"))
+        serve.responder.wait(lambda: serve.responder.finished("broken"))
         after = submit(serve, "after", ["My name is"], 5)
-        serve.wire.wait(lambda: serve.wire.finished("after"))
+        serve.responder.wait(lambda: serve.responder.finished("after"))
     finally:
         serve.stop()
     assert broken.seqs[0].finish_reason == "error" and "device lost" in broken.seqs[0].error
-    assert [final for _, final in serve.wire.of("broken")].count(True) == 1
-    assert after.seqs[0].finish_reason == "length" and joined(serve.wire.of("after"))
+    assert [final for _, final in serve.responder.of("broken")].count(True) == 1
+    assert after.seqs[0].finish_reason == "length" and joined(serve.responder.of("after"))
 
 
 def test_a_client_that_went_away_does_not_hold_up_the_others(tokenizer) -> None:
-    serve, logs = serving(tokenizer, wire=Wire(gone=("gone",)))
+    serve, logs = serving(tokenizer, responder=Responder(gone=("gone",)))
     try:
         submit(serve, "gone", ["My name is"], 30)
         stays = submit(serve, "stays", ["Hello"], 30)
-        serve.wire.wait(lambda: serve.wire.finished("gone", "stays"))
+        serve.responder.wait(lambda: serve.responder.finished("gone", "stays"))
     finally:
         serve.stop()
-    assert [final for _, final in serve.wire.of("gone")].count(True) == 1
-    assert joined(serve.wire.of("stays")) == stays.seqs[0].text and len(stays.seqs[0].tokens) == 30
+    assert [final for _, final in serve.responder.of("gone")].count(True) == 1
+    assert joined(serve.responder.of("stays")) == stays.seqs[0].text and len(stays.seqs[0].tokens) == 30
     assert any(level == "verbose" and "not delivered" in m for level, m in logs)
 
 
 def test_a_slow_client_gets_every_token_with_the_steps_it_missed_joined(tokenizer) -> None:
-    wire = Wire()
-    wire.hold = threading.Event()
-    serve, _ = serving(tokenizer, wire=wire)
+    responder = Responder()
+    responder.hold = threading.Event()
+    serve, _ = serving(tokenizer, responder=responder)
     try:
         req = submit(serve, "slow", ["My name is"], 300)
         seq = req.seqs[0]
         serve.engine.session.wait(lambda: len(seq.tokens) >= 100)  # the engine steps on while a send is held
-        wire.hold.set()
-        wire.wait(lambda: wire.finished("slow"))
+        responder.hold.set()
+        responder.wait(lambda: responder.finished("slow"))
     finally:
-        wire.hold.set()
+        responder.hold.set()
         serve.stop()
-    responses = wire.of("slow")
+    responses = responder.of("slow")
     assert joined(responses) == seq.text == digits_after(len(seq.prompt_ids), 300)
     first, second = (texts[0] for texts, _ in responses[:2])
     # everything the engine posted while the first send was held (>= 100 tokens in all) came in the next one
@@ -255,21 +255,21 @@ def test_a_slow_client_gets_every_token_with_the_steps_it_missed_joined(tokenize
 def test_logprob_entries_travel_with_the_text_of_their_tokens(tokenizer) -> None:
     serve, _ = serving(tokenizer)
     ids = [serve.engine.encode("My name is")]
-    streamed = Request(Sender(serve.wire._cond), "lp", ["My name is"], [len(ids[0])], key="triton-lp")
-    once = Request(Sender(serve.wire._cond), "lp-once", ["My name is"], [len(ids[0])], streaming=False)
+    streamed = Request(Sender(serve.responder._cond), "lp", ["My name is"], [len(ids[0])], key="triton-lp")
+    once = Request(Sender(serve.responder._cond), "lp-once", ["My name is"], [len(ids[0])], streaming=False)
     try:  # "5x" holds a 5 back until the next digit shows it is no stop: its entry waits with it
         serve.submit(streamed, ids, SamplingParams(max_tokens=30, logprobs=2, stop=("5x",)))
         serve.submit(once, ids, SamplingParams(max_tokens=30, logprobs=0))
-        serve.wire.wait(lambda: serve.wire.finished("lp", "lp-once"))
+        serve.responder.wait(lambda: serve.responder.finished("lp", "lp-once"))
     finally:
         serve.stop()
-    sent = [(texts[0], entries[0]) for rid, texts, entries in serve.wire.logprobs if rid == "lp"]
+    sent = [(texts[0], entries[0]) for rid, texts, entries in serve.responder.logprobs if rid == "lp"]
     assert all(len(entries) == len(text) for text, entries in sent)  # one digit, one token, one entry
     assert any(text.startswith("5") and len(text) == 2 for text, _ in sent)  # the held 5 came with the next digit
     seq = streamed.seqs[0]
     assert [e.id for _, entries in sent for e in entries] == seq.tokens and seq.logprobs == [e for _, es in sent
                                                                                               for e in es]
     assert all(len(e.top) == 2 and e.top[0][0] == e.id for e in seq.logprobs)
-    (texts, entries), = [(t, e) for rid, t, e in serve.wire.logprobs if rid == "lp-once"]
+    (texts, entries), = [(t, e) for rid, t, e in serve.responder.logprobs if rid == "lp-once"]
     assert len(entries[0]) == 30 and [e.id for e in entries[0]] == once.seqs[0].tokens
     assert all(e.top == () for e in entries[0])  # 0: the chosen token's only

@@ -60,12 +60,22 @@ class Upstream:
         """The READY models' names (503 when Triton does not answer)."""
         try:
             index = await self.client.get_model_repository_index(as_json=True, client_timeout=10)
+            ready = sorted({m["name"] for m in index.get("models", []) if m.get("state") == "READY"})
         except InferenceServerException as exc:
-            raise self._unreachable(exc) from None
-        ready = sorted({m["name"] for m in index.get("models", []) if m.get("state") == "READY"})
+            if "restricted" not in str(exc.message()):
+                raise self._unreachable(exc) from None
+            ready = await self._loaded()  # a console's tritonserver keeps its repository API to itself
         for name in set(self._infos) - set(ready):  # gone or reloading: its config is read again when back
             del self._infos[name]
         return ready
+
+    async def _loaded(self) -> list[str]:
+        """The loaded models' names from their statistics (open where the repository API is restricted)."""
+        try:
+            stats = await self.client.get_inference_statistics(as_json=True, client_timeout=10)
+        except InferenceServerException as exc:
+            raise self._unreachable(exc) from None
+        return sorted({m["name"] for m in stats.get("model_stats", [])})
 
     async def models(self) -> list[ModelInfo]:
         """The READY models the front can speak to (an interface fits them)."""

@@ -218,7 +218,7 @@ def test_off_loopback_the_key_is_on_by_default_and_a_taken_port_is_said_first(em
 
 
 def test_the_console_speaks_to_the_front_with_every_control_of_the_model(front, embedded_server) -> None:
-    result = CliRunner().invoke(main, ["--prompt", "My name is", "--url", front.base_url, "--model", STREAM,
+    result = CliRunner().invoke(main, ["--prompt", "My name is", "--url", front.base_url, "--model", STREAM, "--raw",
                                        "--max-tokens", "12", "--repetition-penalty", "1.3", "--json"])
     assert result.exit_code == 0, result.output
     row = json.loads(result.stdout)

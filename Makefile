@@ -8,7 +8,7 @@ run:
 test:
 	@scripts/setup.sh --test
 	@.venv/bin/ruff check .
-	@.venv/bin/python -m pytest -q $(PYTEST_ARGS)
+	@.venv/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-fast:
 	@scripts/setup.sh --test

@@ -160,7 +160,8 @@ def test_connect_refused_to_a_caller_and_the_key_goes_only_to_its_own_server(tmp
         assert other.seen == []
 
         user = Client(console.base, headers={"Authorization": f"Bearer {console.token}"}, verbose=False)
-        said = user.predict(other.url, "", api_name="/connect")  # logged in, to an address not given for the key
+        said, _ = user.predict(other.url, "", api_name="/connect")  # logged in, to an address not given for the key
+        # (the status, and the error beside the buttons)
         assert other.seen and set(other.seen) == {None}, other.seen
         assert "OPENAI\\_API\\_KEY is not sent to http&#58;//127\\.0\\.0\\.1:" in said, said
         user.predict(keyed.url, "", api_name="/connect")

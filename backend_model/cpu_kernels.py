@@ -13,6 +13,8 @@ the machine it runs on.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 
@@ -52,7 +54,9 @@ class Linear:
             w = self.weight
             scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-8).double()
             zero = torch.zeros(len(scale), dtype=torch.long)
-            qw = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+            with warnings.catch_warnings():  # torch 2.13 calls quantized tensors deprecated: noise in each int8 load
+                warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
+                qw = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
             self.packed = torch.ops.quantized.linear_prepack(qw, self.bias)
             self.weight = None
         elif precision == "int4" and weight.shape[1] % INT4_GROUP == 0 and weight.shape[0] % 16 == 0:

@@ -153,7 +153,8 @@ def aiperf_section(report: Any, front: str, model: str, repeats: int, progress: 
     load = AIPERF_LOAD
     runs: dict[str, list[dict[str, float | None]]] = {"aiperf": [], "bench": []}
     for i in range(min(repeats, 2)):
-        progress(f"front round {i + 1}: AIPerf and qaic-console bench on the front ({load}) ...")
+        progress(f"front round {i + 1}: AIPerf and qaic-console bench on the front ({load['requests']} requests, "
+                 f"{load['concurrency']} at a time, {load['input_tokens']} -> {load['output_tokens']} tokens) ...")
         runs["aiperf"].append(aiperf_level(binary, front, model))
         runs["bench"].append(figures(bench_level(front, model, load["concurrency"], load["requests"],
                                                  load["output_tokens"], load["input_tokens"])))

@@ -24,7 +24,7 @@ from .abortable import Abortable
 from .call import Arrived, Broke, Call, Ended
 from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
-from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client_options, model_info, request_headers
+from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client_options, model_info, request_headers, tls
 from .openai_interface import OpenAIInterface, server_of
 from .params import GenerationParams
 from .stats import reply_stats
@@ -193,7 +193,8 @@ class OpenAICall(Call):
         """Send; hand over each chunk (or the one answer), then the end."""
         import openai
 
-        async with openai.AsyncOpenAI(**client_options(self.url)) as api:
+        http = openai.DefaultAsyncHttpxClient(verify=tls())  # the call's own connection, closed with it
+        async with openai.AsyncOpenAI(**client_options(self.url), http_client=http) as api:
             endpoint = api.chat.completions if self.chat else api.completions
             answered = await endpoint.create(**body)
             if not self.streaming:

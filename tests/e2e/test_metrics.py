@@ -174,7 +174,7 @@ def test_every_bench_level_carries_the_servers_side(embedded_server, tmp_path: P
         assert 0 < server["mean_occupancy"] <= 1 and server["tokens_per_step"] >= 1
         parts = server["ttft_breakdown_ms"]
         assert parts["queue"] >= 0 and parts["prefill"] > 0 and parts["network"] >= 0
-        assert sum(parts.values()) >= level["time_to_first_token"]["avg"] - 1e-3
+        assert sum(parts.values()) >= level["time_to_first_token"]["avg"] - 2e-3  # 3 parts, each rounded to 1e-3
         assert level["card"]["note"] == "no card: qaic-util not found" and level["card"]["tokens_per_joule"] is None
     with (out / "bench_summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))

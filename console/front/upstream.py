@@ -35,6 +35,7 @@ class Upstream:
         self.url = url
         self._client: aio.InferenceServerClient | None = None
         self._infos: dict[str, ModelInfo] = {}
+        self._restricted = False  # its repository API answered "restricted" once: read the statistics since
 
     @property
     def client(self) -> aio.InferenceServerClient:
@@ -58,16 +59,23 @@ class Upstream:
 
     async def ready(self) -> list[str]:
         """The READY models' names (503 when Triton does not answer)."""
-        try:
-            index = await self.client.get_model_repository_index(as_json=True, client_timeout=10)
-            ready = sorted({m["name"] for m in index.get("models", []) if m.get("state") == "READY"})
-        except InferenceServerException as exc:
-            if "restricted" not in str(exc.message()):
-                raise self._unreachable(exc) from None
-            ready = await self._loaded()  # a console's tritonserver keeps its repository API to itself
+        ready = await self._loaded() if self._restricted else await self._indexed()
+        if ready is None:  # a console's tritonserver keeps its repository API to itself
+            self._restricted = True
+            ready = await self._loaded()
         for name in set(self._infos) - set(ready):  # gone or reloading: its config is read again when back
             del self._infos[name]
         return ready
+
+    async def _indexed(self) -> list[str] | None:
+        """The READY models' names from the repository index; None where that API is restricted."""
+        try:
+            index = await self.client.get_model_repository_index(as_json=True, client_timeout=10)
+        except InferenceServerException as exc:
+            if "restricted" in str(exc.message()):
+                return None
+            raise self._unreachable(exc) from None
+        return sorted({m["name"] for m in index.get("models", []) if m.get("state") == "READY"})
 
     async def _loaded(self) -> list[str]:
         """The loaded models' names from their statistics (open where the repository API is restricted)."""

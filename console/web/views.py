@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from console.clients import ClientError, ModelInfo, format_stats, interface_of
+from console.clients import ClientError, Interface, ModelInfo, format_stats, interface_of
 from console.core.controller import Snapshot
 from console.core.transcript import summary
 from console.core.turns import Turn, ending_mark
@@ -86,19 +86,23 @@ def no_server(snap: Snapshot) -> str:
     return f"no server to send to: {snap.message}" + (f" ({RESTART[snap.phase]})" if snap.phase in RESTART else "")
 
 
+def _interface(info: ModelInfo) -> Interface | None:
+    """The interface the model speaks, or None when the console speaks none of its."""
+    try:
+        return interface_of(info)
+    except ClientError:
+        return None
+
+
 def interface_name(info: ModelInfo) -> str:
     """The Triton LLM interface the model speaks, or ``unsupported``."""
-    try:
-        return interface_of(info).name
-    except ClientError:
-        return "unsupported"
+    interface = _interface(info)
+    return interface.name if interface else "unsupported"
 
 
 def _interface_label(info: ModelInfo) -> str:
-    try:
-        return interface_of(info).label
-    except ClientError:
-        return "interface unsupported"
+    interface = _interface(info)
+    return interface.label if interface else "interface unsupported"
 
 
 KINDS = {"kv_cache": "KV cache", "causal": "causal (slow on a CPU)"}

@@ -43,10 +43,11 @@ def torch_dtype(precision: str) -> torch.dtype:
 class Linear:
     """y = x W^T (+ b) with W dense, int8 per channel (dynamic activations) or int4 per group of 32."""
 
-    __slots__ = ("weight", "bias", "packed", "int4")
+    __slots__ = ("weight", "bias", "packed", "int4", "inputs")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, precision: str) -> None:
         dtype = torch_dtype(precision)
+        self.inputs = weight.shape[1]
         self.weight = weight.detach().to(dtype).contiguous()
         self.bias = None if bias is None else bias.detach().to(dtype)
         self.packed = self.int4 = None

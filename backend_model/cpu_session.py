@@ -94,6 +94,10 @@ class CpuKVSession:
             layer.window = window
             self.layers.append(layer)
 
+    def products(self) -> list[Linear]:
+        """Every matmul of a decode step, in order (the bench times them alone: ``matmul_ceiling``)."""
+        return [p for layer in self.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [self.lm_head]
+
     # -- the contract ----------------------------------------------------------------------
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         ids, pos, slots = read_rows(inputs, self.dims)

@@ -101,6 +101,26 @@ def loop_overhead_ms(tokenizer, slots: int = 16, steps: int = 500) -> float:
     return loop_overhead(tokenizer, slots, steps).seconds / (steps - 2) * 1000
 
 
+def matmul_ceiling(session, repeats: int = 20) -> float | None:
+    """Tokens/s of one sequence if a decode step did nothing but its matmuls, on this session's weights
+    and threads: the kernels' ceiling, which no cut in the step's other work can pass (None for a session
+    that does not list its matmuls)."""
+    import torch
+
+    products = getattr(session, "products", None)
+    if products is None:
+        return None
+    calls = [(linear, torch.randn(1, linear.inputs)) for linear in products()]
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for linear, x in calls:
+                linear.rowwise(x)
+            best = min(best, time.perf_counter() - start)
+    return 1 / best
+
+
 def hf_generate(model, tokenizer, max_tokens: int) -> Timed:
     """transformers ``generate`` (greedy, KV cache, batch 1) on the same weights: the baseline."""
     import torch

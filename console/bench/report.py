@@ -18,9 +18,10 @@ Measured in one run on the embedded model, side by side, as ratios (absolute fig
   streams of a served zero-cost model: the real backend glue and loop, no compute (the host cost a
   card would see; target >= 5,000); the OpenAI-compatible front's ratios: ``front_report.py``.
 
-Context only (no target): the card twin — the time to export the embedded model as a QEfficient-style
-ONNX graph and the ONNX Runtime twin's tokens/s (1 and 8 sequences) beside the CPU KV session's fp32,
-measured alternately in this process.
+Context only (no target): ``matmul_ceiling_{precision}_1_tokens_per_s``, one sequence's tokens/s if
+a decode step did nothing but its matmuls (the kernels' ceiling on this machine and threads); the card
+twin — the time to export the embedded model as a QEfficient-style ONNX graph and the ONNX Runtime
+twin's tokens/s (1 and 8 sequences) beside the CPU KV session's fp32, measured alternately in this process.
 
 Runs alternate so that a neighbour's load hits both sides of a ratio alike, and each side is the
 best of ``repeats`` runs (on a shared machine a neighbour only ever slows a run down).
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Timed, hf_generate, loop_overhead_ms, run_engine
+from .engine import Timed, hf_generate, loop_overhead_ms, matmul_ceiling, run_engine
 from .front_report import FRONT_LABELS, FRONT_TARGETS, front_section
 from .streams import served_model, served_precision, triton_streams
 
@@ -138,6 +139,9 @@ def precision_section(report: Report, opts: ReportOptions, progress: Progress) -
     for precision in opts.precisions:
         engine = _engine(_embedded_settings(precision))  # sets torch's threads: HF generate runs on the same
         report.context["threads"] = torch.get_num_threads()
+        ceiling = matmul_ceiling(engine.session)
+        if ceiling is not None:
+            report.context[f"matmul_ceiling_{precision}_1_tokens_per_s"] = round(ceiling, 1)
         hf_generate(model, tokenizer, 4)  # warm-up
         progress(f"{precision}: starting a server with the embedded model at {precision} ...")
         runs: dict[str, list[Timed]] = {}

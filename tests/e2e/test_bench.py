@@ -16,7 +16,7 @@ from console.bench import report as perf
 from console.bench.capacity import client_capacity, zero_cost_server
 from console.bench.cli import bench_group
 from console.bench.display import ProgressBar, levels_table
-from console.bench.engine import loop_overhead
+from console.bench.engine import ZeroCostSession, loop_overhead, matmul_ceiling
 from console.bench.load import LevelResult, RequestRecord, Runner, Target
 from console.bench.plots import throughput_figure
 from console.bench.prompts import BenchRequest, SyntheticPrompts, read_jsonl
@@ -201,6 +201,23 @@ def test_the_loop_overhead_times_full_batch_decode_steps() -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))
     timed = loop_overhead(tokenizer, slots=4, steps=40)
     assert timed.tokens == 4 * 38 and timed.seconds > 0  # each timed step decoded all four slots
+
+
+def test_the_matmul_ceiling_times_every_matmul_of_a_decode_step() -> None:
+    from tiny_models import tiny_model
+
+    from backend_model.contract import Dims
+    from backend_model.cpu_kernels import Linear
+    from backend_model.cpu_session import CpuKVSession
+
+    model = tiny_model("llama_biases_head_dim")
+    session = CpuKVSession(model, Dims(1, 4, 64, model.config.vocab_size, 2), "int4")
+    fields = [getattr(layer, name) for layer in session.layers for name in layer.__slots__]
+    every = [v for v in fields if isinstance(v, Linear)]
+    assert {id(p) for p in session.products()} == {id(p) for p in [*every, session.lm_head]}
+    assert [p.inputs for p in session.products()[:4]] == [64, 4 * 32, 64, 128]  # qkv, o (heads x head_dim), up, down
+    assert matmul_ceiling(session, repeats=2) > 0
+    assert matmul_ceiling(ZeroCostSession(Dims(1, 4, 64, 10, 2), [1]), repeats=2) is None
 
 
 # --------------------------------------------------------------------------- pure helpers

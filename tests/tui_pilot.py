@@ -30,6 +30,11 @@ async def until(pilot, condition: Callable[[], object], timeout: float = 60.0, w
         await pilot.pause(0.05)
 
 
+async def drawn(pilot, widget: Widget, text: str, timeout: float = 10.0) -> None:
+    """Let the app run until ``widget`` draws ``text`` (a widget just shown has no size until the next layout)."""
+    await until(pilot, lambda: text in text_of(widget), timeout, f"{text!r} drawn in {widget}")
+
+
 def text_of(widget: Widget) -> str:
     """What a widget draws (its visible lines, joined by spaces)."""
     from textual.geometry import Region

@@ -94,9 +94,14 @@ def test_sigkill_at_any_point_of_a_force_write_leaves_nothing_serve_chokes_on(tm
         assert any(f"qaic-console: ignoring {holder}: left by a killed generator run" in s for s in said), said[-20:]
     finally:
         serve.send_signal(signal.SIGINT)
-        serve.communicate(timeout=60)
+        try:
+            rest = serve.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            rest = serve.communicate()[0] + "(killed: still running 60 s after Ctrl-C)\n"
         for pid, _ in marked_servers(mark):  # what a failure left
             os.kill(pid, signal.SIGKILL)
+    assert "\nstopped\n" in "\n" + rest, rest[-2000:]  # Ctrl-C stops it
 
     done = generate(repo)  # the next run sweeps the leftover and says so
     assert done.returncode == 0 and f"note: removed {holder}" in done.stderr, done.stderr

@@ -377,8 +377,12 @@ def test_ctrl_c_mid_reply_prints_what_came_and_cancels_on_the_server(embedded_se
 
     monkeypatch.setattr(headless.Printer, "event", ctrl_c_after_five)
     before = {line for line in embedded_server.log_tail(500) if "finish=cancelled" in line}
-    result = cli("--prompt", "Once upon a time", "--url", embedded_server.grpc_url, "--raw", "--max-tokens", "400")
-    assert result.exit_code == 130, result.output
+    found = signal.signal(signal.SIGINT, signal.default_int_handler)  # what a fresh qaic-console process has
+    try:
+        result = cli("--prompt", "Once upon a time", "--url", embedded_server.grpc_url, "--raw", "--max-tokens", "400")
+    finally:
+        signal.signal(signal.SIGINT, found)
+    assert result.exit_code == 130, (found, result.output)
     assert result.stdout == "".join(deltas) + "\n" and len(deltas) == 5
     status, error = result.stderr.splitlines()[-2:]
     assert status.startswith("■ stopped · 5 tokens · ttft ") and status.endswith(" · cut short")

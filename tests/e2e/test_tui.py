@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Log, Select
-from tui_pilot import SIZE, add_control, run, table_rows, text_of, until
+from tui_pilot import SIZE, add_control, drawn, run, table_rows, text_of, until
 
 from console.clients import CANCELLED, TIMEOUT, Control
 from console.core import template
@@ -141,6 +141,7 @@ def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(embedded_serve
             turn = stream.turns[0]
             assert turn.failure is not None and turn.failure.kind == CANCELLED
             assert block.figures_text.startswith("■ stopped · ") and "ttft" in block.figures_text
+            await drawn(pilot, stream.note, "■ stopped: cancelled after ")
             assert block.has_class("stopped") and text_of(stream.note).startswith("■ stopped: cancelled after ")
             await until(pilot, lambda: log_line(embedded_server, f"request {turn.request_id} "), 30, "the server")
             assert "finish=cancelled" in log_line(embedded_server, f"request {turn.request_id} ")
@@ -192,7 +193,7 @@ def test_a_batch_model_in_the_stream_pane_says_so(embedded_server, tmp_path: Pat
             turn = stream.turns[0]
             assert turn.replies[0].ok and not turn.figures(0).streamed
             assert "one response" in stream.blocks[0].figures_text and "ttft" not in stream.blocks[0].figures_text
-            assert stream.note.display and "smollm2_kv is a batch model (not decoupled)" in text_of(stream.note)
+            await drawn(pilot, stream.note, "smollm2_kv is a batch model (not decoupled)")
 
     run(go)
 
@@ -222,7 +223,7 @@ def test_a_control_the_model_lacks_is_offered_and_reported_not_sent(embedded_ser
             await say(pilot, stream, "Hi")
             turn = stream.turns[0]
             assert turn.replies[0].ok and turn.ignored == ["typical_p"]
-            assert stream.note.display and "has no input for typical_p: not sent" in text_of(stream.note)
+            await drawn(pilot, stream.note, "has no input for typical_p: not sent")
 
     run(go)
 
@@ -255,7 +256,7 @@ def test_the_wait_for_the_chat_template_is_shown_apart_from_ttft(embedded_server
                 assert "chat template ready" in str(status.content)
                 line = stream.blocks[0].figures_text
                 assert f"ttft {turn.figures(0).time_to_first_token * 1000:.0f} ms" in line and "prepare" not in line
-                assert f"prepared in {turn.prepare_seconds:.1f} s before sending" in text_of(stream.note)
+                await drawn(pilot, stream.note, f"prepared in {turn.prepare_seconds:.1f} s before sending")
         finally:
             gate.set()
 

@@ -81,7 +81,7 @@ def test_sigkill_at_any_point_of_a_force_write_leaves_nothing_serve_chokes_on(tm
     holder = left[0].split(":")[0]
 
     mark = uuid.uuid4().hex
-    # Ctrl-C as a terminal's user sends it: with SIGINT handled, even when this run inherited it ignored (`make test &`)
+    # Ctrl-C as a terminal's user sends it: with Python's SIGINT handler, whatever this process's is
     start = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
              "from console.cli import main; main()")
     cmd = [sys.executable, "-c", start, "serve", "--model-repository", str(repo)]

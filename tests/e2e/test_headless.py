@@ -377,7 +377,7 @@ def test_ctrl_c_mid_reply_prints_what_came_and_cancels_on_the_server(embedded_se
 
     monkeypatch.setattr(headless.Printer, "event", ctrl_c_after_five)
     before = {line for line in embedded_server.log_tail(500) if "finish=cancelled" in line}
-    # what a qaic-console started from a terminal has, even when this run inherited SIGINT ignored (`make test &`)
+    # what a qaic-console started from a terminal has, whatever the test process's handler is
     found = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         result = cli("--prompt", "Once upon a time", "--url", embedded_server.grpc_url, "--raw", "--max-tokens", "400")

@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
+from twin_data import PROMPTS as REFERENCE_PROMPTS
+from twin_data import TOKENS
 
 from backend_model.contract import Dims
 from backend_model.cpu_session import CpuKVSession
 from backend_model.engine import Engine
 from backend_model.errors import BadRequest
 from backend_model.hf_sessions import CpuRecomputeSession
-from backend_model.models import eos_ids, load_pretrained
+from backend_model.models import eos_ids
 from backend_model.sampling import SamplingParams
 
 PROMPTS = [
@@ -26,12 +28,6 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def smol():
-    model, tokenizer = load_pretrained("embedded")
-    return model, tokenizer
-
-
 def make_engine(smol, *, slots: int = 4, continuous: bool = True, prefill: int = 4, ctx: int = 256,
                 kv: bool = True) -> Engine:
     model, tokenizer = smol
@@ -41,23 +37,14 @@ def make_engine(smol, *, slots: int = 4, continuous: bool = True, prefill: int =
     return Engine(session, tokenizer, eos_ids(model, tokenizer))
 
 
-def hf_greedy(smol, prompt: str, n: int) -> list[int]:
-    """transformers' full-recompute greedy decoding (no KV cache), the parity reference."""
-    model, tokenizer = smol
-    ids = tokenizer(prompt, return_tensors="pt").input_ids
-    with torch.inference_mode():
-        out = model.generate(ids, max_new_tokens=n, do_sample=False, use_cache=False,
-                             pad_token_id=tokenizer.eos_token_id)
-    return out[0, ids.shape[1]:].tolist()
-
-
-def test_continuous_batching_chunked_prefill_matches_hf_full_recompute(smol):
+def test_continuous_batching_chunked_prefill_matches_hf_full_recompute(smol, reference):
+    """The twin tests' reference (transformers' full-recompute greedy decoding, computed once a session)."""
     engine = make_engine(smol, slots=4, prefill=2)  # 8 prompts > 4 slots: slots are refilled
-    assert all(len(engine.encode(p)) > 2 for p in PROMPTS)  # every prompt is prefilled in chunks
-    seqs = engine.generate(PROMPTS, SamplingParams(max_tokens=32))
+    assert all(len(engine.encode(p)) > 2 for p in REFERENCE_PROMPTS)  # every prompt is prefilled in chunks
+    seqs = engine.generate(REFERENCE_PROMPTS, SamplingParams(max_tokens=TOKENS))
     assert {s.finish_reason for s in seqs} <= {"length", "eos"}
-    for prompt, seq in zip(PROMPTS, seqs):
-        assert seq.tokens == hf_greedy(smol, prompt, 32), prompt
+    for prompt, seq in zip(REFERENCE_PROMPTS, seqs):
+        assert seq.tokens == reference(prompt), prompt
 
 
 @pytest.mark.parametrize("count", [1, 2, 3])

@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.server]
 FP32, INT4 = "smollm2_decoupled_fp32", "smollm2_decoupled"
 PROMPTS = ["My name is", "2 + 2 =", "def fibonacci(n):", "Question: What is the capital of Japan?\\nAnswer:"]
 TOKENS = "12"
+CORPUS = "It is for us the living, rather, to be dedicated here to the unfinished work.\n"  # perplexity, briefly
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +40,15 @@ def served(tmp_path_factory: pytest.TempPathFactory):
 def prompt_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("eval_prompts") / "prompts.txt"
     path.write_text("# four kinds\n" + "\n".join(PROMPTS) + "\n", encoding="utf-8")
+    path.with_name("corpus.txt").write_text(CORPUS, encoding="utf-8")
     return path
 
 
 def test_served_against_served_and_in_process(served, prompt_file: Path, tmp_path: Path) -> None:
-    at = served.grpc_url
+    at, corpus = served.grpc_url, prompt_file.with_name("corpus.txt")
     result = cli("eval", "--reference", f"{FP32}@{at}", "--candidate", f"{INT4}@{at}", "--candidate", "cpu:int8",
                  "--candidate", "cpu:fp32", "--candidate", "cpu:int4", "--prompts", str(prompt_file),
-                 "--max-tokens", TOKENS, "-o", str(tmp_path), "-q")
+                 "--max-tokens", TOKENS, "--corpus", str(corpus), "-o", str(tmp_path), "-q")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0].split()[:3] == ["path", "kind", "exact"]
     document = json.loads((tmp_path / "eval.json").read_text())
@@ -64,7 +66,7 @@ def test_served_against_served_and_in_process(served, prompt_file: Path, tmp_pat
     assert rows["cpu-fp32"]["mean_nll"] == pytest.approx(rows[reference]["mean_nll"], abs=1e-4)
     assert rows["cpu-int4"]["mean_nll"] == pytest.approx(rows[f"{INT4}@{at}"]["mean_nll"], abs=1e-4)
     assert rows["cpu-int4"]["mean_nll"] != pytest.approx(rows["cpu-fp32"]["mean_nll"], abs=1e-3)
-    assert rows["cpu-fp32"]["perplexity"] > 1 and rows["cpu-int8"]["mean_kl"] is None
+    assert rows["cpu-int8"]["perplexity"] > rows["cpu-fp32"]["perplexity"] > 1 and rows["cpu-int8"]["mean_kl"] is None
     assert any("KL: not measured" in n for n in document["notes"])
     page = (tmp_path / "eval.html").read_text()
     first = next(c for c in answers[f"{INT4}@{at}"]["comparisons"] if not c["exact"])

@@ -1,9 +1,11 @@
 """Shared fixtures; the session checks at its end that no tritonserver, backend stub, llama.cpp or vLLM server it
-started is left. ``tests/peers`` (real vLLM, ``make test-peers``) is collected only with ``--peers``."""
+started is left, and that pytest-textual-snapshot's records can be read. ``tests/peers`` (real vLLM,
+``make test-peers``) is collected only with ``--peers``."""
 
 from __future__ import annotations
 
 import os
+import pickle
 import textwrap
 import time
 import uuid
@@ -130,10 +132,28 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ[SESSION_MARK] = uuid.uuid4().hex
 
 
+def _drop_unreadable_snapshot_records(session: pytest.Session) -> None:
+    """pytest-textual-snapshot unpickles one record per snapshot test at the session's end, before pytest's summary;
+    a record that a failed write left (a full disk) would crash it there and hide every failure: it is said and
+    removed, and the run fails."""
+    folder = os.environ.get("TEXTUAL_SNAPSHOT_TEMPDIR")
+    for record in sorted(Path(folder).iterdir()) if folder and Path(folder).is_dir() else ():
+        try:
+            pickle.loads(record.read_bytes())
+        except Exception as exc:  # noqa: BLE001 (whatever the unpickling raises: the record is unusable)
+            session.config.get_terminal_writer().line(f"unreadable snapshot record {record} ({exc!r}): removed",
+                                                      red=True)
+            record.unlink(missing_ok=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-textual-snapshot reads its records
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a tritonserver, guard, stub, llama.cpp or vLLM process started by it is still alive a few
-    seconds after the end."""
+    seconds after the end, or when a snapshot record cannot be read."""
     from console.server.process import _stop_all
+
+    _drop_unreadable_snapshot_records(session)
 
     _stop_all()  # what a test left running on purpose (session fixtures) stops like at interpreter exit
     mark = os.environ[SESSION_MARK]

@@ -136,11 +136,13 @@ def _drop_unreadable_snapshot_records(session: pytest.Session) -> None:
     """pytest-textual-snapshot unpickles one record per snapshot test at the session's end, before pytest's summary;
     a record that a failed write left (a full disk) would crash it there and hide every failure: it is said and
     removed, and the run fails."""
-    folder = os.environ.get("TEXTUAL_SNAPSHOT_TEMPDIR")
-    for record in sorted(Path(folder).iterdir()) if folder and Path(folder).is_dir() else ():
+    folder = Path(os.environ.get("TEXTUAL_SNAPSHOT_TEMPDIR", ""))
+    if not folder.name or not folder.is_dir():
+        return
+    for record in sorted(folder.iterdir()):
         try:
             pickle.loads(record.read_bytes())
-        except Exception as exc:  # noqa: BLE001 (whatever the unpickling raises: the record is unusable)
+        except Exception as exc:  # whatever the unpickling raises, the record is unusable
             session.config.get_terminal_writer().line(f"unreadable snapshot record {record} ({exc!r}): removed",
                                                       red=True)
             record.unlink(missing_ok=True)

@@ -40,12 +40,12 @@ def served(tmp_path_factory: pytest.TempPathFactory):
 def prompt_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("eval_prompts") / "prompts.txt"
     path.write_text("# four kinds\n" + "\n".join(PROMPTS) + "\n", encoding="utf-8")
-    path.with_name("corpus.txt").write_text(CORPUS, encoding="utf-8")
     return path
 
 
 def test_served_against_served_and_in_process(served, prompt_file: Path, tmp_path: Path) -> None:
-    at, corpus = served.grpc_url, prompt_file.with_name("corpus.txt")
+    at, corpus = served.grpc_url, tmp_path / "corpus.txt"
+    corpus.write_text(CORPUS, encoding="utf-8")
     result = cli("eval", "--reference", f"{FP32}@{at}", "--candidate", f"{INT4}@{at}", "--candidate", "cpu:int8",
                  "--candidate", "cpu:fp32", "--candidate", "cpu:int4", "--prompts", str(prompt_file),
                  "--max-tokens", TOKENS, "--corpus", str(corpus), "-o", str(tmp_path), "-q")

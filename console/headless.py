@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from console.clients import CANCELLED, ClientError, Event, Failure, TextDelta, split_prompts
+from console.clients import Cancelled, ClientError, Event, Failure, TextDelta, split_prompts
 from console.core.adapters import Adapter, started_here
 from console.core.request import Exchange, Settings, prepare
 from console.core.turns import Turn, batch_model_note, ignored_note, prepare_note
@@ -132,7 +132,7 @@ def answer(server: Adapter, settings: Settings, prompts: list[str], output: Outp
                 printer.event(event)
     except KeyboardInterrupt:
         seconds = time.perf_counter() - (turn.sent_at or 0.0)
-        turn.apply(Failure(f"interrupted (Ctrl-C) after {seconds:.1f} s; {prepared.call.cancel_note}", CANCELLED,
+        turn.apply(Failure(f"interrupted (Ctrl-C) after {seconds:.1f} s; {prepared.call.cancel_note}", Cancelled,
                            seconds))
         printer.finish()
         return 130

@@ -175,7 +175,7 @@ class Exchange:
             prepared = prepare(server, settings, turn.prompts, history(earlier, settings.mode), info,
                                turn.request_id)
         except ClientError as exc:
-            events: Iterable[Event] = [Failure(str(exc), exc.kind)]
+            events: Iterable[Event] = [Failure.of(exc)]
         else:
             prepared.begin(turn)
             with self._lock:

@@ -16,7 +16,7 @@ from typing import Any
 
 import gradio as gr
 
-from console.clients import CONNECTION, CONTROLS, ClientError, Failure, ModelInfo, split_prompts
+from console.clients import CONTROLS, ClientError, Failure, ModelInfo, Unreachable, split_prompts
 from console.core.controller import ServerController, Snapshot
 from console.core.controls import params_from_form
 from console.core.request import Exchange, Settings
@@ -176,7 +176,8 @@ class WebConsole:
             try:
                 exchange.run(server, settings, earlier, info)
             except Exception as exc:  # the thread's end: whatever the call did not turn into a Failure event
-                turn.apply(Failure(" ".join(str(exc).split()) or type(exc).__name__, getattr(exc, "kind", CONNECTION)))
+                said = " ".join(str(exc).split()) or type(exc).__name__
+                turn.apply(Failure(said, type(exc) if isinstance(exc, ClientError) else Unreachable))
             finally:
                 done.set()
 

@@ -18,7 +18,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Log, Select
 from tui_pilot import SIZE, add_control, drawn, run, table_rows, text_of, until
 
-from console.clients import CANCELLED, TIMEOUT, Control
+from console.clients import Cancelled, Control, Timeout
 from console.core import template
 from console.server import logparse
 from console.tui.app import QaicConsoleApp, Stopping
@@ -139,7 +139,7 @@ def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(embedded_serve
             await pilot.press("escape")
             await until(pilot, lambda: stream.exchange is None, 30, "the stop")
             turn = stream.turns[0]
-            assert turn.failure is not None and turn.failure.kind == CANCELLED
+            assert turn.failure is not None and turn.failure.error is Cancelled
             assert block.figures_text.startswith("■ stopped · ") and "ttft" in block.figures_text
             await drawn(pilot, stream.note, "■ stopped: cancelled after ")
             assert block.has_class("stopped") and text_of(stream.note).startswith("■ stopped: cancelled after ")
@@ -149,7 +149,7 @@ def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(embedded_serve
             await pilot.pause()
         md, data = exported(tmp_path)
         reply = data["turns"][0]["replies"][0]
-        assert reply["finish_reason"] == CANCELLED and reply["time_to_first_token_ms"] > 0
+        assert reply["finish_reason"] == Cancelled.kind and reply["time_to_first_token_ms"] > 0
         assert reply["status"] == "■ stopped" and reply["cut_short"] is True
         assert reply["request_latency_ms"] == round(turn.figures(0).request_latency * 1000, 3)
         assert f"_{turn.status(0)}_" in md and "> ■ stopped: cancelled after" in md  # the TUI's own words
@@ -204,7 +204,7 @@ def test_a_timeout_shows_a_notice_and_cancels(embedded_server, tmp_path: Path) -
             stream.controls.set_value("timeout", "0.2")
             await say(pilot, stream, "Tell me a story", timeout=30)
             turn = stream.turns[0]
-            assert turn.failure is not None and turn.failure.kind == TIMEOUT
+            assert turn.failure is not None and turn.failure.error is Timeout
             assert "0.2 s" in turn.failure.message
             await until(pilot, lambda: ("error", turn.failure.message) in app.notices, 10, "the notice")
             await until(pilot, lambda: log_line(embedded_server, f"request {turn.request_id} "), 30, "the server")

@@ -25,9 +25,9 @@ from console.clients import (
     stream,
 )
 from console.clients.call import Probe
-from console.clients.errors import CONNECTION
+from console.clients.errors import Unreachable
+from console.clients.failures import answers_http, error_message
 from console.clients.status import ask_status
-from console.clients.wire import answers_http, error_message
 from console.server.health import ServerHandle
 from console.server.keys import key_for
 
@@ -45,9 +45,9 @@ def neighbour(url: str, step: int) -> str:
     return f"{host}:{int(port) + step}"
 
 
-def unreachable(url: str, exc: BaseException) -> ClientError:
+def unreachable(url: str, exc: BaseException) -> Unreachable:
     """The one line for a server that does not answer HTTP at ``url``."""
-    return ClientError(error_message(exc, url, "http"), CONNECTION)
+    return Unreachable(error_message(exc, url, "http"))
 
 
 def speaks_http(url: str, timeout: float = 3.0) -> bool:
@@ -153,15 +153,14 @@ class TritonAdapter(Adapter):
         try:
             return handle.describe_version(timeout=timeout)
         except http.client.HTTPException as exc:
-            raise ClientError(f"{handle.http_url} does not answer HTTP ({type(exc).__name__}): is it tritonserver's "
-                              "gRPC port? (HTTP is usually the gRPC port - 1, e.g. 8000)", CONNECTION) from None
+            raise Unreachable(error_message(exc, handle.http_url, "http")) from None
         except (OSError, ValueError) as exc:
             raise self._with_guess(unreachable(handle.http_url, exc)) from None
 
     def _with_guess(self, exc: ClientError) -> ClientError:
         """A connection error that also says which endpoint was guessed (the guess may be what is wrong)."""
-        if exc.kind == CONNECTION and self.guessed:
-            return ClientError(f"{exc} ({self.guessed})", exc.kind)
+        if isinstance(exc, Unreachable) and self.guessed:
+            return Unreachable(f"{exc} ({self.guessed})")
         return exc
 
     def describe(self, timeout: float = 5.0) -> str:

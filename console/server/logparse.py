@@ -19,6 +19,7 @@ _LOG_LINE = re.compile(r'^(?P<level>[IWE])\d{4} (?P<time>[\d:]+)[\d.]*\s+\d+ '
 _TABLE = re.compile(r"^\s*[+|]")  # Triton's tables (repository agents, backends, models, options), up to 230 columns
 _GETOPT_ERROR = re.compile(r"^\S*tritonserver: ")
 _TERMINATE = "terminate called after throwing"  # the C++ runtime's last words before abort()
+_PORT_TAKEN = re.compile(r"Socket '[^']*' already in use")  # "failed to start HTTP|GRPC|Metrics service: ..."
 HARMLESS = ("CudaDriverHelper", "pinned memory", "DCGM", "NVML", "CUDA driver", "cuda_memory_manager",
             "Unable to allocate pinned system memory", "GPU metrics")
 EXIT_EXPIRED = "Exit timeout expired"  # tritonserver stopped waiting for requests and models at shutdown
@@ -62,6 +63,11 @@ def exit_reason(lines: Sequence[str]) -> str:
             if not is_noise(msg):
                 return msg
     return lines[-1].strip() if lines else "no output"
+
+
+def port_taken(lines: Sequence[str]) -> bool:
+    """The log of a server that exited says a port it was to listen on was taken."""
+    return any(_PORT_TAKEN.search(line) for line in lines)
 
 
 def exit_cause(code: int, lines: Sequence[str]) -> str:

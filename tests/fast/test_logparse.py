@@ -48,3 +48,12 @@ def test_a_stop_that_ran_past_the_exit_timeout_is_a_normal_stop() -> None:
     assert logparse.stop_note(-9, RAW) == "", "killed after Triton's exit timeout ran out: stopped as asked"
     assert logparse.stop_note(1, RAW) == ""
     assert logparse.stop_note(-9, RAW[:5]) == " (exit code -9)"
+
+
+def test_a_port_taken_is_read_from_the_log_of_either_service() -> None:
+    taken = ['E1203 13:33:14.334941 25069 main.cc:257] "failed to start HTTP service: Unavailable - Socket '
+             '\'127.0.0.1:59265\' already in use "',
+             'E1203 13:33:14.377589 25093 main.cc:245] "failed to start GRPC service: Unavailable - Socket '
+             '\'127.0.0.1:59265\' already in use "']  # as tritonserver 2.51 writes them
+    assert all(logparse.port_taken(RAW + [line]) for line in taken)
+    assert not logparse.port_taken(RAW)

@@ -24,7 +24,8 @@ from console.metrics.command import metrics_command
 from console.seed_clients import client
 from console.serve_command import serve
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS
-from console.terminal import CONTEXT_SETTINGS, Terminated, exit_on_sigterm, fail, signals_raise
+from console.signals import Terminated, install_signals, interrupted, signals_raise
+from console.terminal import CONTEXT_SETTINGS, fail
 from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
@@ -118,7 +119,18 @@ def _headless(values: dict[str, Any]) -> int:
         return 143
 
 
-@click.group(invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+class Console(click.Group):
+    """The ``qaic-console`` group: a Ctrl-C that no command answered ends with one line and exit code 130 (not
+    click's ``Aborted!`` and exit code 1)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted()
+
+
+@click.group(cls=Console, invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
 @headless_options
 @click.pass_context
 def main(ctx: click.Context, **values: Any) -> None:
@@ -128,7 +140,7 @@ def main(ctx: click.Context, **values: Any) -> None:
     run unless --url names a running server; replies go to stdout, speed figures to stderr.
     Alone on a terminal, open the console TUI (qaic-console tui).
     """
-    exit_on_sigterm()
+    install_signals()
     if ctx.invoked_subcommand is not None:
         return
     if values["prompt"] is None and sys.stdin.isatty() and sys.stdout.isatty():

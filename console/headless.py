@@ -21,6 +21,7 @@ from console.core.request import Exchange, Settings, prepare
 from console.core.turns import Turn, batch_model_note, ignored_note, prepare_note
 from console.server import ServerError
 from console.server.embedded import embedded_server
+from console.signals import INTERRUPTED
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,6 @@ def run(settings: Settings, prompt: str, server: Adapter | None, output: Output 
     except (OSError, ValueError) as exc:  # e.g. the cache is not writable, a bad repository
         err.write(f"error: {' '.join(str(exc).split())}\n")
     except KeyboardInterrupt:
-        err.write("error: interrupted\n")
+        err.write(f"{INTERRUPTED}\n")
         return 130
     return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,11 +21,17 @@ from console.clients.status import ask_status
 from console.core.controller import ServerController
 from console.server import StaleServerError, TritonServer
 from console.server.stale import find_servers
+from console.signals import INTERRUPTED
 from repo_gen.samples import write_samples
 
 pytestmark = pytest.mark.server
 MODEL = "smollm2_decoupled"
 ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = ["-c", "from console.entry import main; main()"]  # what the qaic-console script runs
+# a program started as `qaic-console serve ... &` in a script is: bash sets SIGINT to ignored, and Python keeps it
+SIGINT_IGNORED = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                  "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+IMPORTED = re.compile(r"^import time:.*\|\s+console\.(?!entry\b|signals\b)\w")  # a module the commands load
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +242,40 @@ def test_a_batch_call_whose_backend_dies_fails_within_seconds_naming_the_model(b
     assert type(failure).__name__ == "Failure", failure
     assert_backend_death_said(failure, model, crashed)
     assert noticed < 15, (noticed, failure)
+
+
+def test_serve_started_with_sigint_ignored_stops_on_sigint_and_says_only_that_it_stopped(repo: Path) -> None:
+    """Its signals are its own whatever it inherited; a clean stop ends calmly (no exit timeout, no error)."""
+    cmd = [*SIGINT_IGNORED, *PROGRAM, "serve", "--model-repository", str(repo)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    try:
+        for line in proc.stdout:  # until the server is ready
+            if "press Ctrl-C to stop" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = rest.splitlines()
+    assert proc.returncode == 0 and "stopping tritonserver ..." in lines and lines[-1] == "stopped", rest
+    assert not [line for line in lines if "expired" in line or "error:" in line or "Traceback" in line], rest
+
+
+def test_ctrl_c_while_a_command_starts_ends_with_one_line_and_exit_code_130() -> None:
+    """A SIGINT while the command's modules load (each one's import time on stderr says how far it got); had it come
+    later, it would have landed while the embedded server starts: the same end."""
+    cmd = [sys.executable, "-X", "importtime", *PROGRAM, "--prompt", "Hi", "--max-tokens", "4"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        loaded = next((line for line in proc.stderr if IMPORTED.match(line)), "")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert loaded and proc.returncode == 130 and said[-1] == INTERRUPTED, (loaded, err[-3000:])
+    assert "Traceback" not in err and not out, err[-3000:]

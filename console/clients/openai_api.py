@@ -173,10 +173,10 @@ def listing(base: str, timeout: float = 5.0) -> dict[str, dict[str, Any]]:
         raise api_error(exc, base) from None
 
 
-def model_info(base: str, name: str = "") -> ModelInfo:
+def model_info(base: str, name: str = "", timeout: float = 5.0) -> ModelInfo:
     """The model ``name`` the server at ``base`` serves (empty: the first it lists); ClientError naming the served
     ones when it is absent."""
-    served = listing(base)
+    served = listing(base, timeout)
     if not served:
         raise NotServed(f"the OpenAI-compatible server at {base} serves no model")
     if name and name not in served:

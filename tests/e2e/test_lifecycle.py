@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import SESSION_MARK, marked_servers
+from helpers import SESSION_MARK, marked_servers, signalled
 
 from console.clients import GenerationParams, Timeouts, stream
 from console.clients.status import ask_status
@@ -247,35 +247,18 @@ def test_a_batch_call_whose_backend_dies_fails_within_seconds_naming_the_model(b
 def test_serve_started_with_sigint_ignored_stops_on_sigint_and_says_only_that_it_stopped(repo: Path) -> None:
     """Its signals are its own whatever it inherited; a clean stop ends calmly (no exit timeout, no error)."""
     cmd = [*SIGINT_IGNORED, *PROGRAM, "serve", "--model-repository", str(repo)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    try:
-        for line in proc.stdout:  # until the server is ready
-            if "press Ctrl-C to stop" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    lines = rest.splitlines()
-    assert proc.returncode == 0 and "stopping tritonserver ..." in lines and lines[-1] == "stopped", rest
-    assert not [line for line in lines if "expired" in line or "error:" in line or "Traceback" in line], rest
+    ready, out, err, code = signalled(cmd, lambda line: "press Ctrl-C to stop" in line, signal.SIGINT, "stdout",
+                                      ROOT)
+    lines = out.splitlines()
+    assert ready and code == 0 and "stopping tritonserver ..." in lines and lines[-1] == "stopped", out + err
+    assert not [line for line in lines if "expired" in line or "error:" in line] and "Traceback" not in err, out + err
 
 
 def test_ctrl_c_while_a_command_starts_ends_with_one_line_and_exit_code_130() -> None:
     """A SIGINT while the command's modules load (each one's import time on stderr says how far it got); had it come
     later, it would have landed while the embedded server starts: the same end."""
     cmd = [sys.executable, "-X", "importtime", *PROGRAM, "--prompt", "Hi", "--max-tokens", "4"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        loaded = next((line for line in proc.stderr if IMPORTED.match(line)), "")
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    loaded, out, err, code = signalled(cmd, IMPORTED.match, signal.SIGINT, cwd=ROOT)
     said = [line for line in err.splitlines() if not line.startswith("import time:")]
-    assert loaded and proc.returncode == 130 and said[-1] == INTERRUPTED, (loaded, err[-3000:])
+    assert loaded and code == 130 and said[-1] == INTERRUPTED, (loaded, err[-3000:])
     assert "Traceback" not in err and not out, err[-3000:]

@@ -14,6 +14,12 @@ A sequence's token comes from its sampler, masked first by its grammar when the 
 the reply (:mod:`.grammar`), or, for a forced continuation, from the continuation itself: the engine
 feeds the given tokens instead of sampling and reports how likely the model found each one.
 
+Prefix reuse (``prefix_caching``, on sessions that keep a slot's cache after its sequence ends): a slot keeps
+the whole prefill chunks of its last prompt, and a prompt that starts with the same tokens is admitted to
+that slot and prefills only the rest, from the same chunk boundary. Only whole chunks of a prompt are
+reused, never the tokens a decode step wrote, so every number is the one a prefill from token 0 computes:
+answers are the same with reuse and without.
+
 A decode step always sends every row. As in QEfficient, a row with nothing to decode (finished,
 or a free slot) repeats the token and position it was last fed (zeros before its first use):
 rewriting a cache entry with what produced it changes nothing. -1 marks prefill padding only.
@@ -58,6 +64,7 @@ class Sequence:
     cancelled: bool = False
     slot: int = -1
     offered: bool = False  # queued with a free slot waiting for it (see Engine._offer_slots)
+    reused: int = 0  # prompt tokens whose cache a slot kept from an earlier prompt (not prefilled again)
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token, when the request asks for them
     reported: int = 0  # entries an update has carried (the rest wait for their tokens' text)
     forced: list[int] | None = None  # a continuation fed instead of sampling (scored, not generated)
@@ -100,7 +107,7 @@ class Engine:
     """Owns a session; thread-safe ``submit``/``cancel``; ``step`` from one worker thread; tells ``meter`` (see
     :mod:`.metrics`) what the loop does."""
 
-    def __init__(self, session: Session, tokenizer, eos_ids: Iterable[int] = ()) -> None:
+    def __init__(self, session: Session, tokenizer, eos_ids: Iterable[int] = (), prefix_caching: bool = True) -> None:
         self.session = session
         self.dims = session.dims
         self.tokenizer = tokenizer
@@ -116,6 +123,11 @@ class Engine:
         self.fed: list[tuple[int, int]] = [(0, 0)] * self.dims.slots  # each row's last (token, position)
         self.queue: deque[Sequence] = deque()
         self.prefilling: Prefill | None = None  # a prefill whose later chunks are still to run
+        # prefix reuse: only where the session keeps a slot's cache between sequences
+        self.prefix_caching = prefix_caching and bool(getattr(session, "keeps_prefix", False))
+        self.held: list[list[int]] = [[] for _ in self.slots]  # each slot's cached prompt tokens, in whole chunks
+        self.freed = [-1] * self.dims.slots  # when each slot was last freed (an engine tick; -1: never used)
+        self._ticks = itertools.count()
         self._lock = threading.Condition()
         self.default_max_tokens: int | None = None  # a request without max_tokens gets this (None: to EOS/ctx_len)
         self.meter = Meter()  # told what the loop does (the Triton glue gives it one that publishes)
@@ -256,24 +268,47 @@ class Engine:
                     batch.append(self._new(src.prompt_ids, params, None, filler=True))
             else:
                 return []
-        for slot, seq in zip(free, batch):
-            seq.slot = slot
-            self.slots[slot] = seq
+        for seq in batch:
+            seq.slot = self._best_slot(free, seq.prompt_ids)
+            free.remove(seq.slot)
+            self.slots[seq.slot] = seq
         self.meter.admitted(batch)
         return batch
+
+    def _reusable(self, slot: int, prompt_ids: list[int]) -> int:
+        """How many of ``prompt_ids`` the slot's cache holds already: whole chunks of a common prefix, leaving at
+        least one token to prefill (its logits give the first token)."""
+        if not self.prefix_caching:
+            return 0
+        held, chunk = self.held[slot], self.dims.prefill_seq_len
+        common = next((i for i, (a, b) in enumerate(zip(held, prompt_ids)) if a != b), min(len(held), len(prompt_ids)))
+        return min(common // chunk, (len(prompt_ids) - 1) // chunk) * chunk
+
+    def _best_slot(self, free: list[int], prompt_ids: list[int]) -> int:
+        """The free slot whose cache holds the most of the prompt; else the one unused longest (a never used slot
+        first), so recent prompts stay for their next turn."""
+        def rank(slot: int) -> tuple[int, bool, int]:
+            return self._reusable(slot, prompt_ids), self.freed[slot] < 0, -self.freed[slot]
+
+        return max(free, key=rank)
 
     def _start_prefill(self, group: list[Sequence]) -> Prefill:
         """The admitted sequences' prompts, padded to whole chunks, ready to prefill together."""
         chunk = self.dims.prefill_seq_len
-        chunks = -(-max(len(s.prompt_ids) for s in group) // chunk)
+        for seq in group:
+            seq.reused = self._reusable(seq.slot, seq.prompt_ids)
+        chunks = -(-max(len(s.prompt_ids) - s.reused for s in group) // chunk)
         ids = np.zeros((len(group), chunks * chunk), dtype=np.int64)
         pos = np.full_like(ids, -1)
         for r, seq in enumerate(group):
-            n = len(seq.prompt_ids)
-            ids[r, :n] = seq.prompt_ids
-            pos[r, :n] = np.arange(n)
+            n, start = len(seq.prompt_ids), seq.reused
+            ids[r, : n - start] = seq.prompt_ids[start:]
+            pos[r, : n - start] = np.arange(start, n)
             self.fed[seq.slot] = (seq.prompt_ids[-1], n - 1)
-        return Prefill(group, ids, pos, [(len(s.prompt_ids) - 1) // chunk for s in group])
+            # what the slot will hold: the prompt's whole chunks before the one with its last token (a row that
+            # idles repeats that token, and a card computes it again)
+            self.held[seq.slot] = seq.prompt_ids[: (n - 1) // chunk * chunk] if self.prefix_caching else []
+        return Prefill(group, ids, pos, [(len(s.prompt_ids) - s.reused - 1) // chunk for s in group])
 
     def _prefill(self) -> list[Update]:
         """Run the prefill's chunks up to the first that ends a row's prompt; those rows' first tokens leave now
@@ -288,6 +323,8 @@ class Engine:
                     break
         except Exception as exc:  # the session failed: these sequences end, the engine serves on
             self.prefilling = None
+            for seq in fill.group:
+                self.held[seq.slot] = []  # what the cache holds is not known now
             return [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in fill.group if not s.finished]
         if fill.next > max(fill.ends):
             self.prefilling = None
@@ -416,6 +453,7 @@ class Engine:
     def _release(self, seq: Sequence) -> None:
         self.meter.finished(seq)
         if 0 <= seq.slot < len(self.slots) and self.slots[seq.slot] is seq:
+            self.freed[seq.slot] = next(self._ticks)
             if self.dims.continuous:
                 self.slots[seq.slot] = None
             elif all(s is None or s.finished or s.filler for s in self.slots):

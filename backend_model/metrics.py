@@ -46,7 +46,10 @@ METRICS = (
     Spec("qaic_slots", GAUGE, "Slots the engine decodes together (full_batch_size, else batch_size)."),
     Spec("qaic_kv_cache_used_positions", GAUGE, "KV cache positions holding a live sequence's tokens."),
     Spec("qaic_kv_cache_usage_perc", GAUGE, "Fraction of the KV cache (slots x ctx_len positions) in use; 1 = full."),
-    Spec("qaic_prompt_tokens_total", COUNTER, "Prompt tokens prefilled."),
+    Spec("qaic_prompt_tokens_total", COUNTER,
+         "Prompt tokens, those a slot's cache kept from an earlier prompt included (not prefilled again)."),
+    Spec("qaic_prefix_reused_tokens_total", COUNTER,
+         "Prompt tokens whose cache a slot kept from an earlier prompt with the same start: not prefilled again."),
     Spec("qaic_generation_tokens_total", COUNTER, "Tokens generated (the first one of each sequence included)."),
     Spec("qaic_decode_step_sequences_total", COUNTER,
          "Sequences decoded, summed over the decode steps (divided by the steps: the mean batch of a step)."),
@@ -151,6 +154,7 @@ class Recorder(Meter):
                     continue
                 self._first[seq.id] = now
                 self._count("qaic_prompt_tokens_total", len(seq.prompt_ids))
+                self._count("qaic_prefix_reused_tokens_total", seq.reused)
                 self._count("qaic_generation_tokens_total", 1)
                 self._observed.append(("qaic_time_to_first_token_seconds", now - self._arrived[seq.id]))
         for seq in seqs:  # ended with their first token (held back by finished() until now)

@@ -96,6 +96,16 @@ def _run(options: BenchOptions) -> int:
 @click.option("--output-tokens-stddev", type=float, default=0, show_default=True)
 @click.option("--tokenizer", type=click.Path(file_okay=False), default=None,
               help="Local tokenizer folder to size synthetic prompts (embedded models use their own).")
+@click.option("--shared-prefix-tokens", type=int, default=0, show_default=True,
+              help="Start every synthetic prompt with the same text of this many tokens (a shared system prompt, "
+                   "AIPerf's --shared-system-prompt-length).")
+@click.option("--turns", type=int, default=1, show_default=True,
+              help="Each concurrent client holds a chat of this many turns: the next turn, sent when the last is "
+                   "answered, carries the history (earlier prompts and answers) before its new prompt. The time to "
+                   "first token of turns 2+ is reported apart.")
+@click.option("--slo", default=None,
+              help="Service-level goals for goodput (AIPerf's --goodput): ttft_ms=200,itl_ms=40,latency_ms=2000; "
+                   "each level reports the requests/s that met every goal and their share.")
 @click_options(skip=("max_tokens", "seed"), defaults=False)
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of prompts, lengths, schedule (and of sampling when --temperature is set).")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .load import RequestRecord
-from .results import HEADLINE, level_key, value
+from .results import headline, level_key, value
 
 BAR = 28
 
@@ -82,9 +82,10 @@ def cell(item: Any) -> str:
 
 def level_rows(levels: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """(header, rows) of a run's levels: one row per level, the headline genai-perf figures."""
-    header = ["level", "requests", "errors", *(label for _, _, label in HEADLINE)]
+    columns = headline(levels)
+    header = ["level", "requests", "errors", *(label for _, _, label in columns)]
     rows = [[level_key(lv), lv["request_count"], lv["error_count"],
-             *(value(lv, metric, stat) for metric, stat, _ in HEADLINE)] for lv in levels]
+             *(value(lv, metric, stat) for metric, stat, _ in columns)] for lv in levels]
     return header, rows
 
 

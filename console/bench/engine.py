@@ -132,3 +132,39 @@ def hf_generate(model, tokenizer, max_tokens: int) -> Timed:
                              pad_token_id=tokenizer.eos_token_id)
         seconds = time.perf_counter() - start
     return Timed(out.shape[1] - enc.input_ids.shape[1], seconds)
+
+
+CHAT_SYSTEM = ("You are a helpful assistant. Answer in one or two plain sentences, and say so when you do not know. "
+               "Keep to the question asked.\n")
+
+
+def chat_turns(engine: Engine, conversations: int, turns: int, max_tokens: int) -> list[float]:
+    """``conversations`` chats at once on one engine, as the bench's ``--turns`` sends them: each next turn (the
+    history, then a new question) is submitted when the last one's answer ends. The time to first token of every
+    turn after the first, in seconds (from its submission to its first token)."""
+    params = SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens)
+    questions = iter(BENCH_PROMPTS * (turns * conversations // len(BENCH_PROMPTS) + 1))
+    live: dict[int, tuple[int, str, float]] = {}  # sequence id -> (turn, its prompt, submitted at)
+    answered: set[int] = set()  # sequences whose first text is out
+    ttfts: list[float] = []
+
+    def ask(history: str, turn: int) -> None:
+        prompt = history + next(questions)
+        seq = engine.submit(engine.encode(prompt), params)
+        live[seq.id] = (turn, prompt, time.perf_counter())
+
+    for _ in range(conversations):
+        ask(CHAT_SYSTEM, 1)
+    while live:
+        for update in engine.step():
+            seq = update.seq
+            turn, prompt, submitted = live[seq.id]
+            if seq.id not in answered:
+                answered.add(seq.id)
+                if turn > 1:
+                    ttfts.append(time.perf_counter() - submitted)
+            if update.finished:
+                del live[seq.id]
+                if turn < turns:
+                    ask(prompt + seq.text + "\n", turn + 1)
+    return ttfts

@@ -4,7 +4,8 @@ A level is a fixed concurrency (that many clients, each sending its next request
 finished) or a request rate (requests sent on a schedule, constant or Poisson, whatever is in
 flight), for a request count or a duration (in-flight requests then finish and count). Requests go
 round-robin over the given URLs (servers of one kind). Every request ends in
-exactly one :class:`RequestRecord`.
+exactly one :class:`RequestRecord`. At a concurrency each client may hold a conversation of several turns
+(:mod:`.workloads`): its next turn, the history included, goes when the last one is answered.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from console.core.adapters import Adapter
 from console.core.request import Settings, prepare
 
 from .prompts import BenchRequest
+from .workloads import Conversation
 
 MODES = ("stream", "batch")
 DISTRIBUTIONS = ("constant", "poisson")
@@ -65,6 +67,8 @@ class RequestRecord:
     finish_reason: str | None = None
     error: str | None = None
     error_kind: str | None = None
+    turn: int = 1  # the turn of its conversation (1: a first turn, or a single request)
+    text: str = ""  # the answer (kept for the conversation's next turn, not exported)
 
     @property
     def ok(self) -> bool:
@@ -78,7 +82,7 @@ class RequestRecord:
         for key in ("time_to_first_token_ms", "inter_token_latency_ms", "request_latency_ms",
                     "input_tokens", "output_tokens", "output_tokens_source"):
             out[key] = stats.get(key)
-        out.update(finish_reason=self.finish_reason, error=self.error, error_kind=self.error_kind)
+        out.update(finish_reason=self.finish_reason, error=self.error, error_kind=self.error_kind, turn=self.turn)
         return out
 
 
@@ -111,7 +115,7 @@ def send(target: Target, index: int, request: BenchRequest, t0: float,
     try:
         for event in call:
             if isinstance(event, Reply):
-                record.stats, record.finish_reason = event.stats, event.finish_reason
+                record.stats, record.finish_reason, record.text = event.stats, event.finish_reason, event.text
                 if not event.ok:
                     record.error, record.error_kind = f"finished with {event.finish_reason}", event.finish_reason
             elif isinstance(event, Failure):
@@ -129,8 +133,9 @@ def send(target: Target, index: int, request: BenchRequest, t0: float,
 class Runner:
     """Runs levels against one target; :meth:`stop` (any thread) cancels what is in flight."""
 
-    def __init__(self, target: Target, requests: Iterable[BenchRequest]) -> None:
+    def __init__(self, target: Target, requests: Iterable[BenchRequest], turns: int = 1) -> None:
         self.target = target
+        self.turns = turns  # > 1: each client of a concurrency level holds a conversation of that many turns
         self._requests: Iterator[BenchRequest] = itertools.cycle(requests) if isinstance(requests, list) \
             else iter(requests)
         self._lock = threading.Lock()
@@ -187,12 +192,19 @@ class Runner:
         counter = itertools.count()
 
         def client() -> None:
+            chat = Conversation(self.turns, self._next) if self.turns > 1 else None
             while not self.stopped:
                 with self._lock:
                     index = next(counter)
                 if (count is not None and index >= count) or (deadline is not None and time.perf_counter() >= deadline):
                     return
-                record = send(self.target, index, self._next(), t0, self._live, self._lock)
+                request, turn = chat.next() if chat else (self._next(), 1)
+                record = send(self.target, index, request, t0, self._live, self._lock)
+                record.turn = turn
+                if chat and record.ok:
+                    chat.answered(request, record.text)
+                elif chat:  # a failed turn ends its conversation
+                    chat.turn = chat.turns
                 self._record(records, record, on_done)
 
         threads = [threading.Thread(target=client, name=f"bench-client-{i}", daemon=True) for i in range(concurrency)]

@@ -35,6 +35,9 @@ class BenchOptions:
     output_tokens_mean: int = 64
     output_tokens_stddev: float = 0
     tokenizer: str | None = None
+    shared_prefix_tokens: int = 0
+    turns: int = 1
+    slo: str | None = None
     seed: int = 0
     timeout: float | None = None
     idle_timeout: float | None = 120

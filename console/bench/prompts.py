@@ -2,8 +2,9 @@
 
 Synthetic input lengths are drawn from a normal distribution (mean, stddev) and made of plain
 English words; with a tokenizer (``--tokenizer``, or the embedded model's own) the text is cut to
-exactly that many tokens, without one a word stands for a token. Output lengths are drawn the same
-way and enforced with ``max_tokens`` (a model may still stop earlier at its end-of-sequence token;
+exactly that many tokens, without one a word stands for a token. A shared prefix (``--shared-prefix-tokens``,
+AIPerf's shared system prompt) starts every prompt with the same text of that many tokens. Output lengths are
+drawn the same way and enforced with ``max_tokens`` (a model may still stop earlier at its end-of-sequence token;
 the server's ``output_tokens`` is what gets counted).
 """
 
@@ -79,7 +80,8 @@ class SyntheticPrompts:
     """Endless synthetic requests; deterministic for a given seed."""
 
     def __init__(self, input_mean: float, input_stddev: float, output_mean: float | None,
-                 output_stddev: float = 0.0, seed: int = 0, tokenizer: Any | None = None) -> None:
+                 output_stddev: float = 0.0, seed: int = 0, tokenizer: Any | None = None,
+                 shared_prefix: int = 0) -> None:
         if input_mean < 1:
             raise ClientError(f"--input-tokens-mean must be >= 1, got {input_mean:g}")
         if output_mean is not None and output_mean < 1:
@@ -88,8 +90,11 @@ class SyntheticPrompts:
             raise ClientError("token length standard deviations must be >= 0")
         self.input_mean, self.input_stddev = input_mean, input_stddev
         self.output_mean, self.output_stddev = output_mean, output_stddev
+        if shared_prefix < 0:
+            raise ClientError(f"--shared-prefix-tokens must be >= 0, got {shared_prefix}")
         self.rng = random.Random(seed)
         self.tokenizer = tokenizer
+        self.prefix = self._text(shared_prefix) + " " if shared_prefix else ""  # every prompt's first words
 
     def _text(self, tokens: int) -> str:
         words = [self.rng.choice(WORDS) for _ in range(tokens + 8)]
@@ -101,7 +106,7 @@ class SyntheticPrompts:
 
     def __iter__(self) -> Iterator[BenchRequest]:
         while True:
-            prompt = self._text(_length(self.rng, self.input_mean, self.input_stddev))
+            prompt = self.prefix + self._text(_length(self.rng, self.input_mean, self.input_stddev))
             out = None if self.output_mean is None else _length(self.rng, self.output_mean, self.output_stddev)
             yield BenchRequest(prompt, out)
 

@@ -12,6 +12,9 @@ Measured in one run on the embedded model, side by side, as ratios (absolute fig
 * ``demo_{1,8}_over_llama_cpp``: the demo samples' precision (int4) served, 1 and 8 streams ÷ llama.cpp's
   server (llama-cpp-python's) on the same GGUF and threads, alternately (targets >= 0.5 and >= 1: that
   server answers one request at a time); ``demo_1_tokens_per_s`` the single stream (target >= 100);
+* ``chat_reuse_ttft_over_no_reuse``: 4 chats of 4 turns at once on the demo precision's engine in-process, each
+  turn sent when the last is answered with the history before it: the mean time to first token of turns 2+ with
+  prefix reuse ÷ without, alternately (target <= 0.5);
 * ``loop_overhead_ms``: host time per decode step of the loop with a zero-cost session at
   full_batch_size 16 (target <= 0.3 ms);
 * ``served_zero_cost_16_tokens_per_s``: streamed tokens/s arriving at the console client from 16
@@ -36,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Timed, hf_generate, loop_overhead_ms, matmul_ceiling, run_engine
+from .engine import Timed, chat_turns, hf_generate, loop_overhead_ms, matmul_ceiling, run_engine
 from .front_report import FRONT_LABELS, FRONT_TARGETS, front_section
 from .streams import served_model, served_precision, triton_streams
 
@@ -55,6 +58,7 @@ TARGETS = {  # key -> (comparison, threshold)
     "demo_1_tokens_per_s": (">=", 100.0),
     "demo_1_over_llama_cpp": (">=", 0.5),
     "demo_8_over_llama_cpp": (">=", 1.0),
+    "chat_reuse_ttft_over_no_reuse": ("<=", 0.5),
     "loop_overhead_ms": ("<=", 0.3),
     "served_zero_cost_16_tokens_per_s": (">=", 5000.0),
     **FRONT_TARGETS,  # the OpenAI-compatible front (front_report.py)
@@ -171,6 +175,28 @@ def _precision_figures(report: Report, precision: str, best: dict[str, float]) -
     report.context.setdefault("hf_generate_fp32_bs1_tokens_per_s", {})[precision] = round(best["hf"], 1)
 
 
+CHATS, TURNS = 4, 4
+DEMO_PRECISION = "int4"  # the demo samples' (repo_gen.samples)
+
+
+def chat_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
+    """Chats of several turns on the demo precision's engine, with prefix reuse and without, alternately."""
+    from dataclasses import replace
+
+    settings = _embedded_settings(DEMO_PRECISION)
+    engines = {"reuse": _engine(settings), "no_reuse": _engine(replace(settings, prefix_caching=False))}
+    means: dict[str, list[float]] = {}
+    for i in range(opts.repeats):
+        progress(f"chat round {i + 1}/{opts.repeats}: {CHATS} chats x {TURNS} turns, with prefix reuse and without")
+        for name, engine in engines.items():
+            ttfts = chat_turns(engine, CHATS, TURNS, min(opts.tokens, 32))
+            means.setdefault(name, []).append(sum(ttfts) / len(ttfts))
+    best = {name: min(values) for name, values in means.items()}
+    report.ratios["chat_reuse_ttft_over_no_reuse"] = ratio(best["reuse"], best["no_reuse"])
+    for name, seconds in best.items():
+        report.context[f"chat_{name}_ttft_turns_2_plus_ms"] = round(seconds * 1000, 1)
+
+
 def zero_cost_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
     """The served zero-cost model: 16 streams of the real glue and loop with no compute."""
     from .capacity import client_capacity, zero_cost_server
@@ -225,7 +251,7 @@ def run_report(opts: ReportOptions | None = None, progress: Progress = print) ->
     t0 = time.perf_counter()
     from .llama_cpp import llama_section
 
-    for section in (precision_section, llama_section, zero_cost_section, front_section, twin_section):
+    for section in (precision_section, llama_section, chat_section, zero_cost_section, front_section, twin_section):
         section(report, opts, progress)
     report.context["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report.context["seconds"] = round(time.perf_counter() - t0, 1)
@@ -249,6 +275,7 @@ def format_report(report: Report) -> str:
         "demo_1_tokens_per_s": "served demo precision, 1 stream, tokens/s",
         "demo_1_over_llama_cpp": "served demo precision 1 stream ÷ llama.cpp's server",
         "demo_8_over_llama_cpp": "served demo precision 8 streams ÷ llama.cpp's server (one at a time)",
+        "chat_reuse_ttft_over_no_reuse": f"{CHATS} chats: TTFT of turns 2+ with prefix reuse ÷ without",
         "loop_overhead_ms": "loop host overhead per decode step, ms (16 slots)",
         "served_zero_cost_16_tokens_per_s": "served zero-cost model, 16 streams, tokens/s at the client",
         **FRONT_LABELS,

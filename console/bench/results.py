@@ -24,6 +24,7 @@ from console.clients.stats import STATISTICS, percentile
 
 from .load import LevelResult
 from .server_view import csv_columns
+from .workloads import Slo, later_turns
 
 SCHEMA = "qaic-console-bench/1"
 # genai-perf metric -> (ReplyStats metric, unit, scale)
@@ -48,6 +49,17 @@ HEADLINE = (
     ("output_token_throughput", "avg", "out tok/s"),
     ("request_throughput", "avg", "req/s"),
 )
+# columns a run has only when asked for (--slo, --turns): shown when some level has them
+OPTIONAL = (
+    ("goodput", "avg", "goodput req/s"),
+    ("goodput", "share", "goodput share"),
+    ("time_to_first_token_later_turns", "avg", "TTFT turn 2+ ms"),
+)
+
+
+def headline(levels: Sequence[dict[str, Any]]) -> tuple[tuple[str, str, str], ...]:
+    """The headline columns of these levels: the fixed ones, then the optional ones some level has."""
+    return (*HEADLINE, *(c for c in OPTIONAL if any(c[0] in level for level in levels)))
 
 
 def describe(values: Sequence[float]) -> dict[str, float]:
@@ -60,8 +72,9 @@ def describe(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def summarize(level: LevelResult, mode: str) -> dict[str, Any]:
-    """One level's summary: load, counts, errors by kind and the genai-perf metrics."""
+def summarize(level: LevelResult, mode: str, slo: Slo | None = None) -> dict[str, Any]:
+    """One level's summary: load, counts, errors by kind and the genai-perf metrics; for conversations the time to
+    first token of the later turns apart; with service-level goals, the goodput."""
     ok = [r for r in level.records if r.ok and r.stats is not None]
     stats = [r.stats for r in ok if r.stats is not None]
     per_metric = aggregate(stats)
@@ -85,6 +98,15 @@ def summarize(level: LevelResult, mode: str) -> dict[str, Any]:
                                       "avg": round(tokens / seconds, 4) if seconds > 0 else 0.0}
     out["request_throughput"] = {"unit": THROUGHPUTS["request_throughput"],
                                  "avg": round(len(ok) / seconds, 4) if seconds > 0 else 0.0}
+    later = [r.stats.time_to_first_token * 1000.0 for r in later_turns(level.records)
+             if r.stats is not None and r.stats.time_to_first_token is not None]
+    if later:
+        out["time_to_first_token_later_turns"] = {"unit": "ms", **{k: round(v, 4) for k, v in describe(later).items()}}
+    if slo is not None and slo.goals:
+        good = sum(slo.met(r.as_dict()) for r in ok)
+        out["goodput"] = {"unit": THROUGHPUTS["request_throughput"], "slo": slo.goals,
+                          "avg": round(good / seconds, 4) if seconds > 0 else 0.0,
+                          "share": round(good / len(ok), 4) if ok else 0.0}
     return out
 
 
@@ -201,7 +223,7 @@ def compare(documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for key in keys:
         levels = [next((lv for lv in d["levels"] if level_key(lv) == key), None) for d in documents]
-        for metric, stat, label in (*HEADLINE, ("error_count", "", "errors")):
+        for metric, stat, label in (*HEADLINE, *OPTIONAL, ("error_count", "", "errors")):
             values = [None if lv is None else (lv.get(metric) if not stat else value(lv, metric, stat))
                       for lv in levels]
             if all(v is None for v in values):

@@ -18,6 +18,7 @@ from console.core.request import Settings, read_info
 
 from .load import LevelResult, Runner, Target
 from .options import BenchOptions
+from .workloads import Slo, check_turns
 
 
 def parse_levels(text: str | None, kind: type = int) -> list[Any]:
@@ -88,6 +89,8 @@ class BenchRun:
     def levels(self) -> list[tuple[int | None, float | None]]:
         if self.options.concurrency and self.options.request_rate:
             raise ClientError("give --concurrency or --request-rate, not both")
+        check_turns(self.options.turns, self.options.request_rate)
+        Slo.parse(self.options.slo, self.options.mode)
         if self.options.request_rate:
             return [(None, r) for r in parse_levels(self.options.request_rate, float)]
         return [(c, None) for c in parse_levels(self.options.concurrency or "1")]
@@ -100,7 +103,7 @@ class BenchRun:
         tokenizer = load_tokenizer(self.options.tokenizer, embedded)
         return SyntheticPrompts(self.options.input_tokens_mean, self.options.input_tokens_stddev,
                                 self.options.output_tokens_mean, self.options.output_tokens_stddev,
-                                self.options.seed, tokenizer)
+                                self.options.seed, tokenizer, self.options.shared_prefix_tokens)
 
     def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto",
                grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> Target:
@@ -138,7 +141,7 @@ class BenchRun:
     def config(self, target: Target, urls: tuple[str, ...]) -> dict[str, Any]:
         keys = ("concurrency", "request_rate", "request_distribution", "requests", "duration", "warmup",
                 "input_file", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
-                "output_tokens_stddev", "seed")
+                "output_tokens_stddev", "shared_prefix_tokens", "turns", "slo", "seed")
         settings, server = target.settings, target.servers[0]
         timeouts = {"network": target.info.network_timeout(settings.timeout),
                     "idle": settings.idle_timeout if settings.mode == "stream" else None}
@@ -159,7 +162,8 @@ class BenchRun:
         levels = self.levels()
         sides = self.sides(urls, grpc_url, metrics_urls)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
-        runners = [Runner(side.target, self.requests(embedded)) for side in sides]
+        runners = [Runner(side.target, self.requests(embedded), self.options.turns) for side in sides]
+        slo = Slo.parse(self.options.slo, self.options.mode)
         views = [ServerSide(side.target) for side in sides]  # each server's own metrics, before and after a level
         for side, runner, view in zip(sides, runners, views):
             if self.options.warmup:
@@ -181,7 +185,7 @@ class BenchRun:
                                    self.options.request_distribution, self.options.seed)
                 if not self.quiet:
                     bar.close()
-                summary = summarize(level, side.target.mode)
+                summary = summarize(level, side.target.mode, slo)
                 results.append((level, {**summary, **view.after(level, summary)}))
         document = build_document(self.config(sides[0].target, urls), done[0])
         if len(sides) > 1:

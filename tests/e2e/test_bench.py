@@ -342,3 +342,32 @@ def test_a_llama_cpp_server_that_fails_leaves_its_figures_out(monkeypatch) -> No
     llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
     assert report.context["llama_cpp"].startswith("its server failed (exit code None): llama.cpp's server did not")
     assert not report.ratios  # n/a, not a figure of a server that did not run
+
+
+@pytest.mark.server
+def test_a_chat_run_sends_turns_with_their_history_and_the_server_reuses_the_prefix(embedded_server, tmp_path) -> None:
+    """Two conversations of three turns on a shared system prompt: turns 2+ are timed apart, the goodput is
+    reported, and the bundled backend prefilled only what a slot's cache did not hold (its own count)."""
+    from helpers import wait_until
+
+    from console.metrics import scrape
+
+    before = scrape(embedded_server.handle.metrics_url).value("qaic_prefix_reused_tokens_total",
+                                                              "smollm2_decoupled") or 0
+    code, text = bench("--url", embedded_server.grpc_url, "--concurrency", "2", "--requests", "6", "--warmup", "0",
+                       "--turns", "3", "--shared-prefix-tokens", "40", "--input-tokens-mean", "8",
+                       "--output-tokens-mean", "6", "--slo", "ttft_ms=600000", "--plots", "none", "-o", str(tmp_path))
+    assert code == 0, text
+    level = load_json(tmp_path / "bench.json")["levels"][0]
+    turns = sorted(r["turn"] for r in level["requests"])
+    assert turns == [1, 1, 2, 2, 3, 3]
+    later = [r for r in level["requests"] if r["turn"] > 1]
+    assert all(r["input_tokens"] > 48 for r in later), "a later turn carries the history before its prompt"
+    assert level["time_to_first_token_later_turns"]["avg"] > 0
+    assert level["goodput"]["share"] == 1.0 and "goodput req/s" in text and "TTFT turn 2+ ms" in text
+    def reused() -> float:
+        return (scrape(embedded_server.handle.metrics_url).value("qaic_prefix_reused_tokens_total",
+                                                                 "smollm2_decoupled") or 0) - before
+
+    # each later turn (and the second conversation's start) reuses whole chunks: 32 tokens or more each
+    wait_until(lambda: reused() >= 4 * 32, 30, f"the server to count reused prompt tokens ({reused():g} so far)")

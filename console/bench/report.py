@@ -15,6 +15,10 @@ Measured in one run on the embedded model, side by side, as ratios (absolute fig
 * ``chat_reuse_ttft_over_no_reuse``: 4 chats of 4 turns at once on the demo precision's engine in-process, each
   turn sent when the last is answered with the history before it: the mean time to first token of turns 2+ with
   prefix reuse ÷ without, alternately (target <= 0.5);
+* ``speculation_repetitive_over_plain_1``: one sequence at a time on the demo precision's engine in-process,
+  ``assets/bench/repetitive.jsonl`` (code edits, text quoting its source), prompt-lookup speculation (4 drafted
+  tokens) ÷ none, alternately, greedy answers checked equal (target >= 1.3); the same ratio on the bench prompts
+  as context (speculation stays off by default);
 * ``loop_overhead_ms``: host time per decode step of the loop with a zero-cost session at
   full_batch_size 16 (target <= 0.3 ms);
 * ``served_zero_cost_16_tokens_per_s``: streamed tokens/s arriving at the console client from 16
@@ -59,6 +63,7 @@ TARGETS = {  # key -> (comparison, threshold)
     "demo_1_over_llama_cpp": (">=", 0.5),
     "demo_8_over_llama_cpp": (">=", 1.0),
     "chat_reuse_ttft_over_no_reuse": ("<=", 0.5),
+    "speculation_repetitive_over_plain_1": (">=", 1.3),
     "loop_overhead_ms": ("<=", 0.3),
     "served_zero_cost_16_tokens_per_s": (">=", 5000.0),
     **FRONT_TARGETS,  # the OpenAI-compatible front (front_report.py)
@@ -197,6 +202,47 @@ def chat_section(report: Report, opts: ReportOptions, progress: Progress) -> Non
         report.context[f"chat_{name}_ttft_turns_2_plus_ms"] = round(seconds * 1000, 1)
 
 
+SPECULATIVE_TOKENS = 4
+REPETITIVE = "assets/bench/repetitive.jsonl"
+
+
+def speculation_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
+    """One sequence at a time, prompt lookup on and off alternately: the repetitive set, then the bench prompts."""
+    from pathlib import Path
+
+    from backend_model.sampling import SamplingParams
+
+    from .engine import BENCH_PROMPTS
+    from .prompts import read_jsonl
+
+    engine = _engine(_embedded_settings(DEMO_PRECISION))
+    sets = {"repetitive": [r.prompt for r in read_jsonl(Path(__file__).parents[2] / REPETITIVE)],
+            "plain": BENCH_PROMPTS[:4]}
+    params = SamplingParams(max_tokens=opts.tokens, ignore_eos=True)
+    for name, prompts in sets.items():
+        runs: dict[int, list[Timed]] = {}
+        answers: dict[int, list[list[int]]] = {}
+        for i in range(opts.repeats):
+            progress(f"speculation round {i + 1}/{opts.repeats}: {name} prompts, {SPECULATIVE_TOKENS} drafted "
+                     "tokens and none")
+            for drafts in (SPECULATIVE_TOKENS, 0):
+                engine.speculative_tokens = drafts
+                start, tokens = time.perf_counter(), []
+                for prompt in prompts:
+                    tokens.append(engine.generate([prompt], params)[0].tokens)
+                runs.setdefault(drafts, []).append(Timed(sum(map(len, tokens)), time.perf_counter() - start))
+                answers[drafts] = tokens
+        engine.speculative_tokens = 0
+        if answers[SPECULATIVE_TOKENS] != answers[0]:
+            raise RuntimeError(f"speculation changed a greedy answer on the {name} prompts")
+        gain = ratio(best_rate(runs[SPECULATIVE_TOKENS]), best_rate(runs[0]))
+        if name == "repetitive":
+            report.ratios["speculation_repetitive_over_plain_1"] = gain
+        else:
+            report.context["speculation_bench_prompts_over_plain_1"] = _round(gain)
+        report.context[f"speculation_{name}_1_tokens_per_s"] = round(best_rate(runs[SPECULATIVE_TOKENS]), 1)
+
+
 def zero_cost_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
     """The served zero-cost model: 16 streams of the real glue and loop with no compute."""
     from .capacity import client_capacity, zero_cost_server
@@ -251,7 +297,8 @@ def run_report(opts: ReportOptions | None = None, progress: Progress = print) ->
     t0 = time.perf_counter()
     from .llama_cpp import llama_section
 
-    for section in (precision_section, llama_section, chat_section, zero_cost_section, front_section, twin_section):
+    for section in (precision_section, llama_section, chat_section, speculation_section, zero_cost_section,
+                    front_section, twin_section):
         section(report, opts, progress)
     report.context["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report.context["seconds"] = round(time.perf_counter() - t0, 1)
@@ -276,6 +323,7 @@ def format_report(report: Report) -> str:
         "demo_1_over_llama_cpp": "served demo precision 1 stream ÷ llama.cpp's server",
         "demo_8_over_llama_cpp": "served demo precision 8 streams ÷ llama.cpp's server (one at a time)",
         "chat_reuse_ttft_over_no_reuse": f"{CHATS} chats: TTFT of turns 2+ with prefix reuse ÷ without",
+        "speculation_repetitive_over_plain_1": "repetitive prompts, 1 seq: prompt lookup ÷ none",
         "loop_overhead_ms": "loop host overhead per decode step, ms (16 slots)",
         "served_zero_cost_16_tokens_per_s": "served zero-cost model, 16 streams, tokens/s at the client",
         **FRONT_LABELS,

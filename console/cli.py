@@ -12,7 +12,7 @@ import click
 
 from console.bench.cli import bench_group
 from console.clients import ClientError
-from console.core.adapters import APIS, Adapter, adapter_for, api_help
+from console.core.adapters import APIS, MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for, api_help
 from console.core.controls import click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
@@ -29,6 +29,7 @@ from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
 from repo_gen.cli import repo_group
+from repo_gen.samples import CAUSAL_CPU_SPEED
 
 # --------------------------------------------------------------------------- headless
 
@@ -43,14 +44,12 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="stream: gRPC, token by token; batch: one inference response; generate: the HTTP "
                           "generate endpoint."),
         click.option("--model", default=None,
-                     help="Model name (default: smollm2_decoupled for stream, smollm2_kv otherwise; an "
-                          "OpenAI-compatible server's first model). Causal models recompute every token: on a CPU "
-                          "they are slow (about 5 tok/s here); ask for few tokens (--max-tokens 16), or 0 for the "
-                          "server's default (32 tokens on a CPU)."),
+                     help=f"Model name (default: {MODEL_DEFAULT_HELP}). Causal models recompute every token: "
+                          f"on a CPU they are slow ({CAUSAL_CPU_SPEED}); ask for few tokens (--max-tokens 16), or 0 "
+                          "for the server's default (32 tokens on a CPU)."),
         click.option("--url", default=None,
-                     help="host:port of a running tritonserver (its HTTP or its gRPC endpoint: the other one is its "
-                          "neighbour port), or the base URL of an OpenAI-compatible server (http://host:port/v1); "
-                          "without it the embedded model is served for the run."),
+                     help=URL_HELP + "; without it the embedded model is served for the run (it takes a while: "
+                          "serve it once with `qaic-console serve` and pass --url)."),
         click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
                      help=api_help("--url")),
         click.option("--http-url", default=None, help="host:port of the server's HTTP endpoint."),
@@ -175,8 +174,7 @@ def export_artifacts(directory: Path, force: bool) -> None:
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
-@click.option("--url", required=True,
-              help="host:port of the server's HTTP endpoint, or an OpenAI-compatible server's http://host:port/v1.")
+@click.option("--url", required=True, help=URL_HELP + ".")
 def models(url: str) -> None:
     """List the models a running server serves: state, interface, modes, type, ignored controls."""
     from console.served import format_models, served_models

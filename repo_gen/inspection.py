@@ -25,6 +25,7 @@ class ModelFolder:
     path: str
     model_type: str = "?"
     decoupled: bool | None = None
+    modes: str = "?"  # how it answers, as the consoles say it: stream (decoupled), batch, or stream+batch
     source: str = "?"
     engine: str = ""
     precision: str = ""
@@ -83,6 +84,8 @@ def _read_config(folder: Path, info: ModelFolder) -> None:
         return
     params = {k: v.string_value for k, v in config.parameters.items()}
     info.decoupled = config.model_transaction_policy.decoupled
+    switch = any(i.name == "stream" and i.data_type == _model_config_pb2().TYPE_BOOL for i in config.input)
+    info.modes = ("stream+batch" if switch else "stream") if info.decoupled else "batch"
     info.engine = params.get("engine", "auto") or "auto"
     info.precision = params.get("precision", "fp32") or "fp32"
     info.source = _source(params)

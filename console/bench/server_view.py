@@ -60,6 +60,7 @@ class ServerSide:
         self.model = target.model
         self.urls: list[str] = []
         self.notes: list[str] = []
+        self.guesses: dict[str, str] = {}  # a page's URL: how it was guessed (said beside it, once)
         seen = set()
         for server in target.servers:
             url, how = server.metrics()
@@ -69,7 +70,7 @@ class ServerSide:
                 seen.add(_same_place(url))
                 self.urls.append(url)
                 if how:
-                    self.notes.append(f"{url}: {how}")
+                    self.guesses[url] = how
         self._before: Scrape | None = None
         self._card = CardSampler()
 
@@ -121,7 +122,8 @@ class ServerSide:
         values = {**figures, "prefill_ms": ttft - queue if ttft is not None and queue is not None else None,
                   "tokens_per_s": generated / level.duration if generated is not None and level.duration > 0
                   else None}
-        out: dict[str, Any] = {"note": "; ".join([f"metrics: {after.url}", *notes]),
+        where = f"metrics: {after.url}" + (f" ({self.guesses[after.url]})" if after.url in self.guesses else "")
+        out: dict[str, Any] = {"note": "; ".join([where, *notes]),
                                **{name: _round(values.get(name)) for name in FIGURES}}
         client = summary.get("time_to_first_token", {}).get("avg")
         if client is not None and ttft is not None:

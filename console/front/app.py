@@ -211,7 +211,8 @@ def create_app(front: Front) -> FastAPI:
 
     async def answer(request: Request, chat: bool) -> Any:
         job = mapping.parse(await read_body(request), chat)
-        info = await front.upstream.info(job.model)
+        info = await front.upstream.named(job.model)
+        job.model = info.name
         params = mapping.check_model(job, interface_of(info)).replace(request_id=new_request_id())
         prompt = await front.tokenizers.chat_prompt(info, job.messages) if chat else job.prompt
         result = Answer(front, job, front.upstream.generate(info, prompt, params, info.default_timeout))

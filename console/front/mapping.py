@@ -171,9 +171,7 @@ def parse(body: Any, chat: bool) -> Job:
             raise bad_request(f"{name} is not supported here (only {NO_OP[name]!r}): the served models have no "
                               "such control", name)
     model = _typed(body, "model", str, "a model name (GET /v1/models lists them)")
-    if not model:
-        raise bad_request("model is required (GET /v1/models lists them)", "model")
-    job = Job(model, chat)
+    job = Job(model or "", chat)  # none: the one model served (Upstream.named)
     job.stream = bool(_typed(body, "stream", bool, "true or false"))
     options = _typed(body, "stream_options", dict, "an object")
     if options is not None and not job.stream:

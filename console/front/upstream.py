@@ -97,6 +97,16 @@ class Upstream:
             infos.append(info)
         return infos
 
+    async def named(self, model: str) -> ModelInfo:
+        """The model a request names; none named: the one model served, else 400 naming the served ones."""
+        if model:
+            return await self.info(model)
+        served = await self.models()
+        if len(served) != 1:
+            names = ", ".join(info.name for info in served) or "none"
+            raise APIError(400, f"model is required unless exactly one model is served (served: {names})", "model")
+        return served[0]
+
     async def info(self, model: str) -> ModelInfo:
         """A served model's config (read once while it stays ready); 404 naming the served ones when absent."""
         if model in self._infos:

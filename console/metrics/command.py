@@ -9,7 +9,7 @@ import time
 import click
 
 from console.clients import ClientError
-from console.core.adapters import APIS, adapter_for, api_help
+from console.core.adapters import APIS, URL_HELP, adapter_for, api_help
 
 from .figures import HEADER, rows
 from .qaic import card_line, query
@@ -29,8 +29,8 @@ def render(look: Look, card: str) -> str:
 
 @click.command("metrics", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", default=None,
-              help="The server: tritonserver's HTTP host:port (its metrics are guessed at the HTTP port + 2), or an "
-                   "OpenAI-compatible server's http://host:port/v1 (guessed at /metrics beside /v1).")
+              help=URL_HELP + ". Its metrics are guessed at tritonserver's HTTP port + 2, or at /metrics "
+                   "beside /v1.")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True, help=api_help("--url"))
 @click.option("--metrics-url", default=None,
               help="The metrics page itself (host:port or a URL), when it is not where --url's server is guessed "

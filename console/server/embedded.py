@@ -21,6 +21,9 @@ DEFAULT_MODELS = tuple(dict.fromkeys(EMBEDDED_DEFAULTS.values()))  # what the co
 DEMO_PROMPTS = "What is the capital of Japan?|Name three primary colors."
 DEMO_NOTE = ("demo: the embedded SmolLM2-135M-Instruct (135M parameters, 4-bit on this CPU: quick, right on simple "
              "questions) answers two prompts through a real tritonserver; on a terminal qaic-console opens the console")
+# A send without --url waits for a server of its own each time: how to wait once
+SERVE_TIP = ("tip: without --url every run starts and stops a tritonserver of its own; start one once with "
+             "`qaic-console serve` and pass the address it prints with --url")
 
 Progress = Callable[[str], None]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from console.core.adapters import APIS, api_help
+from console.server.errors import repository_not_found
 
 from . import run
 
@@ -18,7 +19,7 @@ NO_TERMINAL = ("the console needs a terminal (stdin and stdout are not one); wit
 def refusal(repository: str | None) -> str | None:
     """Why the console cannot open here, before anything starts: a repository that is not there, no terminal."""
     if repository is not None and not Path(repository).expanduser().is_dir():
-        return f"model repository not found: {repository}"
+        return repository_not_found(repository)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):  # Textual would spin without one
         return NO_TERMINAL
     return None

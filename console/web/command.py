@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from console.core.adapters import APIS, api_help
+from console.core.adapters import APIS, URL_HELP, api_help
 from console.core.controller import ServerController, Snapshot
 from console.server.embedded import DEFAULT_MODELS
+from console.server.errors import repository_not_found
 from console.server.ports import port_taken
 
 from .files import private_folder, remove, sweep
@@ -62,8 +63,7 @@ def terminal_echo() -> Callable[[Snapshot], None]:
                    "default: a token in the printed URL, then a cookie).")
 @click.option("--share", is_flag=True, help="Also open a public gradio.live link (off unless given).")
 @click.option("--url", default=None,
-              help="HTTP host:port of a running tritonserver to use, or an OpenAI-compatible server's base URL "
-                   "(http://host:port/v1); no server is started.")
+              help=URL_HELP + " to use; no server is started.")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
               help=api_help("--url"))
 @click.option("--grpc-url", default=None, help="Its gRPC host:port for streaming (default: the HTTP port + 1).")
@@ -97,7 +97,7 @@ def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None
         click.echo(f"error: {taken}: choose another --port or leave it out (7860 or the next free one)", err=True)
         sys.exit(1)
     if model_repository is not None and not model_repository.is_dir():
-        click.echo(f"error: model repository not found: {model_repository}", err=True)
+        click.echo(f"error: {repository_not_found(model_repository)}", err=True)
         sys.exit(1)
     for left in sweep():
         click.echo(f"note: removed {left}, left by a web console that was killed", err=True)

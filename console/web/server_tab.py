@@ -18,6 +18,7 @@ from console.clients import ClientError
 from console.core.controller import ServerController, Snapshot
 from console.server import LOG_KEEP, ServerError, embedded
 from console.server.embedded import DEFAULT_MODELS
+from console.server.errors import repository_not_found
 from console.server.logparse import NOISE_NOTE
 
 from . import views
@@ -119,7 +120,7 @@ class ServerTab:
         path = Path(repo).expanduser() if repo.strip() else None
         note = ""
         if path is not None and not path.is_dir():
-            note = f"✖ model repository not found: {repo}"
+            note = f"✖ {repository_not_found(repo)}"
         else:
             try:
                 self.controller.start(path, models)

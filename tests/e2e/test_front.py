@@ -125,6 +125,7 @@ def test_a_stream_ends_with_done_and_a_refused_one_gets_its_status(front) -> Non
     ({"max_tokens": -1}, 400, "max_tokens", "max_tokens must be an integer >= 0"),
     ({"temperature": "hot"}, 400, "temperature", "temperature must be a number"),
     ({"model": "nope"}, 404, "model", "is not served here (served: "),
+    ({"model": None}, 400, "model", "model is required unless exactly one model is served (served: "),
     ({"prompt": [1, 2, 3]}, 400, "prompt", "no token ids"),
     ({"frobnicate": 1}, 400, "frobnicate", "unrecognized request argument"),
     ({"stream_options": {"include_usage": True}}, 400, "stream_options", "only allowed when stream"),
@@ -330,14 +331,18 @@ def test_serve_with_openai_port_serves_the_repository_and_stops_with_it(tmp_path
     try:
         for line in process.stdout:
             lines.append(line)
-            if "OpenAI  http://" in line or "error:" in line:
+            if "press Ctrl-C" in line or "error:" in line:
                 break
-        assert f"OpenAI  http://127.0.0.1:{port}/v1" in lines[-1], "".join(lines[-20:])
+        assert lines[-1] == "press Ctrl-C to stop\n", "".join(lines[-20:])  # said last, after every address
+        assert f"OpenAI  http://127.0.0.1:{port}/v1" in lines[-2], "".join(lines[-20:])
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
         assert [m.id for m in client.models.list().data] == [BATCH]
         chat = client.chat.completions.create(model=BATCH, messages=[{"role": "user", "content": QUESTION}],
                                               max_tokens=4)
         assert chat.usage.completion_tokens == 4 and chat.choices[0].message.content
+        unnamed = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
+                             timeout=60)  # one model served: a request that names none goes to it
+        assert unnamed.status_code == 200 and unnamed.json()["model"] == BATCH, unnamed.text
     finally:
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=60)

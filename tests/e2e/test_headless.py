@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from helpers import wait_for_log
 
 from console.cli import main
-from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS
+from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, SERVE_TIP
 from console.server.logparse import startup_line as _startup_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -230,6 +230,7 @@ def test_headless_serves_the_embedded_model(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "starting tritonserver" in proc.stderr and "smollm2_decoupled READY" in proc.stderr
+    assert proc.stderr.count(SERVE_TIP) == 1  # how not to wait for a server each time
     assert "stopping tritonserver" in proc.stderr
     assert json.loads(proc.stdout)["output_tokens"] == 4
     assert (cache / "llm_model_dir" / "smollm2_decoupled" / "config.pbtxt").is_file()

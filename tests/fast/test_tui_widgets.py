@@ -14,6 +14,7 @@ from console.clients import CONTROLS, ClientError, Control, ModelInfo, Tensor
 from console.core.controller import ModelRow
 from console.core.controls import form_default
 from console.server import free_port
+from console.server.errors import repository_not_found
 from console.tui.app import QaicConsoleApp
 from console.tui.widgets.chat_pane import NO_SERVER
 from console.tui.widgets.controls import control_id, model_options, offered
@@ -224,7 +225,7 @@ def test_without_a_terminal_the_tui_refuses_at_once_and_says_how_to_run_headless
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: the console needs a terminal") and 'qaic-console --prompt "..."' in line
     missing = CliRunner().invoke(main, ["tui", "--model-repository", str(tmp_path / "nowhere")])
-    assert missing.exit_code == 1 and missing.stderr == f"error: model repository not found: {tmp_path / 'nowhere'}\n"
+    assert missing.exit_code == 1 and missing.stderr == f"error: {repository_not_found(tmp_path / 'nowhere')}\n"
 
 
 def test_control_fields_check_as_typed_show_the_rule_and_give_the_focus_back() -> None:

@@ -26,6 +26,7 @@ from console.core.adapters.triton import TritonAdapter
 from console.core.controller import ModelRow, ServerController, Snapshot
 from console.core.request import Exchange, Settings
 from console.core.turns import Turn
+from console.server.errors import repository_not_found
 from console.web import views
 
 QAIC_INPUTS = (Tensor("prompt", "BYTES"), Tensor("max_tokens", "INT32", (1,), True))
@@ -279,4 +280,5 @@ def test_a_missing_repository_is_refused_on_the_terminal_before_anything(tmp_pat
            str(tmp_path / "nowhere")]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)  # it used to serve the page
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == f"error: model repository not found: {tmp_path / 'nowhere'}\n"
+    assert done.stderr == f"error: {repository_not_found(tmp_path / 'nowhere')}\n"
+    assert "qaic-console repo samples --embedded -o" in done.stderr  # how to make one

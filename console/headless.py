@@ -20,7 +20,7 @@ from console.core.adapters import Adapter, started_here
 from console.core.request import Exchange, Settings, prepare
 from console.core.turns import Turn, batch_model_note, ignored_note, prepare_note
 from console.server import ServerError
-from console.server.embedded import SERVE_TIP, embedded_server
+from console.server.embedded import embedded_server
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,6 @@ def run(settings: Settings, prompt: str, server: Adapter | None, output: Output 
         prompts = split_prompts(prompt)  # bad input fails before any server starts
         if server is not None:
             return answer(server, settings, prompts, output, out, err, tty, progress)
-        progress(SERVE_TIP)
         with embedded_server(settings.model, progress) as started:
             return answer(started_here(started.handle), settings, prompts, output, out, err, tty, progress)
     except ServerError as exc:

@@ -28,6 +28,9 @@ HOST = "127.0.0.1"
 TICK_S = 1.0
 CSS = """
 #qc-chat .message-content, #qc-chat .md, #qc-chat .prose { white-space: pre-wrap; }
+.qc-invalid input, .qc-invalid textarea { outline: 2px solid var(--error-border-color, #ef4444) !important;
+  outline-offset: -1px; }
+.qc-invalid [data-testid="block-info"], .qc-invalid .info { color: var(--error-text-color, #b91c1c); }
 #qc-log textarea, #qc-repo-path textarea { font-family: ui-monospace, monospace; font-size: 12px; }
 """
 THEME = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
@@ -96,9 +99,9 @@ def _chat_tab() -> dict[str, Any]:
             view["note"] = gr.Markdown(elem_id="qc-model-note")
             view["chat"] = gr.Checkbox(True, label="Chat template + history (off: raw prompt)",
                                        elem_id="qc-chat-template")
-            with gr.Accordion("Controls (blank: the model's default)", open=True):
+            with gr.Accordion("Controls (blank: the model's default)", open=False, elem_id="qc-controls"):
                 view["controls"] = {
-                    c.name: gr.Textbox(form_default(c), label=c.label, info=f"{c.help} ({c.rule()})",
+                    c.name: gr.Textbox(form_default(c), label=c.label, info=views.control_info(c),
                                        placeholder="model default", lines=1, max_lines=1,
                                        elem_id=f"qc-control-{c.name.replace('_', '-')}")
                     for c in CONTROLS
@@ -116,13 +119,13 @@ def _speed_tab() -> dict[str, Any]:
     view: dict[str, Any] = {"summary": gr.Markdown(views.summary_markdown([]), elem_id="qc-summary")}
     empty = views.plot_data(views.speed_table([]))
     with gr.Row():
-        for key, y, title in (("ttft", "TTFT ms", "Stream · time to first token (ms)"),
-                              ("latency", "latency ms", "Batch · request latency (ms)")):
-            view[key] = gr.ScatterPlot(empty[key], x="reply", y=y, title=title, x_title="reply", y_title="ms",
-                                       y_axis_format=",.0f", height=240, sort=[], elem_id=f"qc-plot-{key}")
-        view["tps"] = gr.ScatterPlot(empty["tps"], x="reply", y="tokens/s", color="mode", title="Output tokens/s",
-                                     x_title="reply", y_axis_format=",.1f", height=240, sort=[],
-                                     elem_id="qc-plot-tps")
+        for key in ("ttft", "latency"):
+            view[key] = gr.ScatterPlot(empty[key], x="reply", y=views.PLOTS[key][0], x_title="reply", y_title="ms",
+                                       title=views.plot_title(key, empty[key]), y_axis_format=",.0f", height=240,
+                                       sort=[], elem_id=f"qc-plot-{key}")
+        view["tps"] = gr.ScatterPlot(empty["tps"], x="reply", y="tokens/s", color="mode", x_title="reply",
+                                     title=views.plot_title("tps", empty["tps"]), y_axis_format=",.1f", height=240,
+                                     sort=[], elem_id="qc-plot-tps")
     view["table"] = gr.Dataframe(views.speed_table([]), label="Per reply (times in ms)", interactive=False,
                                  elem_id="qc-speed")
     return {k: view[k] for k in ("summary", "table", "ttft", "latency", "tps")}  # the order speed() returns
@@ -164,6 +167,10 @@ def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
     c["stop"].click(stop, None, None, queue=False)
     c["export"].click(console.export, turns, c["files"])
     c["mode"].change(console.models_for, [c["mode"], c["model"]], [c["model"], c["note"]], show_progress="hidden")
+    for control in CONTROLS:  # a bad value is marked in its field as it is typed (a send is refused, saying why)
+        box = c["controls"][control.name]
+        box.change(lambda text, control=control: gr.update(**views.control_field(control, text)), box, box,
+                   show_progress="hidden", queue=False)
     c["model"].change(console.model_note, c["model"], c["note"], show_progress="hidden")
     return stop
 

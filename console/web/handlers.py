@@ -222,7 +222,8 @@ class WebConsole:
         order = list(table["reply"].astype(str))
         plots = views.plot_data(table)
         return (views.summary_markdown(turns), table,
-                *(gr.update(value=plots[key], sort=order) for key in ("ttft", "latency", "tps")))
+                *(gr.update(value=plots[key], sort=order, title=views.plot_title(key, plots[key]))
+                  for key in ("ttft", "latency", "tps")))
 
     # ---- server
 

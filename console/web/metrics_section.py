@@ -42,8 +42,9 @@ def metrics_section(controller: ServerController, metrics_url: str = "") -> None
     frame = gr.Dataframe(pd.DataFrame(columns=list(HEADER)), label="Per model (queue and compute ms: Triton's, per "
                          "request; slot wait, TTFT and step: the backend's)", interactive=False, elem_id="qc-metrics")
     with gr.Row():
-        plots = [gr.LinePlot(None, x="seconds", y=label, color="model",
-                             title=label, height=220, elem_id=f"qc-metrics-{name.replace('_', '-')}")
+        plots = [gr.LinePlot(None, x="seconds", y=label, color="model", title=label, height=220,
+                             y_axis_format=",.2~f",  # 0 and 0.25, not 0.000000 on an idle server's flat line
+                             elem_id=f"qc-metrics-{name.replace('_', '-')}")
                  for name, label in PLOTS]
 
     def tick(override: str) -> tuple[Any, ...]:

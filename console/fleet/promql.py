@@ -33,8 +33,9 @@ class Figure:
         return self.make(by, selector, window)
 
 
-def _by(labels: tuple[str, ...]) -> str:
-    return ", ".join(labels)
+def _sum(by: tuple[str, ...], how: str = "sum") -> str:
+    """``sum by (a, b)``; over everything when ``by`` is empty."""
+    return f"{how} by ({', '.join(by)})" if by else how
 
 
 def _series(metric: str, selector: str) -> str:
@@ -42,11 +43,11 @@ def _series(metric: str, selector: str) -> str:
 
 
 def rate(metric: str) -> Make:
-    return lambda by, sel, w: f"sum by ({_by(by)}) (rate({_series(metric, sel)}[{w}]))"
+    return lambda by, sel, w: f"{_sum(by)} (rate({_series(metric, sel)}[{w}]))"
 
 
 def gauge(metric: str, how: str = "sum") -> Make:
-    return lambda by, sel, w: f"{how} by ({_by(by)}) ({_series(metric, sel)})"
+    return lambda by, sel, w: f"{_sum(by, how)} ({_series(metric, sel)})"
 
 
 def per(numerator: Make, denominator: Make, scale: str = "") -> Make:
@@ -60,13 +61,13 @@ def mean(histogram: str, scale: str = "") -> Make:
 
 
 def quantile(q: float, histogram: str) -> Make:
-    return lambda by, sel, w: (f"histogram_quantile({q}, sum by (le, {_by(by)}) "
+    return lambda by, sel, w: (f"histogram_quantile({q}, {_sum(('le', *by))} "
                                f"(rate({_series(f'{histogram}_bucket', sel)}[{w}])))")
 
 
 def total_of(*metrics: str) -> Make:
     """The rates of several counters with the same labels, added."""
-    return lambda by, sel, w: f"sum by ({_by(by)}) ({' + '.join(f'rate({_series(m, sel)}[{w}])' for m in metrics)})"
+    return lambda by, sel, w: f"{_sum(by)} ({' + '.join(f'rate({_series(m, sel)}[{w}])' for m in metrics)})"
 
 
 SUCCESS = rate(TRITON)
@@ -110,7 +111,7 @@ FIGURES = {f.name: f for f in (
     Figure("sequence_failures_per_s", rate("qaic_request_failure_total"), "short",
            "Sequences a session error ended, per second."),
     Figure("rejected_per_s", rate("qaic_request_rejected_total"), "short", "Requests refused (bad input), per second."),
-    Figure("backend_restarts", lambda by, sel, w: f"sum by ({_by(by)}) (resets({_series(RESTARTED, sel)}[{w}]))",
+    Figure("backend_restarts", lambda by, sel, w: f"{_sum(by)} (resets({_series(RESTARTED, sel)}[{w}]))",
            "short", "Times the backend's counters went back to zero: its stub (or its server) restarted."),
 )}
 

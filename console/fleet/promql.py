@@ -126,5 +126,6 @@ def expr(name: str, by: tuple[str, ...] = MODEL, selector: str = "", window: str
 
 
 def down(selector: str = "") -> str:
-    """The targets whose last scrape failed, among the jobs where some target exports Triton's metrics."""
-    return f"{_series(UP, selector)} == 0 and on (job) group by (job) ({_series(TRITON, selector)})"
+    """The targets whose last scrape failed, in the jobs where some target exports Triton's metrics (of the series
+    ``selector`` picks: a model, a namespace)."""
+    return f"{UP} == 0 and on (job) group by (job) ({_series(TRITON, selector)})"

@@ -15,6 +15,13 @@ from console.metrics.watch import KEEP, MIN_INTERVAL_S, Look
 from .query import WINDOW, Prometheus, PrometheusError, read
 
 
+def watcher(prometheus: str = "") -> Any:
+    """What a console follows: the fleet through ``prometheus`` when given, else one server's metrics page."""
+    from console.metrics import MetricsWatch
+
+    return FleetWatch(prometheus) if prometheus else MetricsWatch()
+
+
 def fleet_note(url: str, figures: tuple[Figures, ...], down: tuple[str, ...], window: str) -> str:
     instances = sorted({f.instance for f in figures if f.instance})
     said = f"fleet: {len(instances)} instance{'s' if len(instances) != 1 else ''} via Prometheus {url} " \

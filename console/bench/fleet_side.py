@@ -22,8 +22,8 @@ from .server_view import level_figures
 
 PUBLISH_S = 1.0  # the backend publishes its counts within a second of a sequence's end
 CATCH_UP_S = 20.0  # how long to wait for Prometheus to scrape every server after a level
-NAMES = ("tokens_per_s", "requests_per_s", "triton_queue_ms", "triton_compute_ms", "queue_ms", "ttft_ms", "tpot_ms",
-         "prefill_chunk_ms", "decode_step_ms", "tokens_per_step", "occupancy")
+NAMES = ("tokens_per_s", "requests_per_s", "triton_queue_ms", "triton_compute_ms", "queue_ms", "slot_wait_ms",
+         "step_wait_ms", "ttft_ms", "tpot_ms", "prefill_chunk_ms", "decode_step_ms", "tokens_per_step", "occupancy")
 CARD = "no card reading: a fleet's cards are not read by the bench"
 
 

@@ -90,14 +90,22 @@ FIGURES = {f.name: f for f in (
     Figure("waiting", gauge("qaic_num_requests_waiting"), "short", "Sequences queued for a free slot."),
     Figure("slots", gauge("qaic_slots"), "short", "Slots the engines decode together."),
     Figure("pending", gauge("nv_inference_pending_request_count"), "short", "Requests pending in Triton."),
-    Figure("queue_ms", mean("qaic_request_queue_time_seconds", "* 1000"), "ms", "Mean wait for a slot."),
+    Figure("prefix_reused_per_s", rate("qaic_prefix_reused_tokens_total"), "short",
+           "Prompt tokens reused from a slot's cache instead of prefilled, per second."),
+    Figure("queue_ms", mean("qaic_request_queue_time_seconds", "* 1000"), "ms",
+           "Mean wait before the prefill (slot wait and step wait)."),
+    Figure("slot_wait_ms", mean("qaic_request_slot_wait_seconds", "* 1000"), "ms", "Mean wait for a free slot."),
+    Figure("step_wait_ms", mean("qaic_request_step_wait_seconds", "* 1000"), "ms",
+           "Mean wait with a slot free while the engine finished its current step."),
     Figure("ttft_ms", mean("qaic_time_to_first_token_seconds", "* 1000"), "ms", "Mean time to first token."),
     Figure("tpot_ms", mean("qaic_time_per_output_token_seconds", "* 1000"), "ms", "Mean time per output token."),
     Figure("prefill_chunk_ms", mean("qaic_prefill_chunk_seconds", "* 1000"), "ms", "Mean prefill chunk."),
     Figure("decode_step_ms", mean("qaic_decode_step_seconds", "* 1000"), "ms", "Mean decode step."),
     Figure("ttft_p50_s", quantile(0.5, "qaic_time_to_first_token_seconds"), "s", "Median time to first token."),
     Figure("ttft_p99_s", quantile(0.99, "qaic_time_to_first_token_seconds"), "s", "p99 time to first token."),
-    Figure("queue_p99_s", quantile(0.99, "qaic_request_queue_time_seconds"), "s", "p99 wait for a slot."),
+    Figure("slot_wait_p99_s", quantile(0.99, "qaic_request_slot_wait_seconds"), "s", "p99 wait for a slot."),
+    Figure("step_wait_p99_s", quantile(0.99, "qaic_request_step_wait_seconds"), "s", "p99 wait for the step."),
+    Figure("queue_p99_s", quantile(0.99, "qaic_request_queue_time_seconds"), "s", "p99 wait before the prefill."),
     Figure("tpot_p50_s", quantile(0.5, "qaic_time_per_output_token_seconds"), "s", "Median time per output token."),
     Figure("tpot_p99_s", quantile(0.99, "qaic_time_per_output_token_seconds"), "s", "p99 time per output token."),
     Figure("tokens_per_step", SEQUENCES_PER_STEP, "short", "Sequences decoded per decode step (its mean batch)."),
@@ -117,7 +125,8 @@ FIGURES = {f.name: f for f in (
 
 # what the fleet view reads (the consoles' table, console/metrics/figures.py COLUMNS, and the bench's server side)
 VIEW = ("requests_per_s", "tokens_per_s", "running", "waiting", "slots", "triton_queue_ms", "triton_compute_ms",
-        "queue_ms", "ttft_ms", "tpot_ms", "prefill_chunk_ms", "decode_step_ms", "tokens_per_step", "kv_usage")
+        "queue_ms", "slot_wait_ms", "step_wait_ms", "ttft_ms", "tpot_ms", "prefill_chunk_ms", "decode_step_ms",
+        "tokens_per_step", "kv_usage")
 
 
 def expr(name: str, by: tuple[str, ...] = MODEL, selector: str = "", window: str = "1m") -> str:

@@ -26,11 +26,11 @@ SATURATED_FOR = "5m"
 # the board's panels by title: the figure of each target, in refId order
 PANELS = {
     "Requests/s (Triton)": ("requests_per_s", "failures_per_s"),
-    "Tokens/s (backend)": ("tokens_per_s", "prompt_tokens_per_s"),
+    "Tokens/s (backend)": ("tokens_per_s", "prompt_tokens_per_s", "prefix_reused_per_s"),
     "Triton queue vs compute per request": ("triton_queue_ms", "triton_compute_ms"),
     "Slots (backend)": ("running", "waiting", "slots", "pending"),
-    "Time to first token (backend: arrival at the engine to first token)": ("ttft_p50_s", "ttft_p99_s",
-                                                                            "queue_p99_s"),
+    "Time to first token (backend: arrival at the engine to first token)": (
+        "ttft_p50_s", "ttft_p99_s", "slot_wait_p99_s", "step_wait_p99_s", "queue_p99_s"),
     "Time per output token (backend)": ("tpot_p50_s", "tpot_p99_s"),
     "Session runs: prefill chunk and decode step (mean)": ("prefill_chunk_ms", "decode_step_ms"),
     "Decode batch: sequences per step and slot occupancy": ("tokens_per_step", "occupancy"),

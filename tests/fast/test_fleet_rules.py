@@ -46,23 +46,17 @@ def test_promtool_checks_the_rules_and_their_unit_tests_pass(tmp_path: Path) -> 
     checked = subprocess.run([promtool(), "check", "rules", str(rules.RULES_FILE)], capture_output=True, text=True,
                              timeout=60, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    inputs = [
+    inputs = [series(metric, instance, values) for metric, instance, values in (
         # tokens: A makes 1/s, B 2/s; A's decode counter starts again from zero at 5m (its backend restarted)
-        series("qaic_generation_tokens_total", A, "0+15x40"),
-        series("qaic_generation_tokens_total", B, "0+30x40"),
-        series("qaic_decode_step_seconds_count", A, "0+10x19 0+10x20"),
-        series("qaic_decode_step_seconds_count", B, "0+10x40"),
+        ("qaic_generation_tokens_total", A, "0+15x40"), ("qaic_generation_tokens_total", B, "0+30x40"),
+        ("qaic_decode_step_seconds_count", A, "0+10x19 0+10x20"), ("qaic_decode_step_seconds_count", B, "0+10x40"),
         # A's 8 slots all busy from the start; B uses 3 of 8
-        series("qaic_num_requests_running", A, "8x40"),
-        series("qaic_num_requests_running", B, "3x40"),
-        series("qaic_slots", A, "8x40"),
-        series("qaic_slots", B, "8x40"),
+        ("qaic_num_requests_running", A, "8x40"), ("qaic_num_requests_running", B, "3x40"),
+        ("qaic_slots", A, "8x40"), ("qaic_slots", B, "8x40"),
         # B fails a request a minute from 5m on; A never
-        series("nv_inference_request_failure", A, "0x40"),
-        series("nv_inference_request_failure", B, "0x19 1+0.25x20"),
-        series("qaic_request_failure_total", A, "0x40"),
-        series("qaic_request_failure_total", B, "0x40"),
-    ]
+        ("nv_inference_request_failure", A, "0x40"), ("nv_inference_request_failure", B, "0x19 1+0.25x20"),
+        ("qaic_request_failure_total", A, "0x40"), ("qaic_request_failure_total", B, "0x40"),
+    )]
     minute = rules.recorded
     tests = {"rule_files": [str(rules.RULES_FILE)], "evaluation_interval": "15s", "tests": [{
         "interval": INTERVAL,

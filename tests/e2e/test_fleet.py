@@ -114,6 +114,8 @@ def test_the_bench_through_haproxy_spreads_over_all_three_and_prometheus_sums_th
     server = level["server"]
     assert server["note"].startswith(f"metrics: Prometheus {fleet.prometheus.url}"), server["note"]
     own = tokens / level["duration_s"]  # the three servers' own counts over the level's time
+    print(f"requests per server {spread}; tokens/s: Prometheus {server['tokens_per_s']}, the servers' own "
+          f"{own:.3f} ({tokens:g} tokens over {level['duration_s']} s)")  # shown with pytest -rP
     assert server["tokens_per_s"] == pytest.approx(own, rel=0.10), (server, tokens, own)
     assert len(server["instances"]) == SERVERS and server["down"] == []
     view = fleet_view(fleet)
@@ -167,6 +169,7 @@ def test_a_killed_server_is_dropped_by_the_health_check_and_named_by_the_fleet_v
     (level,) = document["levels"]
     assert level["request_count"] > level["error_count"], said
     assert level["error_count"] <= 3, said  # at most the streams in flight on the killed server
+    print(f"killed mid-run: {level['request_count']} requests answered, {level['error_count']} failed")
     # after the health check dropped it, every request goes to the two left, and succeeds
     code, document, said = bench(fleet, tmp_path / "after", "--concurrency", "2", "--requests", "6")
     assert code == 0 and document["levels"][0]["error_count"] == 0, said

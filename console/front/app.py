@@ -1,5 +1,6 @@
-"""The OpenAI-compatible app (FastAPI): ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/health``
-and ``/version``, in front of one tritonserver.
+"""The OpenAI-compatible app (FastAPI): ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/health``,
+``/version``, ``/metrics`` (:mod:`.metrics_route`) and vLLM's tokenizer routes (:mod:`.tokenize_routes`), in front of
+one tritonserver.
 
 A request is read and checked (:mod:`.mapping`), its model's config read (once) and its controls checked against
 the model's interface, the chat template applied (:mod:`.tokenizers`), then one streamed request goes to Triton
@@ -28,7 +29,9 @@ from console.clients.openai_api import FRONT as OWNER  # ``owned_by``: how a con
 
 from . import mapping
 from .errors import APIError, bad_request
+from .metrics_route import FrontMetrics, Measured, render
 from .replies import DONE, Shape, finish_reason, sse, usage
+from .tokenize_routes import Lengths, tokenize_router
 from .tokenizers import Tokenizers
 from .upstream import Generation, Upstream
 
@@ -39,15 +42,21 @@ T = TypeVar("T")
 
 @dataclass
 class Front:
-    """What the app serves: the Triton server's gRPC endpoint, the API key (None: none asked), the tokenizers."""
+    """What the app serves: the Triton server's gRPC endpoint, the API key (None: none asked), the tokenizers and
+    Triton's metrics page (None: not known)."""
 
     triton_url: str
     api_key: str | None = None
     tokenizers: Tokenizers = field(default_factory=Tokenizers)
+    metrics_url: str | None = None
     upstream: Upstream = field(init=False)
+    metrics: FrontMetrics = field(init=False)
+    lengths: Lengths = field(init=False)
 
     def __post_init__(self) -> None:
         self.upstream = Upstream(self.triton_url)
+        self.metrics = FrontMetrics()
+        self.lengths = Lengths(self.metrics_url)
 
 
 class Gone(Exception):
@@ -171,6 +180,7 @@ def create_app(front: Front) -> FastAPI:
 
     app = FastAPI(title="qaic-console OpenAI-compatible API", version=VERSION, lifespan=lifespan,
                   docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(Measured, metrics=front.metrics)
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -199,15 +209,27 @@ def create_app(front: Front) -> FastAPI:
     async def version() -> dict[str, str]:
         return {"server": OWNER, "version": VERSION, "api": "openai"}
 
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        try:
+            served: set[str] | None = set(await front.upstream.ready())
+        except APIError:
+            served = None
+        page, kind = await render(front.metrics, front.metrics_url, served)
+        return Response(page, media_type=kind)
+
+    app.include_router(tokenize_router(front, read_body, [Depends(authorize)]))
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
 
     @v1.get("/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [model_card(info) for info in await front.upstream.models()]}
+        return {"object": "list", "data": [model_card(info, await front.lengths.of(info.name))
+                                           for info in await front.upstream.models()]}
 
     @v1.get("/models/{model:path}")
     async def model(model: str) -> dict[str, Any]:
-        return model_card(await front.upstream.info(model))
+        info = await front.upstream.info(model)
+        return model_card(info, await front.lengths.of(info.name))
 
     async def answer(request: Request, chat: bool) -> Any:
         job = mapping.parse(await read_body(request), chat)
@@ -237,8 +259,9 @@ def create_app(front: Front) -> FastAPI:
     return app
 
 
-def model_card(info: ModelInfo) -> dict[str, Any]:
-    """A model as ``/v1/models`` lists it, with the controls it takes (the fields of the same names)."""
+def model_card(info: ModelInfo, max_model_len: int | None = None) -> dict[str, Any]:
+    """A model as ``/v1/models`` lists it, with its context length (vLLM's ``max_model_len``; None: not known) and the
+    controls it takes (the fields of the same names)."""
     interface = interface_of(info)
-    return {"id": info.name, "object": "model", "created": 0, "owned_by": OWNER,
+    return {"id": info.name, "object": "model", "created": 0, "owned_by": OWNER, "max_model_len": max_model_len,
             "controls": [c.name for c in CONTROLS if interface.wire_input(c) is not None]}

@@ -10,7 +10,7 @@ metrics page (the compile's ctx_len), read once per model; None where the page o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -20,6 +20,7 @@ from console.clients import ClientError, ModelInfo
 from . import mapping
 from .errors import APIError, bad_request
 from .metrics_route import gauge_by_model, triton_page
+from .wire import read_body
 
 TOKENIZE_FIELDS = {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt", "return_token_strs"}
 DETOKENIZE_FIELDS = {"model", "tokens"}
@@ -101,9 +102,8 @@ def tokenizer_info(tokenizer: Any) -> dict[str, Any]:
     return info
 
 
-def tokenize_router(front: Any, read_body: Callable[[Request], Awaitable[Any]],
-                    dependencies: Sequence[Any]) -> APIRouter:
-    """The routes, answering for ``front`` (bodies read by ``read_body``; ``dependencies``: the API key's check)."""
+def tokenize_router(front: Any, dependencies: Sequence[Any]) -> APIRouter:
+    """The routes, answering for ``front`` (``dependencies``: the API key's check)."""
     router = APIRouter(dependencies=list(dependencies))
 
     @router.post("/tokenize")

@@ -8,22 +8,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 CACHE=${QAIC_CONSOLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qaic-console}
 VENV=${LM_EVAL_VENV:-$CACHE/peers/lm-eval-venv}
-LOG="$VENV.setup.log"
-stamp="$VENV/.qaic-lm-eval-setup"
-want="$(sha256sum scripts/setup-lm-eval.sh | cut -c1-16)"
-
-if [ -f "$stamp" ] && grep -qx "$want" "$stamp"; then
-  echo "$VENV"
-  exit 0
-fi
-mkdir -p "$(dirname "$VENV")"
-: > "$LOG"
-step() {
-  if ! "$@" >>"$LOG" 2>&1; then
-    echo "[setup-lm-eval] failed: $* (its output: $LOG)" >&2
-    exit 1
-  fi
-}
+TAG=lm-eval
+# shellcheck source=scripts/tool-venv.sh
+. scripts/tool-venv.sh
 echo "[setup-lm-eval] installing lm-eval 0.4.13 into $VENV (the first run downloads a few hundred MB)" >&2
 [ -x "$VENV/bin/python" ] || step "$PY" -m venv "$VENV"
 # CPU torch first (the hf model's): an unpinned torch would pull a multi-GB CUDA build.

@@ -10,6 +10,7 @@ metrics page (the compile's ctx_len), read once per model; None where the page o
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,17 +26,21 @@ from .wire import read_body
 TOKENIZE_FIELDS = {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt", "return_token_strs"}
 DETOKENIZE_FIELDS = {"model", "tokens"}
 SPECIAL = ("bos_token", "eos_token", "pad_token", "unk_token")
+REREAD_S = 10.0
 
 
 class Lengths:
-    """Each served model's context length (``max_model_len``), read from Triton's metrics page once per model."""
+    """Each served model's context length (``max_model_len``), read from Triton's metrics page once per model (a model
+    the page lacks is looked for again at most every :data:`REREAD_S` seconds)."""
 
     def __init__(self, metrics_url: str | None) -> None:
         self.metrics_url = metrics_url
         self.known: dict[str, int] = {}
+        self.read_at = -REREAD_S
 
     async def of(self, model: str) -> int | None:
-        if model not in self.known:
+        if model not in self.known and time.monotonic() - self.read_at >= REREAD_S:
+            self.read_at = time.monotonic()
             text = await triton_page(self.metrics_url)
             try:
                 found = gauge_by_model(text, "qaic_ctx_len") if text else {}

@@ -93,14 +93,20 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def run(lm_eval: Path, tasks: Path, out: Path, model: str, model_args: str, names: str) -> dict:
-    """One ``lm_eval run``: its results and its logged samples by task."""
+def start(lm_eval: Path, tasks: Path, out: Path, model: str, model_args: str, names: str) -> subprocess.Popen:
+    """One ``lm_eval run``, started (its output into ``out``)."""
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "HF_DATASETS_CACHE": str(out / "datasets"), "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": ""}
-    done = subprocess.run([str(lm_eval), "run", "--model", model, "--model_args", model_args, "--tasks", names,
-                           "--include_path", str(tasks), "--output_path", str(out), "--log_samples", "--device", "cpu",
-                           "--batch_size", "4"], capture_output=True, text=True, env=env, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    out.mkdir(parents=True)
+    return subprocess.Popen([str(lm_eval), "run", "--model", model, "--model_args", model_args, "--tasks", names,
+                             "--include_path", str(tasks), "--output_path", str(out), "--log_samples", "--device",
+                             "cpu", "--batch_size", "4"], stdout=subprocess.DEVNULL,
+                            stderr=open(out / "stderr.txt", "w"), env=env)  # noqa: SIM115 - closed with the process
+
+
+def finished(run: subprocess.Popen, out: Path, names: str) -> dict:
+    """A started run's results and logged samples by task, once it ended."""
+    assert run.wait(timeout=900) == 0, (out / "stderr.txt").read_text()[-3000:]
     results = json.loads(max(out.rglob("results_*.json")).read_text())
     samples = {}
     for task in names.split(","):
@@ -132,14 +138,22 @@ def engine_loglikelihoods(tokenizer, pairs: list[tuple[str, str]]) -> list[float
     return [-sum(f.nll) for f in score(engine, contexts, continuations)]
 
 
+@pytest.mark.timeout(1800)  # two lm_eval processes (torch, transformers, datasets) on a shared machine
 def test_lm_eval_local_completions_scores_as_the_engine_and_agrees_with_its_hf_model(lm_eval, tasks, front,
                                                                                        embedded_server,
                                                                                        tmp_path) -> None:
     folder = prepare_embedded(progress=lambda message: None)
-    served = run(lm_eval, tasks, tmp_path / "served", "local-completions",
-                 f"model={FP32},base_url={front.base_url}/completions,tokenizer_backend=huggingface,"
-                 f"tokenizer={folder},max_length={CTX_LEN},num_concurrent=1,max_retries=1", "qaic_mc,qaic_gen")
-    hf = run(lm_eval, tasks, tmp_path / "hf", "hf", f"pretrained={folder},dtype=float32", "qaic_mc")
+    runs = {"hf": start(lm_eval, tasks, tmp_path / "hf", "hf", f"pretrained={folder},dtype=float32", "qaic_mc"),
+            "served": start(lm_eval, tasks, tmp_path / "served", "local-completions",
+                            f"model={FP32},base_url={front.base_url}/completions,tokenizer_backend=huggingface,"
+                            f"tokenizer={folder},max_length={CTX_LEN},num_concurrent=1,max_retries=1",
+                            "qaic_mc,qaic_gen")}  # at once: each waits on its own work
+    try:
+        served = finished(runs["served"], tmp_path / "served", "qaic_mc,qaic_gen")
+        hf = finished(runs["hf"], tmp_path / "hf", "qaic_mc")
+    finally:
+        for process in runs.values():
+            process.kill()
     got, want = served["results"]["qaic_mc"], hf["results"]["qaic_mc"]
     print(f"lm-eval qaic_mc ({len(QUESTIONS)} questions): local-completions acc {got['acc,none']:.3f} acc_norm "
           f"{got['acc_norm,none']:.3f}; hf acc {want['acc,none']:.3f} acc_norm {want['acc_norm,none']:.3f}")

@@ -106,7 +106,10 @@ class Completion:
         seed, rid = self.params.get("seed"), self.params.request_id
         by_index: dict[int, Slot] = {}
         for i in range(job.n):
-            params = self.params if seed is None or i == 0 else self.params.replace(seed=seed + i)
+            try:
+                params = self.params if seed is None or i == 0 else self.params.replace(seed=seed + i)
+            except ClientError as exc:  # seed + i past the control's range
+                raise bad_request(f"{exc} (answer {i + 1} of n {job.n} is sampled with seed + {i})", "seed") from None
             for group in groups:
                 k = len(self.generations)
                 generation = self.front.upstream.generate(self.info, [self.texts[p] for p in group], params.replace(

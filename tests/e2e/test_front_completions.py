@@ -137,6 +137,7 @@ def test_n_answers_each_prompt_each_with_its_own_seed(sdk, embedded_server) -> N
     ({"prompt": "a", "n": 0}, "n", "from 1"),
     ({"prompt": "a", "n": 2, "best_of": 3}, "best_of", "equal n"),
     ({"prompt": ["a"] * 100, "n": 3}, "n", "256"),
+    ({"prompt": "a", "n": 2, "seed": 2 ** 63 - 1}, "seed", "seed + 1"),
     ({"prompt": "a", "logit_bias": {"1": 2}}, "logit_bias", "logit_bias"),
 ])
 def test_what_cannot_be_served_is_refused_by_name_in_openais_shape(front, body, param, words) -> None:

@@ -18,6 +18,7 @@ from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.eval.cli import eval_group
 from console.extras import missing
+from console.fleet.deploy import deploy_group
 from console.front.command import openai_command
 from console.headless import Output
 from console.headless import run as run_headless
@@ -215,3 +216,4 @@ main.add_command(openai_command, "openai")
 main.add_command(metrics_command, "metrics")
 main.add_command(serve, "serve")
 main.add_command(eval_group, "eval")
+main.add_command(deploy_group, "deploy")

@@ -1,6 +1,6 @@
 """The documentation: every ``qaic-console`` command and flag the README and ``docs/`` name is in that command's
 ``--help`` (read from the click command objects, as ``--help`` prints them), and the site builds in strict mode (a
-broken link, anchor or a page left out of the nav fails)."""
+broken link or anchor fails)."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def test_the_check_reads_commands_from_blocks_and_inline_code() -> None:
 
 
 def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
-    """mkdocs-material, strict: a link to a page or anchor that is not there, or a page left out of the nav, fails."""
+    """mkdocs-material, strict: a link to a page or an anchor that is not there fails."""
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})

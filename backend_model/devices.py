@@ -59,25 +59,11 @@ class Device:
         """The board (card) serial; SoCs of one card share it (empty on an edge kit)."""
         return self.fields.get("Board serial", "")
 
-    @property
-    def dram_total_mb(self) -> int | None:
-        return _int(self.fields.get("Dram Total", ""))
-
-    @property
-    def dram_free_mb(self) -> int | None:
-        return _int(self.fields.get("Dram Free", ""))
-
-    @property
-    def nsp_total(self) -> int | None:
-        return _int(self.fields.get("Nsp Total", ""))
-
-    @property
-    def nsp_free(self) -> int | None:
-        return _int(self.fields.get("Nsp Free", ""))
-
-    @property
-    def networks_active(self) -> int | None:
-        return _int(self.fields.get("Networks Active", ""))
+    dram_total_mb = property(lambda self: _int(self.fields.get("Dram Total", "")))
+    dram_free_mb = property(lambda self: _int(self.fields.get("Dram Free", "")))
+    nsp_total = property(lambda self: _int(self.fields.get("Nsp Total", "")))
+    nsp_free = property(lambda self: _int(self.fields.get("Nsp Free", "")))
+    networks_active = property(lambda self: _int(self.fields.get("Networks Active", "")))
 
     def summary(self) -> str:
         """``Ready 0000:01:00.0 board PN471-12-343016 · DRAM 32692/32692 MB free · NSPs 16/16 free · 0 networks

@@ -135,6 +135,7 @@ class TritonPythonModel:
                   "instance": str(settings.instance)}
         self.metrics = publish(pb_utils, self.engine, labels, _log)
         self.serving = Serving(self.engine, TritonResponder(self.engine.token_texts), _log, self.name)
+        self.instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
 
     def build(self, settings: BackendSettings) -> tuple[Engine, str]:
         """The engine and its one-line description (a subclass may serve another engine)."""
@@ -147,7 +148,10 @@ class TritonPythonModel:
                 if inputs.status_of is not None:
                     self._status(request, inputs)
                     continue
-                self.serving.submit(*parse(request, inputs, self.engine, self.decoupled))
+                parsed = parse(request, inputs, self.engine, self.decoupled)
+                self.serving.submit(*parsed)
+                if self.instances > 1:  # Triton hands the next request to an instance that can start it
+                    self.serving.wait_admitted(parsed[0])
             except BadRequest as exc:
                 self._refuse(request, str(exc), invalid=True)
                 continue

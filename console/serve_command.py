@@ -21,30 +21,28 @@ SERVE_RISK = (", without a login: whoever reaches its ports can send inference r
               "(its repository API stays this console's)")
 
 
-def _grouped(repository: Path, models: tuple[str, ...]) -> dict[str, list[list[int]]]:
-    """The device groups of the models served (those that have any), checked before anything starts: against
-    qaic-util's SoCs and each other (refused: a SoC missing, not Ready, busy or in two models' groups; warned: a
-    group across board serials)."""
+def _check_groups(repository: Path, models: tuple[str, ...]) -> None:
+    """The device groups of the models served, checked before anything starts: against qaic-util's SoCs and each
+    other (refused: a SoC missing, not Ready, busy or in two models' groups; warned: a group across board serials)."""
     from repo_gen.inspection import device_review, list_models
 
     folders = [m for m in list_models(repository) if not models or m.name in models]
     if not any(m.device_groups for m in folders):
-        return {}
+        return
     try:
         for line in device_review(folders, devices.query()):
             click.echo(line, err=True)
     except devices.DeviceError as exc:
         fail(f"device groups: {exc}")
-    return {m.name: devices.parse_groups(m.device_groups) for m in folders if m.valid and m.device_groups}
 
 
-def _print_ready(controller: ServerController, grouped: dict[str, list[list[int]]]) -> None:
+def _print_ready(controller: ServerController) -> None:
     snap, server = controller.poll(), controller.server
     click.echo(snap.message)
     for row in snap.models:
         click.echo(f"  model {row.name}: {row.state or 'not loaded'}{f' ({row.reason})' if row.reason else ''}")
-        for index, group in enumerate(grouped.get(row.name, [])):  # every instance loads, or the model fails
-            click.echo(f"    instance {index}: QIDs {devices.format_groups([group])} ({row.state or 'not loaded'})")
+        if row.info is not None and row.info.instances:
+            click.echo(f"    {row.info.instances}")
     click.echo(f"  binary  {server.binary if server else '?'}")
     for label, address in snap.server.addresses() if snap.server else ():
         click.echo(f"  {label:<7} {address}")
@@ -110,7 +108,7 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
         if shown is not None:
             click.echo(shown)
 
-    grouped = _grouped(model_repository, models)
+    _check_groups(model_repository, models)
     controller = ServerController(on_log=on_log)
     supervisor = Supervisor(controller, click.echo)
     try:
@@ -121,7 +119,7 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
                                     python_env=python_env, backends=backends)
             if snap.phase == "failed":
                 fail(snap.message)
-            _print_ready(controller, grouped)
+            _print_ready(controller)
             beside.start(controller.server.grpc_url, click.echo)
             fail(supervisor.run())
     except ClientError as exc:  # the OpenAI-compatible API cannot listen

@@ -3,7 +3,8 @@ sampled during it.
 
 Each level's summary gets ``server``: Triton's queue and compute time per request, the backend's slot wait, time to
 first token, prefill (TTFT less the slot wait: the whole prefill step), prefill chunk, decode step and time per
-output token, the mean slot occupancy of a decode step and its tokens, the tokens/s the server counted; for a
+output token, the mean slot occupancy of a decode step and its tokens, the tokens/s the server counted (and, for a
+model of several instances, its tokens by instance: ``tokens_by_instance``, from the metrics' ``instance`` label); for a
 streamed level, where the client's TTFT went (``ttft_breakdown_ms``: queue, prefill, and the rest: network, reading
 and tokenising the request, responses). ``note`` says where the figures come from, or why there are none. And
 ``card``: qaic-util's mean power, peak temperature, NSP and memory use, and tokens per joule when power is known
@@ -36,6 +37,7 @@ LABELS = {  # the console's and the HTML page's table
     "triton_queue_ms": "queue ms", "triton_compute_ms": "compute ms", "queue_ms": "slot wait ms",
     "ttft_ms": "TTFT ms", "prefill_ms": "prefill ms", "decode_step_ms": "step ms", "tpot_ms": "TPOT ms",
     "mean_occupancy": "occupancy", "tokens_per_step": "tok/step", "tokens_per_s": "tok/s",
+    "tokens_by_instance": "tokens by instance",
 }
 
 
@@ -121,8 +123,10 @@ class ServerSide:
         values = {**figures, "prefill_ms": ttft - queue if ttft is not None and queue is not None else None,
                   "tokens_per_s": generated / level.duration if generated is not None and level.duration > 0
                   else None}
+        split = window.instances(family) if family else {}
         out: dict[str, Any] = {"note": "; ".join([f"metrics: {after.url}", *notes]),
-                               **{name: _round(values.get(name)) for name in FIGURES}}
+                               **{name: _round(values.get(name)) for name in FIGURES},
+                               "tokens_by_instance": " · ".join(f"{i}: {n:g}" for i, n in split.items()) or None}
         client = summary.get("time_to_first_token", {}).get("avg")
         if client is not None and ttft is not None:
             queued = (figures.get("triton_queue_ms") or 0.0) + (queue or 0.0)

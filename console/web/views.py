@@ -116,12 +116,14 @@ def model_kind(info: ModelInfo) -> str:
 
 
 def model_table(snap: Snapshot) -> pd.DataFrame:
-    """The models table (MODEL_COLUMNS): state, interface and kind of each model the server reports."""
+    """The models table (MODEL_COLUMNS): state, interface and kind of each model the server reports; the reason
+    column says why a model failed, or a model's instances with their SoCs when it is served on device groups."""
     rows = []
     for row in snap.models:
         interface = interface_name(row.info) if row.info else ""
         kind = model_kind(row.info) if row.info and interface != "unsupported" else ""
-        rows.append([row.name, row.state or "not loaded", interface, kind, row.reason])
+        rows.append([row.name, row.state or "not loaded", interface, kind,
+                     row.reason or (row.info.instances if row.info else "")])
     return pd.DataFrame(rows, columns=MODEL_COLUMNS)
 
 

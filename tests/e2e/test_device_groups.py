@@ -12,6 +12,7 @@ import json
 import re
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -66,14 +67,23 @@ def test_each_instance_opens_its_own_group_and_reports_under_its_label(grouped: 
             assert client.get_model_config("grouped")["instance_group"][0]["count"] == 2
         finally:
             client.close()
-        body = json.dumps({"prompt": "My name is", "max_tokens": 4}).encode()
-        for _ in range(2):
+
+        def generate_one(prompt: str) -> str:
+            body = json.dumps({"prompt": prompt, "max_tokens": 24, "exclude_input_in_output": True}).encode()
             request = urllib.request.Request(f"http://{server.http_url}/v2/models/grouped/generate", data=body,
                                              headers={"Content-Type": "application/json"}, method="POST")
-            with urllib.request.urlopen(request, timeout=120) as response:
-                assert json.loads(response.read())["text_output"]
+            with urllib.request.urlopen(request, timeout=300) as response:
+                return json.loads(response.read())["text_output"]
+
+        prompts = [f"Tell me about the number {i}." for i in range(10)]
+        alone = [generate_one(p) for p in prompts[:2]]
+        with ThreadPoolExecutor(len(prompts)) as pool:  # more than one instance's 4 slots: both must take some
+            together = list(pool.map(generate_one, prompts))
+        assert together[:2] == alone
         page = scrape(f"http://127.0.0.1:{server.metrics_port}/metrics")
         assert page.instances("qaic_slots", "grouped") == {"0": 4.0, "1": 4.0}
         assert page.value("qaic_slots", "grouped") == 8.0  # summed over the instances
+        split = page.instances("qaic_request_success", "grouped")
+        assert sum(split.values()) == 12 and min(split.values()) >= 2, split
     finally:
         server.stop()

@@ -261,3 +261,30 @@ def test_the_tui_form_writes_one_instance_per_group(monkeypatch: pytest.MonkeyPa
 
     run(go)
     assert "count: 2" in (tmp_path / "repo" / "pair" / "config.pbtxt").read_text()
+
+
+def test_serve_refuses_a_soc_in_two_models_before_starting(server: None, tmp_path: Path) -> None:
+    from console.cli import main as console_main
+
+    assert gen(tmp_path, "--device-groups", "0,3;6,7")[0] == 0
+    result = CliRunner().invoke(repo_group, ["gen", "--model_name", "other", "--hf_model_name", "embedded",
+                                             "--compile_config_path", str(tmp_path / "cc.json"), "--device-groups",
+                                             "1,2;4,3", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0 and "(4,3) spans board serials" in result.stderr, result.stderr
+    served = CliRunner().invoke(console_main, ["serve", "--model-repository", str(tmp_path / "out")])
+    assert served.exit_code != 0 and "device groups: QID 3 is in device groups of both other and smollm2_kv" in \
+        served.output and "tritonserver" not in served.output.split("device groups:")[0], served.output
+
+
+def test_the_tables_show_each_instance_with_its_socs() -> None:
+    from console.clients import ModelInfo
+    from console.core.controller import ModelRow, Snapshot
+    from console.tui.widgets.server_rows import model_row
+    from console.web.views import model_table
+
+    info = ModelInfo("m", True, True, parameters={"device_groups": "0,1;2,3"})
+    assert info.instances == "instance 0: QIDs 0,1 · instance 1: QIDs 2,3"
+    assert ModelInfo("m", True, True).instances == ""
+    row = ModelRow("m", "READY", "", info)
+    assert model_row(row)[-1] == "instance 0: QIDs 0,1 · instance 1: QIDs 2,3"
+    assert model_table(Snapshot("ready", "", models=(row,)))["reason"].tolist() == [info.instances]

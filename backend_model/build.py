@@ -39,6 +39,7 @@ class BackendSettings:
     instance: int = 0  # which instance of the model this is (Triton's instance name, devices.instance_index)
     cpu_threads: int = 0  # 0: automatic (threads.choose_threads)
     cpu_models: int = 1  # CPU model instances of the server, for the automatic thread count
+    prefix_caching: bool = True  # a prompt that starts as a slot's last one prefills only the rest (Engine)
     compile: dict[str, Any] = field(default_factory=lambda: compile_config.validate({}))
 
     @classmethod
@@ -62,6 +63,9 @@ class BackendSettings:
         except devices.DeviceError as exc:
             raise SessionError(str(exc)) from None
         threads = parameters.get("cpu_threads", "0").strip() or "0"
+        reuse = parameters.get("enable_prefix_caching", "true").strip().lower() or "true"
+        if reuse not in BOOLEANS:
+            raise SessionError(f"parameter enable_prefix_caching must be true or false, got {reuse!r}")
         if not threads.isdigit():
             raise SessionError(f"parameter cpu_threads must be an integer >= 0, got {threads!r}")
         return cls(
@@ -73,6 +77,7 @@ class BackendSettings:
             device_ids=group,
             instance=instance,
             cpu_threads=int(threads),
+            prefix_caching=reuse in TRUE,
             compile=compiled,
         )
 
@@ -197,6 +202,9 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
     else:
         engine, extra = _cpu_engine(settings, progress, threads)
         extra += f" threads={threads} ({chosen})"
+    engine.prefix_caching = engine.prefix_caching and settings.prefix_caching
+    if engine.prefix_caching:
+        extra += " prefix_caching=on"
     d = engine.dims
     mode = f"continuous batching full_batch_size={d.full_batch_size}" if d.continuous else f"batch_size={d.batch_size}"
     what = "kv_cache" if settings.use_kv_cache else "causal"

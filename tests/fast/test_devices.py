@@ -288,3 +288,16 @@ def test_the_tables_show_each_instance_with_its_socs() -> None:
     row = ModelRow("m", "READY", "", info)
     assert model_row(row)[-1] == "instance 0: QIDs 0,1 · instance 1: QIDs 2,3"
     assert model_table(Snapshot("ready", "", models=(row,)))["reason"].tolist() == [info.instances]
+
+
+def test_a_levels_tokens_are_split_by_instance_from_the_metrics() -> None:
+    from console.metrics import Scrape, Window
+
+    def page(zero: int, one: int) -> Scrape:
+        return Scrape.parse("# TYPE qaic_generation_tokens_total counter\n"
+                            f'qaic_generation_tokens_total{{model="m",version="1",instance="0"}} {zero}\n'
+                            f'qaic_generation_tokens_total{{model="m",version="1",instance="1"}} {one}\n')
+
+    window = Window(page(10, 4), page(74, 68), "m")
+    assert window.instances("qaic_generation_tokens") == {"0": 64.0, "1": 64.0}
+    assert window.counter("qaic_generation_tokens") == 128.0  # the model's total, over its instances

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,17 +175,22 @@ class Exchange:
             prepared = prepare(server, settings, turn.prompts, history(earlier, settings.mode), info,
                                turn.request_id)
         except ClientError as exc:
-            events: Iterable[Event] = [Failure(str(exc), exc.kind)]
+            events = _failed(exc)
         else:
             prepared.begin(turn)
             with self._lock:
                 self.call = prepared.call
                 if self.cancelled:
                     prepared.call.cancel()
-            events = prepared.call
-        with contextlib.closing(iter(events)) as stream_:  # closing an unfinished call cancels it
+            events = iter(prepared.call)
+        with contextlib.closing(events) as stream_:  # closing an unfinished call cancels it
             for event in stream_:
                 turn.apply(event)
                 if on_event is not None:
                     on_event(event)
         return turn
+
+
+def _failed(exc: ClientError) -> Generator[Event, None, None]:
+    """The one event of a send that could not be made (a generator: closed as a call's events are)."""
+    yield Failure(str(exc), exc.kind)

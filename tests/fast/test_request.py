@@ -72,6 +72,13 @@ def test_an_exchange_cancelled_before_its_call_sends_nothing() -> None:
     assert turn.sent == ["a"] and turn.sent_at is not None
 
 
+def test_an_exchange_that_cannot_be_prepared_ends_its_turn_with_the_reason() -> None:
+    settings = Settings("smollm2_decoupled")
+    turn = Exchange.new(settings, ["a"]).run(TritonAdapter(http_url="h:1"), settings, info=STREAMING)
+    assert turn.failure is not None and "stream mode needs the server's gRPC endpoint" in turn.failure.message
+    assert not turn.replies
+
+
 def test_the_turn_records_the_controls_as_they_go_out() -> None:
     """A server that samples unless told is sent temperature 0 (the consoles' greedy default): the record says so."""
     from console.clients import openai_info

@@ -16,6 +16,7 @@ from console.clients import ClientError
 from console.core.adapters import adapter_for
 from console.core.controls import params_from_options
 from console.core.request import Settings, read_info
+from console.extras import needs
 
 from .load import LevelResult, Runner, Target
 
@@ -231,6 +232,6 @@ class BenchRun:
         formats = plot_formats(self.o["plots"])
         if formats:
             if "png" in formats and not have_matplotlib():
-                to_stderr("warning: matplotlib is not installed: no PNG plots (pip install matplotlib)")
+                to_stderr(f"warning: no PNG plots: {needs('bench', 'matplotlib')}")
             paths += write_plots(document, out, formats)
         self.progress("wrote " + ", ".join(str(p) for p in paths))

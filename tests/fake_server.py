@@ -19,6 +19,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import pytest
+
 from console.clients import (
     CONNECTION,
     CONTROLS,
@@ -273,6 +275,15 @@ class FakeCall(Call):
             tokens = len(arrivals[i]) if count is None else count
             yield Reply(i, prompt, texts[i], finish,
                         reply_stats(arrivals[i], latency, tokens, script.input_tokens, streamed=streamed))
+
+
+def registered(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> FakeServer:
+    """``server`` reachable at its URL by every front end until ``monkeypatch`` undoes it (the kind registered)."""
+    from console.core import adapters
+
+    monkeypatch.setitem(adapters.KINDS, FakeAdapter.kind, FakeAdapter)
+    monkeypatch.setitem(FakeAdapter.servers, server.name, server)
+    return server
 
 
 class FakeAdapter(Adapter):

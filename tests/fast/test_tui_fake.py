@@ -224,3 +224,24 @@ def test_the_wait_for_the_chat_template_is_shown_apart_from_ttft(fake_server: Fa
             gate.set()
 
     run(go)
+
+
+def test_the_turn_is_only_touched_on_the_ui_thread(fake_server: FakeServer, tmp_path: Path, monkeypatch) -> None:
+    """The exchange runs in a thread of the core's; its steps are folded into the turn on the app's thread, where
+    the timer reads it."""
+    from console.core import request, turns
+
+    touched: set[str] = set()
+    apply, begin = turns.Turn.apply, request.Prepared.begin
+    monkeypatch.setattr(turns.Turn, "apply", lambda self, event: touched.add(threading.current_thread().name)
+                        or apply(self, event))
+    monkeypatch.setattr(request.Prepared, "begin", lambda self, turn: touched.add(threading.current_thread().name)
+                        or begin(self, turn))
+
+    async def go() -> None:
+        async with stream_pane(fake_server.url, None, tmp_path, 8, chat=False) as (app, pilot, stream):
+            await say(pilot, stream, "Hi|there")
+            assert stream.turns[0].replies[1].ok
+
+    run(go)
+    assert touched == {threading.main_thread().name}

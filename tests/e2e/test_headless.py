@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from helpers import assert_one_line_error, cli, json_lines
 
-from console.cli import main
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS
 from console.server.logparse import startup_line as _startup_line
 
@@ -22,24 +21,6 @@ JSON_FIELDS = (
     "prompt", "text", "finish_reason", "time_to_first_token_ms", "inter_token_latency_ms",
     "output_token_throughput", "output_tokens", "request_latency_ms",
 )
-
-
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
-def json_lines(result: Result) -> list[dict]:
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-
-
-def assert_one_line_error(result: Result, *needles: str) -> None:
-    assert result.exit_code == 1, result.output
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, result.stderr
-    for needle in needles:
-        assert needle in errors[0]
-    assert "Traceback" not in result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
 def test_stream_batch_and_generate_modes_agree(embedded_server) -> None:

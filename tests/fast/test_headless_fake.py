@@ -4,33 +4,12 @@ stops. The real server's answers (the modes agree, the chat template, the demo) 
 
 from __future__ import annotations
 
-import json
 import signal
 
-from click.testing import CliRunner, Result
 from fake_server import FakeServer, bundled_info, hang, plain_info, reply
-
-from console.cli import main
+from helpers import assert_one_line_error, cli, json_lines
 
 PROMPT = "My name is|Maroon bells"
-
-
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
-def json_lines(result: Result) -> list[dict]:
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-
-
-def assert_one_line_error(result: Result, *needles: str) -> None:
-    assert result.exit_code == 1, result.output
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, result.stderr
-    for needle in needles:
-        assert needle in errors[0]
-    assert "Traceback" not in result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
 def test_plain_output_and_echo(fake_server: FakeServer) -> None:

@@ -129,13 +129,15 @@ class WebConsole:
         self.running.begin(tab, exchange)
         yield views.messages(turns), turns, views.live_markdown(turn, time.perf_counter(), loading), box
         shown = None
-        try:  # Gradio closes this generator when the page goes away: the exchange is cancelled then
-            for _ in exchange.frames(server, settings, earlier, info, FRAME_S):
+        frames = exchange.frames(server, settings, earlier, info, FRAME_S)
+        try:  # Gradio closes this generator when the page goes away: closing the frames cancels the exchange
+            for _ in frames:
                 progress = (turn.sent_at, sum(map(len, turn.arrivals.values())), len(turn.replies), turn.failure)
                 chat = views.messages(turns) if progress != shown else gr.skip()
                 shown = progress
                 yield chat, gr.skip(), views.live_markdown(turn, time.perf_counter(), loading), gr.skip()
         finally:
+            frames.close()
             self.running.end(tab, exchange)
         if here and turn.sent_at is not None:
             self.templates.mark(key, READY)

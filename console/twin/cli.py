@@ -21,7 +21,7 @@ from backend_model.models import ModelSourceError
 from ..clients.errors import ClientError
 from ..clients.events import split_prompts
 
-if TYPE_CHECKING:  # the agreement check imports torch: loaded when a check runs, not with the CLI
+if TYPE_CHECKING:  # the agreement runs the engines (torch): imported when a check runs
     from .agreement import Agreement
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}

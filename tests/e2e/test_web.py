@@ -2,8 +2,8 @@
 
 One page and one server for the module: the first test starts the server from the Server tab
 (the embedded samples, two of its models plus two small Python models ticked), a later one kills
-it. The tests in between stream from it and stop a reply on it. The chat's behaviour runs on the fake server in
-``tests/fast/test_web_fake.py``.
+it. The tests in between stream from it, stop a reply on it and draw the Speed tab's plots. The chat's other
+behaviour runs on the fake server in ``tests/fast/test_web_fake.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from console.server.logparse import NOISE_NOTE
 pytestmark = [pytest.mark.server, pytest.mark.browser]
 
 START_MS = 600_000
+INJECTION = "<script>window.__pwned=1</script>|<img src=x onerror=window.__pwned=1>"
 LOADED = ("smollm2_decoupled", "smollm2_kv", "echo_llm", "echo")
 
 
@@ -183,6 +184,50 @@ def test_stream_grows_live_and_stop_cancels_on_the_server(web: Web) -> None:
     assert exported["request_id"] == streaming and exported["error_kind"] == "cancelled"
     assert exported["replies"][0]["time_to_first_token_ms"] > 0, "a stopped reply keeps its figures"
     assert exported["replies"][0]["status"] == "■ stopped" and exported["replies"][0]["cut_short"]
+
+
+def test_batch_markup_stays_text_and_speed_shows_latency_apart(web: Web) -> None:
+    page = web.page
+    web.clear()
+    web.mode("batch")
+    web.model("smollm2_kv")
+    page.locator("#qc-chat-template input").uncheck()
+    page.locator("#qc-echo input").check()  # the reply starts with the prompt: markup in the model output
+    web.fill("max-tokens", "8")
+    web.send(INJECTION)
+    answers = web.answers()[-2:]
+    assert answers[0].startswith("[1/2] <script>window.__pwned=1</script>"), answers
+    assert answers[1].startswith("[2/2] <img src=x onerror=window.__pwned=1>"), answers
+    assert all("— length · 8 tokens · one response" in a and "latency" in a for a in answers)
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#qc-chat script, #qc-chat img[src='x'], #qc-speed img").count() == 0
+
+    web.tab("Speed")
+    web.wait_text("#qc-speed", "<img src=x onerror")
+    rows = web.table("#qc-speed")
+    assert [r[1] for r in rows] == ["batch", "batch"] and all(r[7] == "" for r in rows), "batch: no TTFT"
+    summary = web.text("#qc-summary")
+    assert "Batch" in summary and "latency ms" in summary and "TTFT" not in summary and "Stream" not in summary
+    # the latency plot draws both replies as points, the x axis counts whole replies
+    page.wait_for_function("document.querySelectorAll('#qc-plot-latency .mark-symbol path').length === 2",
+                           timeout=WAIT_MS)
+    assert web.x_labels("#qc-plot-latency") == ["1", "2"]
+    page.locator("#qc-plot-ttft").scroll_into_view_if_needed()
+    assert page.locator("#qc-plot-ttft .mark-symbol path").count() == 0
+
+    web.tab("Chat")
+    page.locator("#qc-echo input").uncheck()
+    page.locator("#qc-chat-template input").check()
+    web.mode("stream")
+    page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'", timeout=WAIT_MS)
+    web.send("Hi!")
+    web.tab("Speed")
+    page.wait_for_function("document.querySelectorAll('#qc-plot-ttft .mark-symbol path').length === 1",
+                           timeout=WAIT_MS)  # a series of one point is drawn
+    summary = web.wait_text("#qc-summary", "Stream")
+    assert summary.index("Batch") < summary.index("Stream") and "TTFT ms" in summary.split("Stream")[1]
+    assert page.evaluate("window.__pwned") is None
+    web.tab("Chat")
 
 
 def test_connect_by_url_instead_of_starting(web: Web) -> None:

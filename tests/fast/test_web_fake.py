@@ -19,7 +19,6 @@ from console.core.controller import ServerController
 
 pytestmark = pytest.mark.browser
 
-INJECTION = "<script>window.__pwned=1</script>|<img src=x onerror=window.__pwned=1>"
 
 
 @pytest.fixture(scope="module")
@@ -110,50 +109,6 @@ def test_history_is_per_mode_and_never_sent_with_several_prompts(web: Web) -> No
     assert "Zorblax" in sent[1][0], "the stream history carries the earlier stream turn"
     assert "Zorblax" not in sent[2][0], "batch mode has its own history"
     assert not any("Zorblax" in s for s in sent[3]), "a|b prompts carry no history"
-
-
-def test_batch_markup_stays_text_and_speed_shows_latency_apart(web: Web) -> None:
-    page = web.page
-    web.clear()
-    web.mode("batch")
-    web.model("smollm2_kv")
-    page.locator("#qc-chat-template input").uncheck()
-    page.locator("#qc-echo input").check()  # the reply starts with the prompt: markup in the model output
-    web.fill("max-tokens", "8")
-    web.send(INJECTION)
-    answers = web.answers()[-2:]
-    assert answers[0].startswith("[1/2] <script>window.__pwned=1</script>"), answers
-    assert answers[1].startswith("[2/2] <img src=x onerror=window.__pwned=1>"), answers
-    assert all("— length · 8 tokens · one response" in a and "latency" in a for a in answers)
-    assert page.evaluate("window.__pwned") is None
-    assert page.locator("#qc-chat script, #qc-chat img[src='x'], #qc-speed img").count() == 0
-
-    web.tab("Speed")
-    web.wait_text("#qc-speed", "<img src=x onerror")
-    rows = web.table("#qc-speed")
-    assert [r[1] for r in rows] == ["batch", "batch"] and all(r[7] == "" for r in rows), "batch: no TTFT"
-    summary = web.text("#qc-summary")
-    assert "Batch" in summary and "latency ms" in summary and "TTFT" not in summary and "Stream" not in summary
-    # the latency plot draws both replies as points, the x axis counts whole replies
-    page.wait_for_function("document.querySelectorAll('#qc-plot-latency .mark-symbol path').length === 2",
-                           timeout=WAIT_MS)
-    assert web.x_labels("#qc-plot-latency") == ["1", "2"]
-    page.locator("#qc-plot-ttft").scroll_into_view_if_needed()
-    assert page.locator("#qc-plot-ttft .mark-symbol path").count() == 0
-
-    web.tab("Chat")
-    page.locator("#qc-echo input").uncheck()
-    page.locator("#qc-chat-template input").check()
-    web.mode("stream")
-    page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'", timeout=WAIT_MS)
-    web.send("Hi!")
-    web.tab("Speed")
-    page.wait_for_function("document.querySelectorAll('#qc-plot-ttft .mark-symbol path').length === 1",
-                           timeout=WAIT_MS)  # a series of one point is drawn
-    summary = web.wait_text("#qc-summary", "Stream")
-    assert summary.index("Batch") < summary.index("Stream") and "TTFT ms" in summary.split("Stream")[1]
-    assert page.evaluate("window.__pwned") is None
-    web.tab("Chat")
 
 
 def test_controls_are_checked_zero_is_sent_and_ignored_ones_are_named(web: Web, fake: FakeServer) -> None:

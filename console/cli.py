@@ -17,7 +17,9 @@ from console.core.controls import click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.eval.cli import eval_group
-from console.front import openai_command
+from console.extras import missing
+from console.fleet.deploy import deploy_group
+from console.front.command import openai_command
 from console.headless import Output
 from console.headless import run as run_headless
 from console.metrics.command import metrics_command
@@ -118,7 +120,21 @@ def _headless(values: dict[str, Any]) -> int:
         return 143
 
 
-@click.group(invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+class Commands(click.Group):
+    """The command group: a command whose optional part is not installed ends with the line that installs it."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            line = missing(exc)
+            if line is None:
+                raise
+            fail(line)
+
+
+@click.group(cls=Commands, invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="qaic-console", message="qaic-console %(version)s")
 @headless_options
 @click.pass_context
 def main(ctx: click.Context, **values: Any) -> None:
@@ -200,3 +216,4 @@ main.add_command(openai_command, "openai")
 main.add_command(metrics_command, "metrics")
 main.add_command(serve, "serve")
 main.add_command(eval_group, "eval")
+main.add_command(deploy_group, "deploy")

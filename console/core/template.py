@@ -26,9 +26,12 @@ def tokenizer_folder(tokenizer: str | None, info: ModelInfo, progress: Progress 
             raise ClientError(f"tokenizer folder {tokenizer} does not exist")
         return path
     if info.embedded:
-        from backend_model.models import prepare_embedded
+        from backend_model.models import ModelSourceError, prepare_embedded
 
-        return prepare_embedded(progress=progress)  # at once when already prepared
+        try:
+            return prepare_embedded(progress=progress)  # at once when already prepared
+        except ModelSourceError as exc:  # the embedded model's package is not installed here
+            raise ClientError(str(exc)) from None
     own = Path(info.hf_model_name).expanduser() if info.hf_model_name else None
     if own is not None and own.is_absolute() and own.is_dir():  # the model's weights are a local folder
         return own

@@ -13,7 +13,7 @@ import click
 from console.bench.cli import bench_group
 from console.clients import ClientError
 from console.core.adapters import APIS, Adapter, adapter_for, api_help
-from console.core.controls import click_options, params_from_options
+from console.core.controls import TIMEOUT_DEFAULTS, click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.eval.cli import eval_group
@@ -60,8 +60,7 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,
                      help="Batch mode transport; over gRPC a timeout also cancels the request on the server."),
         click.option("--timeout", type=float, default=None,
-                     help="Network timeout in s for the whole call (default: 600 for KV-cache models, "
-                          "6000 for causal ones; 0 disables)."),
+                     help=f"Network timeout in s for the whole call (default: {TIMEOUT_DEFAULTS}; 0 disables)."),
         click.option("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, show_default=True,
                      help="Stream mode: seconds without a response before giving up (0 disables)."),
         click_options(),

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 
 from console.bench.llama_cpp import LLAMA_MODEL as LLAMA_MODEL  # the tests' name for the GGUF's alias
 from console.bench.llama_cpp import LlamaCppServer
@@ -211,6 +212,22 @@ class Listener:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def json_lines(result: Result) -> list[dict]:
+    """The JSON object of each line of a command's stdout (whether it succeeded or not)."""
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result: Result, *needles: str) -> None:
+    """The command failed (exit 1) with exactly one ``error:`` line holding every needle, and no traceback."""
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in errors[0]
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
 # what a copy of the tree for building the wheel leaves out (local state, not the project)

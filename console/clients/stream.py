@@ -102,8 +102,8 @@ class StreamCall(Call):
         except ClientError as exc:
             yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
         except Exception as exc:  # tritonclient raises on a stream that is no longer valid
-            exc = self._reported_error() or exc  # the callback got the real reason
-            yield Failure(error_message(exc, self.url, "gRPC"), error_kind(exc), time.perf_counter() - t0)
+            error = self._reported_error() or exc  # the callback got the real reason
+            yield Failure(error_message(error, self.url, "gRPC"), error_kind(error), time.perf_counter() - t0)
         finally:
             client.stop_stream(cancel_requests=True)  # bounded; a no-op for a finished request
             client.close()

@@ -22,8 +22,9 @@ CAUSES = ("connection refused", "connection reset", "socket closed", "timed out"
 MAX_NAME = 255  # a model name is a folder name
 WRONG_PORT = " (it answers HTTP: is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
 GONE = " (the server went away: it stopped, crashed or is restarting)"
-_NUMPY = {"BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
-          **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
+_NUMPY: dict[str, type[np.generic]] = {
+    "BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+    **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
 
 
 def normalize_url(url: str) -> str:

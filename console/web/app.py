@@ -14,7 +14,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from console.clients import CONTROLS
-from console.core.controls import form_default
+from console.core.controls import TIMEOUT_RULE, form_default
 
 from . import files, views
 from .handlers import WebConsole
@@ -103,8 +103,8 @@ def _chat_tab() -> dict[str, Any]:
                                        elem_id=f"qc-control-{c.name.replace('_', '-')}")
                     for c in CONTROLS
                 }
-                view["timeout"] = gr.Textbox("", label="Timeout s", info="Whole call (blank: 600 KV / 6000 causal; "
-                                             "0: none).", placeholder="model default", elem_id="qc-timeout")
+                view["timeout"] = gr.Textbox("", label="Timeout s", info=f"Whole call: {TIMEOUT_RULE}.",
+                                             placeholder="model default", elem_id="qc-timeout")
             view["system"] = gr.Textbox("", label="System prompt (with the chat template)", lines=2)
             view["echo"] = gr.Checkbox(False, label="Show each prompt before its reply",
                                        elem_id="qc-echo")

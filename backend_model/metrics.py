@@ -51,6 +51,11 @@ METRICS = (
     Spec("qaic_prefix_reused_tokens_total", COUNTER,
          "Prompt tokens whose cache a slot kept from an earlier prompt with the same start: not prefilled again."),
     Spec("qaic_generation_tokens_total", COUNTER, "Tokens generated (the first one of each sequence included)."),
+    Spec("qaic_spec_decode_num_draft_tokens_total", COUNTER,
+         "Tokens drafted by prompt lookup and fed to decode steps (speculative decoding)."),
+    Spec("qaic_spec_decode_num_accepted_tokens_total", COUNTER,
+         "Drafted tokens the sequences chose: tokens made beyond one a decode step (divided by the drafted: the "
+         "acceptance rate)."),
     Spec("qaic_decode_step_sequences_total", COUNTER,
          "Sequences decoded, summed over the decode steps (divided by the steps: the mean batch of a step)."),
     Spec("qaic_request_success_total", COUNTER, "Sequences that ended normally, by finished_reason."),
@@ -94,6 +99,10 @@ class Meter:
 
     def decode_step(self, seconds: float, seqs: list[Any]) -> None:
         """One decode step ran for ``seqs`` (one token each)."""
+
+    def speculated(self, drafted: int, accepted: int) -> None:
+        """A decode step fed ``drafted`` drafted tokens, of which the sequences chose ``accepted`` (tokens made
+        beyond one a sequence)."""
 
     def finished(self, seq: Any) -> None:
         """A sequence ended (its ``finish_reason`` says how)."""
@@ -167,6 +176,12 @@ class Recorder(Meter):
             self._observed.append(("qaic_decode_step_seconds", seconds))
             self._count("qaic_generation_tokens_total", real)
             self._count("qaic_decode_step_sequences_total", real)
+
+    def speculated(self, drafted: int, accepted: int) -> None:
+        with self._lock:
+            self._count("qaic_spec_decode_num_draft_tokens_total", drafted)
+            self._count("qaic_spec_decode_num_accepted_tokens_total", accepted)
+            self._count("qaic_generation_tokens_total", accepted)
 
     def finished(self, seq: Any) -> None:
         if seq.filler:

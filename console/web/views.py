@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from console.clients import ClientError, Interface, ModelInfo, format_stats, interface_of
+from console.core.adapters import SERVER
 from console.core.controller import Snapshot
 from console.core.transcript import summary
 from console.core.turns import Turn, ending_mark
@@ -74,7 +75,7 @@ def status_markdown(snap: Snapshot) -> str:
     text = f"{PHASE_ICONS.get(snap.phase, '○')} **{md(snap.phase)}** · {md(snap.message)}"
     if snap.server is not None:
         text += f"  \n{md(snap.server.title())}"
-        if snap.server.server_template:
+        if snap.server.template_side() == SERVER:
             text += " · chat messages go to the server's chat template"
     if snap.phase in RESTART:
         text += f"  \n{md(RESTART[snap.phase])}"

@@ -26,7 +26,8 @@ from console.metrics.command import metrics_command
 from console.seed_clients import client
 from console.serve_command import serve
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS
-from console.terminal import CONTEXT_SETTINGS, Terminated, exit_on_sigterm, fail, signals_raise
+from console.signals import Terminated, install_signals, interrupted, signals_raise
+from console.terminal import CONTEXT_SETTINGS, fail
 from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
@@ -120,11 +121,14 @@ def _headless(values: dict[str, Any]) -> int:
 
 
 class Commands(click.Group):
-    """The command group: a command whose optional part is not installed ends with the line that installs it."""
+    """The command group: a command whose optional part is not installed ends with the line that installs it; a
+    Ctrl-C that no command answered ends with one line and exit code 130 (not click's ``Aborted!`` and 1)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted()
         except ModuleNotFoundError as exc:
             line = missing(exc)
             if line is None:
@@ -143,7 +147,7 @@ def main(ctx: click.Context, **values: Any) -> None:
     run unless --url names a running server; replies go to stdout, speed figures to stderr.
     Alone on a terminal, open the console TUI (qaic-console tui).
     """
-    exit_on_sigterm()
+    install_signals()
     if ctx.invoked_subcommand is not None:
         return
     if values["prompt"] is None and sys.stdin.isatty() and sys.stdout.isatty():

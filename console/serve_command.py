@@ -15,7 +15,8 @@ from console.front.command import Beside, front_options
 from console.server import logparse
 from console.server.embedded import START_TIMEOUT
 from console.server.ports import beyond_loopback
-from console.terminal import CONTEXT_SETTINGS, Terminated, fail, signals_raise
+from console.signals import Terminated, signals_raise
+from console.terminal import CONTEXT_SETTINGS, fail
 
 SERVE_RISK = (", without a login: whoever reaches its ports can send inference requests and read its metrics "
               "(its repository API stays this console's)")

@@ -22,19 +22,20 @@ from typing import ClassVar
 import pytest
 
 from console.clients import (
-    CONNECTION,
     CONTROLS,
-    SERVER,
     Call,
     ClientError,
     Event,
     Failure,
     GenerationParams,
     ModelInfo,
+    NotServed,
     Reply,
+    ServerFault,
     Tensor,
     TextDelta,
     Timeouts,
+    Unreachable,
     reply_stats,
 )
 from console.clients.call import Arrived, Broke, Ended
@@ -81,7 +82,7 @@ class Fail:
     """The server (or the connection) fails the request ``after`` s after the previous step."""
 
     message: str
-    kind: str = SERVER
+    error: type[ClientError] = ServerFault
     after: float = 0.0
 
 
@@ -114,9 +115,9 @@ def replies(*answers: Sequence[str], every: float = 0.0, finish: Sequence[str] =
     return Script(tuple(steps), tuple(finish) or ("length",) * len(answers))
 
 
-def failure(message: str, kind: str = SERVER, after: float = 0.0, *pieces: str) -> Script:
-    """``pieces`` of text, then the request fails with ``message`` (``kind``: SERVER, CONNECTION ...)."""
-    return Script((*(Piece(p) for p in pieces), Fail(message, kind, after)))
+def failure(message: str, error: type[ClientError] = ServerFault, after: float = 0.0, *pieces: str) -> Script:
+    """``pieces`` of text, then the request fails with ``message`` (``error``: ServerFault, Unreachable ...)."""
+    return Script((*(Piece(p) for p in pieces), Fail(message, error, after)))
 
 
 def hang(*pieces: str, every: float = 0.0) -> Script:
@@ -200,7 +201,7 @@ class FakeServer:
 
     def check(self) -> None:
         if not self.reachable:
-            raise ClientError(f"cannot reach the fake server at {self.url}: connection refused", CONNECTION)
+            raise Unreachable(f"cannot reach the fake server at {self.url}: connection refused")
 
 
 # --------------------------------------------------------------------------- the call and the adapter
@@ -224,7 +225,7 @@ class FakeCall(Call):
             self.server.check()
             script = self.server.receive(request)
         except ClientError as exc:
-            yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
+            yield Failure.of(exc, time.perf_counter() - t0)
             return
         threading.Thread(target=self._play, args=(script, request), name="qc-fake-reader", daemon=True).start()
         streamed = self.mode == "stream" and bool(self.info and self.info.decoupled)
@@ -237,7 +238,8 @@ class FakeCall(Call):
                     return
                 if isinstance(got, Broke):
                     error = got.error
-                    yield Failure(str(error), getattr(error, "kind", SERVER), got.at - t0)
+                    yield Failure(str(error), type(error) if isinstance(error, ClientError) else ServerFault,
+                                  got.at - t0)
                     return
                 if isinstance(got, Ended):
                     yield from self._replies(script, texts, arrivals, got.at - t0, streamed)
@@ -260,7 +262,7 @@ class FakeCall(Call):
                 return
             if isinstance(step, Fail):
                 request.ended.set()
-                self._arrive(Broke(ClientError(step.message, step.kind)))
+                self._arrive(Broke(step.error(step.message)))
                 return
             self._arrive(Arrived(step))
         request.ended.set()
@@ -338,8 +340,8 @@ class FakeAdapter(Adapter):
     def model_info(self, model: str, mode: str = "stream", protocol: str = "http", timeout: float = 10.0) -> ModelInfo:
         self.server.check()
         if model not in self.server.models:
-            raise ClientError(f"model {model!r} is not served at {self.server.url}: it serves "
-                              f"{', '.join(self.server.models)}", SERVER)
+            raise NotServed(f"model {model!r} is not served at {self.server.url}: it serves "
+                            f"{', '.join(self.server.models)}")
         return self.server.models[model]
 
     def listed_info(self, model: str) -> ModelInfo:

@@ -54,6 +54,22 @@ def wait_for_log(server, needle: str, timeout: float = 30.0, before: Collection[
         time.sleep(0.05)
 
 
+def signalled(cmd: list[str], ready: Callable[[str], bool], sig: int, on: str = "stderr", cwd: Path | None = None,
+              timeout: float = 120) -> tuple[str, str, str, int]:
+    """Run ``cmd`` until a line of its ``on`` stream (stdout or stderr) is ``ready``, then send it ``sig``: (that
+    line, the rest of its stdout, the rest of its stderr, its exit code). The line is the marker, not the clock."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    try:
+        seen = next((line for line in getattr(proc, on) if ready(line)), "")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return seen, out, err, proc.returncode
+
+
 def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
     """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout

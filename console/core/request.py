@@ -29,6 +29,7 @@ from console.clients import (
     GenerationParams,
     ModelInfo,
     Timeouts,
+    Unexpected,
     interface_of,
     new_request_id,
 )
@@ -225,7 +226,8 @@ class Exchange:
             try:
                 self.run(server, settings, earlier, info, deliver)
             except Exception as exc:  # the thread's end: readable, and the UI keeps working
-                deliver(Failure(f"{type(exc).__name__}: {' '.join(str(exc).split())}", getattr(exc, "kind", "error")))
+                said = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+                deliver(Failure(said, type(exc) if isinstance(exc, ClientError) else Unexpected))
             finally:
                 deliver(DONE)
 
@@ -265,4 +267,4 @@ class Exchange:
 
 def _failed(exc: ClientError) -> Generator[Event, None, None]:
     """The one event of a send that could not be made (a generator: closed as a call's events are)."""
-    yield Failure(str(exc), exc.kind)
+    yield Failure.of(exc)

@@ -7,6 +7,7 @@ the header and the Server tab follow the shared server controller through a time
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -188,7 +189,9 @@ class Served:
         return self.login.url(self.demo.share_url)
 
     def block(self) -> None:
-        self.demo.block_thread()
+        """Wait until Ctrl-C or SIGTERM (KeyboardInterrupt): not Gradio's wait, which catches it and says
+        "Keyboard interruption in main thread... closing server." on a clean stop."""
+        threading.Event().wait()
 
     def close(self) -> None:
         try:

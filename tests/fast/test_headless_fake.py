@@ -9,6 +9,8 @@ import signal
 from fake_server import FakeServer, bundled_info, hang, plain_info, reply
 from helpers import assert_one_line_error, cli, json_lines
 
+from console.clients import ServerFault
+
 PROMPT = "My name is|Maroon bells"
 
 
@@ -55,7 +57,7 @@ def test_bad_input_gives_one_error_line(fake_server: FakeServer) -> None:
 def test_a_server_error_and_an_unreachable_server_are_one_line_each(fake_server: FakeServer) -> None:
     from fake_server import failure
 
-    fake_server.enqueue(failure("the model's backend stopped", "server", 0.0, "Hello"))
+    fake_server.enqueue(failure("the model's backend stopped", ServerFault, 0.0, "Hello"))
     result = cli("--prompt", "hi", "--url", fake_server.url, "--raw", "--json")
     assert_one_line_error(result, "the model's backend stopped")
     assert json_lines(result)[0]["error_kind"] == "server"

@@ -11,7 +11,7 @@ from fake_server import FakeServer, hang, replies, reply
 from textual.widgets import DataTable, Select
 from tui_pilot import SIZE, add_control, drawn, exported, ready, run, say, stream_pane, table_rows, text_of, until
 
-from console.clients import CANCELLED, TIMEOUT, Control
+from console.clients import Cancelled, Control, Timeout
 from console.core import template
 from console.tui.app import QaicConsoleApp
 from console.tui.widgets.answer_block import AnswerBlock
@@ -98,7 +98,7 @@ def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(fake_server: F
             await pilot.press("escape")
             await until(pilot, lambda: stream.exchange is None, 30, "the stop")
             turn = stream.turns[0]
-            assert turn.failure is not None and turn.failure.kind == CANCELLED
+            assert turn.failure is not None and turn.failure.error is Cancelled
             assert block.figures_text.startswith("■ stopped · ") and "ttft" in block.figures_text
             await drawn(pilot, stream.note, "■ stopped: cancelled after ")
             assert block.has_class("stopped") and text_of(stream.note).startswith("■ stopped: cancelled after ")
@@ -107,7 +107,7 @@ def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(fake_server: F
             await pilot.pause()
         md, data = exported(tmp_path)
         reply_ = data["turns"][0]["replies"][0]
-        assert reply_["finish_reason"] == CANCELLED and reply_["time_to_first_token_ms"] > 0
+        assert reply_["finish_reason"] == Cancelled.kind and reply_["time_to_first_token_ms"] > 0
         assert reply_["status"] == "■ stopped" and reply_["cut_short"] is True
         assert reply_["request_latency_ms"] == round(turn.figures(0).request_latency * 1000, 3)
         assert f"_{turn.status(0)}_" in md and "> ■ stopped: cancelled after" in md  # the TUI's own words
@@ -168,7 +168,7 @@ def test_a_timeout_shows_a_notice_and_cancels(fake_server: FakeServer, tmp_path:
             stream.controls.set_value("timeout", "0.2")
             await say(pilot, stream, "Tell me a story", timeout=30)
             turn = stream.turns[0]
-            assert turn.failure is not None and turn.failure.kind == TIMEOUT
+            assert turn.failure is not None and turn.failure.error is Timeout
             assert "0.2 s" in turn.failure.message
             await until(pilot, lambda: ("error", turn.failure.message) in app.notices, 10, "the notice")
             assert fake_server.saw_cancel(turn.request_id), "the server saw the cancel"

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 from console.clients import (
-    CANCELLED,
     CONTROLS,
+    Cancelled,
     ClientError,
     Control,
     Failure,
     GenerationParams,
     ModelInfo,
     Reply,
+    ServerFault,
     Tensor,
     TextDelta,
     format_stats,
@@ -67,7 +68,7 @@ def test_markup_from_prompts_models_and_servers_stays_text() -> None:
     turn = Turn("batch", "m", ["<b>a</b>", "b"], "qc-1", echo=True)
     turn.sent_at = 1.0
     turn.apply(Reply(0, "<b>a</b>", "<script>x()</script>", "length", reply_stats([], 0.5, 10, streamed=False)))
-    turn.apply(Failure("<i>gone</i> **bold**", "server", 0.6))
+    turn.apply(Failure("<i>gone</i> **bold**", ServerFault, 0.6))
     shown = [m["content"] for m in views.messages([turn])]
     assert shown[0] == "[1/2] &lt;b&gt;a&lt;/b&gt;\n[2/2] b"
     assert shown[1].startswith("[1/2] &lt;b&gt;a&lt;/b&gt;&lt;script&gt;x()&lt;/script&gt;\n\n— length · 10 tokens")
@@ -125,7 +126,7 @@ def test_a_stopped_reply_is_one_bubble_with_its_figures_and_how_it_stopped() -> 
     turn.sent_at = 1.0
     for k, t in enumerate([0.2, 0.3, 0.4]):
         turn.apply(TextDelta(0, f"w{k} ", t, first=k == 0))
-    turn.apply(Failure("cancelled after 0.5 s; request cancelled on the server", CANCELLED, 0.5))
+    turn.apply(Failure("cancelled after 0.5 s; request cancelled on the server", Cancelled, 0.5))
     shown = [m["content"] for m in views.messages([turn])]
     assert len(shown) == 2, "the prompt and one answer: no separate bubble for the stop"
     assert shown[1].startswith("w0 w1 w2 \n\n— ■ stopped · 3 tokens · ttft 200 ms")

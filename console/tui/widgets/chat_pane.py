@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Checkbox, Input, Select, Static
 
-from console.clients import CANCELLED, ClientError, ModelInfo, split_prompts
+from console.clients import Cancelled, ClientError, ModelInfo, split_prompts
 from console.core.adapters import DEFAULT, HERE, SERVER, Adapter
 from console.core.controller import Snapshot
 from console.core.request import Done, Exchange, Settings, Step
@@ -229,7 +229,7 @@ class ChatPane(Horizontal):
         self._follow()
         failure = message.exchange.turn.failure
         if failure is not None:
-            self.post_message(Notice(failure.message, "warning" if failure.kind == CANCELLED else "error"))
+            self.post_message(Notice(failure.message, "warning" if failure.error is Cancelled else "error"))
         self.show_status()
 
     def _follow(self) -> None:

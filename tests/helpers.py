@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 
 from console.bench.llama_cpp import LLAMA_MODEL as LLAMA_MODEL  # the tests' name for the GGUF's alias
 from console.bench.llama_cpp import LlamaCppServer
@@ -51,6 +52,22 @@ def wait_for_log(server, needle: str, timeout: float = 30.0, before: Collection[
         if fresh or time.monotonic() >= deadline:
             return fresh[-1] if fresh else None
         time.sleep(0.05)
+
+
+def signalled(cmd: list[str], ready: Callable[[str], bool], sig: int, on: str = "stderr", cwd: Path | None = None,
+              timeout: float = 120) -> tuple[str, str, str, int]:
+    """Run ``cmd`` until a line of its ``on`` stream (stdout or stderr) is ``ready``, then send it ``sig``: (that
+    line, the rest of its stdout, the rest of its stderr, its exit code). The line is the marker, not the clock."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    try:
+        seen = next((line for line in getattr(proc, on) if ready(line)), "")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return seen, out, err, proc.returncode
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
@@ -211,6 +228,22 @@ class Listener:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def json_lines(result: Result) -> list[dict]:
+    """The JSON object of each line of a command's stdout (whether it succeeded or not)."""
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result: Result, *needles: str) -> None:
+    """The command failed (exit 1) with exactly one ``error:`` line holding every needle, and no traceback."""
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in errors[0]
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
 # what a copy of the tree for building the wheel leaves out (local state, not the project)

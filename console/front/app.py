@@ -1,5 +1,5 @@
-"""The OpenAI-compatible app (FastAPI): ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/health``
-and ``/version``, in front of one tritonserver.
+"""The OpenAI-compatible app (FastAPI): ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``,
+``/v1/responses`` (:mod:`.responses`), ``/health`` and ``/version``, in front of one tritonserver.
 
 A request is read and checked (:mod:`.mapping`), its model's config read (once) and its controls checked against
 the model's interface, the chat template applied (:mod:`.tokenizers`), then one streamed request goes to Triton
@@ -30,6 +30,7 @@ from . import mapping
 from .errors import APIError, bad_request
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .tokenizers import Tokenizers
+from .toolcalls import Call, Parser, Reader
 from .upstream import Generation, Upstream
 
 VERSION = metadata.version("qaic-console")
@@ -44,6 +45,7 @@ class Front:
     triton_url: str
     api_key: str | None = None
     tokenizers: Tokenizers = field(default_factory=Tokenizers)
+    tool_parser: str | None = None  # --tool-call-parser: the format of every model's tool calls (None: its template's)
     upstream: Upstream = field(init=False)
 
     def __post_init__(self) -> None:
@@ -107,9 +109,10 @@ class EventStream(StreamingResponse):
 class Answer:
     """One request's answer to the client, built from one :class:`Generation`."""
 
-    def __init__(self, front: Front, job: mapping.Job, generation: Generation) -> None:
+    def __init__(self, front: Front, job: mapping.Job, generation: Generation, parser: Parser | None = None) -> None:
         self.front, self.job, self.generation = front, job, generation
         self.shape = Shape(job)
+        self.reader = Reader(job.tools, parser) if job.tools is not None and job.tools.active and parser else None
 
     async def counts(self) -> dict[str, int | None]:
         """``usage``: the model's counts, else the front's tokenizer's."""
@@ -124,13 +127,26 @@ class Answer:
 
     @property
     def finish(self) -> str:
-        return finish_reason(self.generation.value("finish_reason"))
+        reason = finish_reason(self.generation.value("finish_reason"))
+        return "tool_calls" if reason == "stop" and self.reader is not None and self.reader.calls else reason
 
-    async def whole(self) -> dict[str, Any]:
+    def read(self, piece: str, last: bool = False) -> tuple[str, list[dict[str, Any]]]:
+        """The content of the answer's next ``piece`` (or of its end) and the tool calls' new stream entries."""
+        if self.reader is None:
+            return piece, []
+        return self.reader.end() if last else self.reader.feed(piece)
+
+    async def outcome(self) -> tuple[str, list[Call]]:
+        """The whole answer: its content and its tool calls."""
         async for _ in self.generation.pieces():
             pass
         text = (self.generation.prompt if self.job.echo else "") + self.generation.text
-        return self.shape.whole(text, self.finish, await self.counts(), self.generation.tokens())
+        return self.reader.whole(text) if self.reader is not None else (text, [])
+
+    async def whole(self) -> dict[str, Any]:
+        text, calls = await self.outcome()
+        return self.shape.whole(text, self.finish, await self.counts(), self.generation.tokens(),
+                                [call.openai() for call in calls] or None)
 
     async def stream(self, request: Request, headers: dict[str, str]) -> Response:
         pieces = self.generation.pieces()
@@ -146,11 +162,16 @@ class Answer:
         try:
             if self.job.echo:
                 yield shape.chunk(self.generation.prompt)
-            yield shape.chunk(first, first=True, tokens=tokens())
+            text, calls = self.read(first)
+            yield shape.chunk(text, first=True, tokens=tokens(), calls=calls)
             async for piece in pieces:
                 new = tokens()
-                if piece or new:
-                    yield shape.chunk(piece, tokens=new)
+                text, calls = self.read(piece)
+                if text or new or calls:
+                    yield shape.chunk(text, tokens=new, calls=calls)
+            text, calls = self.read("", last=True)
+            if text or calls:
+                yield shape.chunk(text, calls=calls)
             yield shape.chunk("", finish=self.finish, tokens=tokens())
             if self.job.include_usage:
                 yield shape.usage_chunk(await self.counts())
@@ -163,6 +184,7 @@ class Answer:
 
 def create_app(front: Front) -> FastAPI:
     """The app serving ``front``."""
+    from . import responses  # its answers are Answers
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -209,12 +231,13 @@ def create_app(front: Front) -> FastAPI:
     async def model(model: str) -> dict[str, Any]:
         return model_card(await front.upstream.info(model))
 
-    async def answer(request: Request, chat: bool) -> Any:
-        job = mapping.parse(await read_body(request), chat)
+    async def answer(request: Request, job: mapping.Job, kind: type[Answer] = Answer) -> Any:
+        """``job``'s answer, whole or streamed, in the shapes of ``kind``."""
         info = await front.upstream.info(job.model)
         params = mapping.check_model(job, interface_of(info)).replace(request_id=new_request_id())
-        prompt = await front.tokenizers.chat_prompt(info, job.messages) if chat else job.prompt
-        result = Answer(front, job, front.upstream.generate(info, prompt, params, info.default_timeout))
+        prompt = await front.tokenizers.chat_prompt(info, job.messages, job.tools) if job.chat else job.prompt
+        parser = await front.tokenizers.tool_parser(info, front.tool_parser) if job.tools is not None else None
+        result = kind(front, job, front.upstream.generate(info, prompt, params, info.default_timeout), parser)
         headers = {"x-request-id": params.request_id}  # the Triton request's id (its log names it)
         try:
             if job.stream:
@@ -227,11 +250,15 @@ def create_app(front: Front) -> FastAPI:
 
     @v1.post("/completions")
     async def completions(request: Request) -> Any:
-        return await answer(request, chat=False)
+        return await answer(request, mapping.parse(await read_body(request), chat=False))
 
     @v1.post("/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        return await answer(request, chat=True)
+        return await answer(request, mapping.parse(await read_body(request), chat=True))
+
+    @v1.post("/responses")
+    async def create_response(request: Request) -> Any:
+        return await answer(request, responses.job(await read_body(request)), responses.ResponseAnswer)
 
     app.include_router(v1)
     return app

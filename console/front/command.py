@@ -16,6 +16,7 @@ from console.clients import ClientError
 
 from .app import Front, create_app
 from .tokenizers import Tokenizers
+from .toolcalls import PARSERS
 
 KEY_ENV = "QAIC_CONSOLE_API_KEY"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -50,6 +51,9 @@ def front_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tokenizer", "tokenizers", multiple=True, metavar="[MODEL=]FOLDER",
                      help="Local tokenizer folder for the chat template (and token counts) of MODEL, or of every "
                           "model (repeatable; the embedded models have their own)."),
+        click.option("--tool-call-parser", "tool_parser", type=click.Choice(sorted(PARSERS)), default=None,
+                     help="The format of the models' tool calls (default: the one their chat template names, else "
+                          "hermes, the form the front asks for when the template renders no tools)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -96,8 +100,8 @@ class FrontServer:
 
 
 def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
-                 tokenizers: Sequence[str]) -> FrontServer:
-    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers)), host, port)
+                 tokenizers: Sequence[str], tool_parser: str | None = None) -> FrontServer:
+    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers), tool_parser), host, port)
 
 
 class Beside:
@@ -105,10 +109,10 @@ class Beside:
     Its options are checked when made (ClientError), before the server starts."""
 
     def __init__(self, port: int | None, host: str, api_key: str | None, no_api_key: bool,
-                 tokenizers: Sequence[str]) -> None:
+                 tokenizers: Sequence[str], tool_parser: str | None = None) -> None:
         from console.server.ports import port_in_use
 
-        self.port, self.host, self.tokenizers = port, host, tokenizers
+        self.port, self.host, self.tokenizers, self.tool_parser = port, host, tokenizers, tool_parser
         self.key = api_key_for(host, api_key, no_api_key) if port is not None else None
         if port is not None and port_in_use(port):
             raise ClientError(f"--openai-port {port} is in use: give a free port")
@@ -116,7 +120,7 @@ class Beside:
 
     def start(self, triton_grpc: str, say: Callable[[str], None]) -> None:
         if self.port is not None:
-            self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers)
+            self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers, self.tool_parser)
             self.server.start()
             say(f"  OpenAI  {self.server.base_url}")
 
@@ -134,9 +138,9 @@ class Beside:
 @click.option("--port", type=int, default=9000, show_default=True, help="Port the API listens on.")
 @front_options
 def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, api_key: str | None,
-                   no_api_key: bool, tokenizers: tuple[str, ...]) -> None:
-    """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /health) in front of a
-    running tritonserver's LLM models, e.g. `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
+                   no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None) -> None:
+    """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /health) in
+    front of a running tritonserver's LLM models, e.g. `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
     from console.core.adapters.triton import TritonAdapter
     from console.server.ports import port_in_use
 
@@ -149,7 +153,7 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
         triton = TritonAdapter.at(url or "", grpc_url)
         grpc, _ = triton.url("stream")
         click.echo(triton.connect())
-        server = front_server(grpc, host, port, key, tokenizers)
+        server = front_server(grpc, host, port, key, tokenizers, tool_parser)
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

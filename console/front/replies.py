@@ -74,13 +74,17 @@ class Shape:
         return chat_logprobs(tokens) if self.chat else completion_logprobs(tokens, self.sent, text)
 
     def chunk(self, text: str, first: bool = False, finish: str | None = None,
-              tokens: list[dict[str, Any]] | None = None) -> bytes:
-        """One stream event carrying ``text`` (``first``: the chat answer's role too; ``finish``: its end)."""
+              tokens: list[dict[str, Any]] | None = None, calls: list[dict[str, Any]] | None = None) -> bytes:
+        """One stream event carrying ``text`` (``first``: the chat answer's role too; ``finish``: its end;
+        ``calls``: tool calls' ``delta.tool_calls`` entries)."""
         logprobs = self._logprobs(tokens, text)
         self.sent += len(text)
         if self.chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": text} if first else (
-                {"content": text} if text else {})
+            calls_only = self.job.tools is not None and self.job.tools.forced  # content null, as OpenAI sends it
+            delta: dict[str, Any] = {"role": "assistant", "content": text or (None if calls_only else "")} \
+                if first else ({"content": text} if text else {})
+            if calls:
+                delta["tool_calls"] = calls
             choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
@@ -92,12 +96,14 @@ class Shape:
         return sse({**self._head(True), "choices": [], "usage": counts})
 
     def whole(self, text: str, finish: str, counts: dict[str, int | None],
-              tokens: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The one answer of a request that is not streamed."""
+              tokens: list[dict[str, Any]] | None = None, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The one answer of a request that is not streamed (``calls``: its ``message.tool_calls``)."""
         logprobs = self._logprobs(tokens, text)
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-                      "finish_reason": finish}
+            message: dict[str, Any] = {"role": "assistant", "content": text or None if calls else text}
+            if calls:
+                message["tool_calls"] = calls
+            choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
         return {**self._head(False), "choices": [choice], "usage": counts}

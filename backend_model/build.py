@@ -38,6 +38,7 @@ class BackendSettings:
     device_ids: list[int] | None = None
     cpu_threads: int = 0  # 0: automatic (threads.choose_threads)
     cpu_models: int = 1  # CPU model instances of the server, for the automatic thread count
+    prefix_caching: bool = True  # a prompt that starts as a slot's last one prefills only the rest (Engine)
     compile: dict[str, Any] = field(default_factory=lambda: compile_config.validate({}))
 
     @classmethod
@@ -55,6 +56,9 @@ class BackendSettings:
             raise SessionError(f"parameter use_kv_cache must be true or false, got {kv!r}")
         devices = parameters.get("device_ids", "").strip()
         threads = parameters.get("cpu_threads", "0").strip() or "0"
+        reuse = parameters.get("enable_prefix_caching", "true").strip().lower() or "true"
+        if reuse not in BOOLEANS:
+            raise SessionError(f"parameter enable_prefix_caching must be true or false, got {reuse!r}")
         if not threads.isdigit():
             raise SessionError(f"parameter cpu_threads must be an integer >= 0, got {threads!r}")
         return cls(
@@ -65,6 +69,7 @@ class BackendSettings:
             precision=parameters.get("precision", "fp32").strip() or "fp32",
             device_ids=[int(d) for d in devices.split(",")] if devices else None,
             cpu_threads=int(threads),
+            prefix_caching=reuse in TRUE,
             compile=compiled,
         )
 
@@ -189,6 +194,9 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
     else:
         engine, extra = _cpu_engine(settings, progress, threads)
         extra += f" threads={threads} ({chosen})"
+    engine.prefix_caching = engine.prefix_caching and settings.prefix_caching
+    if engine.prefix_caching:
+        extra += " prefix_caching=on"
     d = engine.dims
     mode = f"continuous batching full_batch_size={d.full_batch_size}" if d.continuous else f"batch_size={d.batch_size}"
     what = "kv_cache" if settings.use_kv_cache else "causal"

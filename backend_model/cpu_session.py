@@ -45,6 +45,8 @@ class _Layer:
 class CpuKVSession:
     """KV-cache session for Llama-family models (static cache, chunked prefill, batched decode)."""
 
+    keeps_prefix = True  # a slot's cache stays as it is until the slot is prefilled again (the engine reuses it)
+
     def __init__(self, model, dims: Dims, precision: str = "fp32") -> None:
         from transformers.activations import ACT2FN
 

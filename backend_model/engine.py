@@ -4,13 +4,21 @@ Continuous batching (``full_batch_size``): each free slot is prefilled with the 
 prompt (``batch_index=[[slot]]``); all slots decode together; a slot is refilled the moment its
 sequence ends. Regular mode: prompts run in batches of exactly ``batch_size`` (a short batch is
 filled by repeating its prompts, as QEfficient does, but only real prompts report), and the next
-batch starts when the whole batch is done. ``step()`` runs one phase (admission or one decode
-step) and returns the new text of every sequence it touched, with the log-probabilities of its new
-tokens when the request asks for them (:mod:`.logprobs`).
+batch starts when the whole batch is done. ``step()`` runs one phase and returns the new text of
+every sequence it touched, with the log-probabilities of its new tokens when the request asks for them
+(:mod:`.logprobs`). A phase is one decode step, or a prefill that runs until a prompt's last chunk is in
+the cache: with continuous batching one prompt, in a regular batch the chunks up to the next row whose
+prompt ends. So a prompt's first token leaves as soon as its own prefill ends, not after its neighbours'.
 
 A sequence's token comes from its sampler, masked first by its grammar when the request constrains
 the reply (:mod:`.grammar`), or, for a forced continuation, from the continuation itself: the engine
 feeds the given tokens instead of sampling and reports how likely the model found each one.
+
+Prefix reuse (``prefix_caching``, on sessions that keep a slot's cache after its sequence ends): a slot keeps
+the whole prefill chunks of its last prompt, and a prompt that starts with the same tokens is admitted to
+that slot and prefills only the rest, from the same chunk boundary. Only whole chunks of a prompt are
+reused, never the tokens a decode step wrote, so every number is the one a prefill from token 0 computes:
+answers are the same with reuse and without.
 
 A decode step always sends every row. As in QEfficient, a row with nothing to decode (finished,
 or a free slot) repeats the token and position it was last fed (zeros before its first use):
@@ -55,6 +63,8 @@ class Sequence:
     filler: bool = False  # a repeated prompt that only fills a regular-mode batch
     cancelled: bool = False
     slot: int = -1
+    offered: bool = False  # queued with a free slot waiting for it (see Engine._offer_slots)
+    reused: int = 0  # prompt tokens whose cache a slot kept from an earlier prompt (not prefilled again)
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token, when the request asks for them
     reported: int = 0  # entries an update has carried (the rest wait for their tokens' text)
     forced: list[int] | None = None  # a continuation fed instead of sampling (scored, not generated)
@@ -74,6 +84,17 @@ class Sequence:
         return len(self.prompt_ids) + len(self.tokens) - 1
 
 
+@dataclass
+class Prefill:
+    """Sequences being prefilled together, a chunk at a time: their padded prompts and the next chunk to run."""
+
+    group: list[Sequence]
+    ids: np.ndarray  # [rows, chunks * prefill_seq_len]; a row's padding is 0
+    pos: np.ndarray  # the same shape; -1 marks padding
+    ends: list[int]  # each row's last chunk: the one holding its last prompt token
+    next: int = 0  # the next chunk to run
+
+
 @dataclass(frozen=True)
 class Update:
     seq: Sequence
@@ -86,7 +107,7 @@ class Engine:
     """Owns a session; thread-safe ``submit``/``cancel``; ``step`` from one worker thread; tells ``meter`` (see
     :mod:`.metrics`) what the loop does."""
 
-    def __init__(self, session: Session, tokenizer, eos_ids: Iterable[int] = ()) -> None:
+    def __init__(self, session: Session, tokenizer, eos_ids: Iterable[int] = (), prefix_caching: bool = True) -> None:
         self.session = session
         self.dims = session.dims
         self.tokenizer = tokenizer
@@ -101,6 +122,12 @@ class Engine:
         self.slots: list[Sequence | None] = [None] * self.dims.slots
         self.fed: list[tuple[int, int]] = [(0, 0)] * self.dims.slots  # each row's last (token, position)
         self.queue: deque[Sequence] = deque()
+        self.prefilling: Prefill | None = None  # a prefill whose later chunks are still to run
+        # prefix reuse: only where the session keeps a slot's cache between sequences
+        self.prefix_caching = prefix_caching and bool(getattr(session, "keeps_prefix", False))
+        self.held: list[list[int]] = [[] for _ in self.slots]  # each slot's cached prompt tokens, in whole chunks
+        self.freed = [-1] * self.dims.slots  # when each slot was last freed (an engine tick; -1: never used)
+        self._ticks = itertools.count()
         self._lock = threading.Condition()
         self.default_max_tokens: int | None = None  # a request without max_tokens gets this (None: to EOS/ctx_len)
         self.meter = Meter()  # told what the loop does (the Triton glue gives it one that publishes)
@@ -158,6 +185,7 @@ class Engine:
         self.meter.queued(seqs)
         with self._lock:
             self.queue.extend(seqs)
+            self._offer_slots()
             self._lock.notify_all()
 
     def submit(self, prompt_ids: list[int], params: SamplingParams, tag: Any = None) -> Sequence:
@@ -176,6 +204,19 @@ class Engine:
         seq.cancelled = True
         self.wake()
 
+    def _offer_slots(self) -> None:
+        """Tell the meter which queued sequences a free slot now waits for (the first in line, one a free slot):
+        from then on they wait only for the engine's current step. Called under the lock."""
+        if self.dims.continuous:
+            free = sum(s is None for s in self.slots)
+        else:
+            free = self.dims.batch_size if all(s is None for s in self.slots) else 0
+        new = [seq for seq in itertools.islice(self.queue, free) if not seq.offered]
+        for seq in new:
+            seq.offered = True
+        if new:
+            self.meter.slot_free(new)
+
     def has_work(self) -> bool:
         return bool(self.queue) or any(s is not None for s in self.slots)
 
@@ -189,11 +230,15 @@ class Engine:
 
     # -- the loop -------------------------------------------------------------------------
     def step(self) -> list[Update]:
-        """One phase: retire cancelled sequences, else admit queued prompts, else decode."""
+        """One phase: retire cancelled sequences, else go on with a prefill or admit queued prompts and start
+        theirs, else decode."""
         updates = self._retire_cancelled()
         if not updates:
-            admitted = self._admit()
-            updates = self._prefill(admitted) if admitted else self._decode()
+            if self.prefilling is None:
+                admitted = self._admit()
+                if admitted:
+                    self.prefilling = self._start_prefill(admitted)
+            updates = self._prefill() if self.prefilling is not None else self._decode()
         return [u for u in updates if not u.seq.filler]
 
     def _retire_cancelled(self) -> list[Update]:
@@ -211,9 +256,9 @@ class Engine:
         with self._lock:
             if not self.queue:
                 return []
-            if self.dims.continuous:
+            if self.dims.continuous:  # one prompt a phase: its first token leaves when its own prefill ends
                 free = [i for i, s in enumerate(self.slots) if s is None]
-                batch = [self.queue.popleft() for _ in range(min(len(free), len(self.queue)))]
+                batch = [self.queue.popleft()] if free else []
             elif all(s is None for s in self.slots):
                 free = list(range(self.dims.batch_size))
                 batch = [self.queue.popleft() for _ in range(min(len(free), len(self.queue)))]
@@ -223,52 +268,83 @@ class Engine:
                     batch.append(self._new(src.prompt_ids, params, None, filler=True))
             else:
                 return []
-        for slot, seq in zip(free, batch):
-            seq.slot = slot
-            self.slots[slot] = seq
+        for seq in batch:
+            seq.slot = self._best_slot(free, seq.prompt_ids)
+            free.remove(seq.slot)
+            self.slots[seq.slot] = seq
         self.meter.admitted(batch)
         return batch
 
-    def _prefill(self, batch: list[Sequence]) -> list[Update]:
-        """Chunked prefill: one sequence per run with continuous batching, else the whole batch."""
-        groups = [[s] for s in batch] if self.dims.continuous else [batch]
-        updates, prefilled = [], []
-        for group in groups:
-            try:
-                logits = self._prefill_rows(group)
-            except Exception as exc:  # the session failed: these sequences end, the engine serves on
-                updates += [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in group]
-                continue
-            prefilled += group
-            updates += self._advance(group, logits)
-        self.meter.prefilled(prefilled)  # their first tokens leave with this step's updates
-        return updates
+    def _reusable(self, slot: int, prompt_ids: list[int]) -> int:
+        """How many of ``prompt_ids`` the slot's cache holds already: whole chunks of a common prefix, leaving at
+        least one token to prefill (its logits give the first token)."""
+        if not self.prefix_caching:
+            return 0
+        held, chunk = self.held[slot], self.dims.prefill_seq_len
+        common = next((i for i, (a, b) in enumerate(zip(held, prompt_ids)) if a != b), min(len(held), len(prompt_ids)))
+        return min(common // chunk, (len(prompt_ids) - 1) // chunk) * chunk
 
-    def _prefill_rows(self, group: list[Sequence]) -> np.ndarray:
+    def _best_slot(self, free: list[int], prompt_ids: list[int]) -> int:
+        """The free slot whose cache holds the most of the prompt; else the one unused longest (a never used slot
+        first), so recent prompts stay for their next turn."""
+        def rank(slot: int) -> tuple[int, bool, int]:
+            return self._reusable(slot, prompt_ids), self.freed[slot] < 0, -self.freed[slot]
+
+        return max(free, key=rank)
+
+    def _start_prefill(self, group: list[Sequence]) -> Prefill:
+        """The admitted sequences' prompts, padded to whole chunks, ready to prefill together."""
         chunk = self.dims.prefill_seq_len
-        longest = max(len(s.prompt_ids) for s in group)
-        n_chunks = -(-longest // chunk)
-        ids = np.zeros((len(group), n_chunks * chunk), dtype=np.int64)
+        for seq in group:
+            seq.reused = self._reusable(seq.slot, seq.prompt_ids)
+        chunks = -(-max(len(s.prompt_ids) - s.reused for s in group) // chunk)
+        ids = np.zeros((len(group), chunks * chunk), dtype=np.int64)
         pos = np.full_like(ids, -1)
         for r, seq in enumerate(group):
-            n = len(seq.prompt_ids)
-            ids[r, :n] = seq.prompt_ids
-            pos[r, :n] = np.arange(n)
+            n, start = len(seq.prompt_ids), seq.reused
+            ids[r, : n - start] = seq.prompt_ids[start:]
+            pos[r, : n - start] = np.arange(start, n)
             self.fed[seq.slot] = (seq.prompt_ids[-1], n - 1)
-        last = np.zeros((len(group), self.dims.vocab), dtype=np.float32)
-        for c in range(n_chunks):
-            window = slice(c * chunk, (c + 1) * chunk)
-            inputs = {"input_ids": ids[:, window], "position_ids": pos[:, window]}
-            if self.dims.continuous:
-                inputs["batch_index"] = np.array([[group[0].slot]], dtype=np.int64)
-            started = time.perf_counter()
-            logits = self.session.run(inputs)["logits"]
-            self.meter.prefill_chunk(time.perf_counter() - started)
-            # a row's logits matter in the chunk that holds its last prompt token
-            for r, seq in enumerate(group):
-                if c == (len(seq.prompt_ids) - 1) // chunk:
-                    last[r] = logits[r, -1]
-        return last
+            # what the slot will hold: the prompt's whole chunks before the one with its last token (a row that
+            # idles repeats that token, and a card computes it again)
+            self.held[seq.slot] = seq.prompt_ids[: (n - 1) // chunk * chunk] if self.prefix_caching else []
+        return Prefill(group, ids, pos, [(len(s.prompt_ids) - s.reused - 1) // chunk for s in group])
+
+    def _prefill(self) -> list[Update]:
+        """Run the prefill's chunks up to the first that ends a row's prompt; those rows' first tokens leave now
+        (the other rows go on in the next phase). A session error ends the whole group; the engine serves on."""
+        fill = self.prefilling
+        assert fill is not None
+        try:
+            while True:
+                logits = self._prefill_chunk(fill)
+                ending = [r for r, end in enumerate(fill.ends) if end == fill.next - 1]
+                if ending:
+                    break
+        except Exception as exc:  # the session failed: these sequences end, the engine serves on
+            self.prefilling = None
+            for seq in fill.group:
+                self.held[seq.slot] = []  # what the cache holds is not known now
+            return [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in fill.group if not s.finished]
+        if fill.next > max(fill.ends):
+            self.prefilling = None
+        rows = [r for r in ending if not fill.group[r].finished]  # a row cancelled meanwhile has ended
+        ready = [fill.group[r] for r in rows]
+        self.meter.prefilled(ready)  # their first tokens leave with this phase's updates
+        return self._advance(ready, logits[rows, -1])
+
+    def _prefill_chunk(self, fill: Prefill) -> np.ndarray:
+        """Run the next chunk of ``fill`` on the session; its logits (each row's last valid position)."""
+        chunk = self.dims.prefill_seq_len
+        window = slice(fill.next * chunk, (fill.next + 1) * chunk)
+        inputs = {"input_ids": fill.ids[:, window], "position_ids": fill.pos[:, window]}
+        if self.dims.continuous:
+            inputs["batch_index"] = np.array([[fill.group[0].slot]], dtype=np.int64)
+        started = time.perf_counter()
+        logits = self.session.run(inputs)["logits"]
+        self.meter.prefill_chunk(time.perf_counter() - started)
+        fill.next += 1
+        return logits
 
     def _decode(self) -> list[Update]:
         active = [s for s in self.slots if s is not None and not s.finished]
@@ -377,10 +453,13 @@ class Engine:
     def _release(self, seq: Sequence) -> None:
         self.meter.finished(seq)
         if 0 <= seq.slot < len(self.slots) and self.slots[seq.slot] is seq:
+            self.freed[seq.slot] = next(self._ticks)
             if self.dims.continuous:
                 self.slots[seq.slot] = None
             elif all(s is None or s.finished or s.filler for s in self.slots):
                 self.slots = [None] * len(self.slots)  # the regular batch is done
+            with self._lock:
+                self._offer_slots()
 
     # -- in-process use (tests, benchmarks) ------------------------------------------------
     def stream(self, prompts: list[str], params: SamplingParams | None = None,

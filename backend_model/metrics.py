@@ -46,7 +46,10 @@ METRICS = (
     Spec("qaic_slots", GAUGE, "Slots the engine decodes together (full_batch_size, else batch_size)."),
     Spec("qaic_kv_cache_used_positions", GAUGE, "KV cache positions holding a live sequence's tokens."),
     Spec("qaic_kv_cache_usage_perc", GAUGE, "Fraction of the KV cache (slots x ctx_len positions) in use; 1 = full."),
-    Spec("qaic_prompt_tokens_total", COUNTER, "Prompt tokens prefilled."),
+    Spec("qaic_prompt_tokens_total", COUNTER,
+         "Prompt tokens, those a slot's cache kept from an earlier prompt included (not prefilled again)."),
+    Spec("qaic_prefix_reused_tokens_total", COUNTER,
+         "Prompt tokens whose cache a slot kept from an earlier prompt with the same start: not prefilled again."),
     Spec("qaic_generation_tokens_total", COUNTER, "Tokens generated (the first one of each sequence included)."),
     Spec("qaic_decode_step_sequences_total", COUNTER,
          "Sequences decoded, summed over the decode steps (divided by the steps: the mean batch of a step)."),
@@ -54,10 +57,15 @@ METRICS = (
     Spec("qaic_request_cancelled_total", COUNTER, "Sequences cancelled by their client."),
     Spec("qaic_request_failure_total", COUNTER, "Sequences ended by a session error."),
     Spec("qaic_request_rejected_total", COUNTER, "Requests refused before they ran (bad input)."),
-    Spec("qaic_request_queue_time_seconds", HISTOGRAM, "Time a sequence waited for a slot.", REQUEST_BUCKETS),
+    Spec("qaic_request_queue_time_seconds", HISTOGRAM,
+         "Time a sequence waited before its prefill began: the slot wait and the step wait.", REQUEST_BUCKETS),
+    Spec("qaic_request_slot_wait_seconds", HISTOGRAM, "Time a sequence waited for a free slot.", REQUEST_BUCKETS),
+    Spec("qaic_request_step_wait_seconds", HISTOGRAM,
+         "Time a sequence waited, a slot free for it, for the engine's current step to end (another prompt's "
+         "prefill or a decode step).", REQUEST_BUCKETS),
     Spec("qaic_time_to_first_token_seconds", HISTOGRAM,
-         "From a sequence's arrival at the engine until its first token leaves it (queue, then the prefill step, "
-         "every prompt admitted with it included).", REQUEST_BUCKETS),
+         "From a sequence's arrival at the engine until its first token leaves it (its wait, then its own "
+         "prefill).", REQUEST_BUCKETS),
     Spec("qaic_time_per_output_token_seconds", HISTOGRAM,
          "A sequence's mean time per output token after the first.", TOKEN_BUCKETS),
     Spec("qaic_prefill_chunk_seconds", HISTOGRAM, "One prefill chunk run on the session.", STEP_BUCKETS),
@@ -72,6 +80,9 @@ class Meter:
     def queued(self, seqs: list[Any]) -> None:
         """Sequences entered the engine's queue."""
 
+    def slot_free(self, seqs: list[Any]) -> None:
+        """A free slot waits for each of these queued sequences: now they wait only for the engine's current step."""
+
     def admitted(self, seqs: list[Any]) -> None:
         """Sequences got a slot."""
 
@@ -79,8 +90,7 @@ class Meter:
         """One prefill chunk ran."""
 
     def prefilled(self, seqs: list[Any]) -> None:
-        """A prefill step put these sequences' prompts in the cache; their first tokens leave the engine now
-        (with the step's updates, so after every prefill of the step)."""
+        """A prefill put these sequences' prompts in the cache; their first tokens leave the engine now."""
 
     def decode_step(self, seconds: float, seqs: list[Any]) -> None:
         """One decode step ran for ``seqs`` (one token each)."""
@@ -101,6 +111,7 @@ class Recorder(Meter):
         self._counts: dict[Key, float] = defaultdict(float)
         self._observed: list[tuple[str, float]] = []
         self._arrived: dict[int, float] = {}
+        self._free: dict[int, float] = {}  # when a free slot began to wait for the sequence
         self._first: dict[int, float] = {}
         self.ended = threading.Event()  # set when a sequence ends: its counts should leave soon
 
@@ -113,12 +124,23 @@ class Recorder(Meter):
             for seq in seqs:
                 self._arrived[seq.id] = now
 
+    def slot_free(self, seqs: list[Any]) -> None:
+        now = self.clock()
+        with self._lock:
+            for seq in seqs:
+                self._free[seq.id] = now
+
     def admitted(self, seqs: list[Any]) -> None:
         now = self.clock()
         with self._lock:
             for seq in seqs:
-                if not seq.filler and seq.id in self._arrived:
-                    self._observed.append(("qaic_request_queue_time_seconds", now - self._arrived[seq.id]))
+                if seq.filler or seq.id not in self._arrived:
+                    continue
+                arrived = self._arrived[seq.id]
+                free = self._free.pop(seq.id, now)
+                self._observed += [("qaic_request_queue_time_seconds", now - arrived),
+                                   ("qaic_request_slot_wait_seconds", free - arrived),
+                                   ("qaic_request_step_wait_seconds", now - free)]
 
     def prefill_chunk(self, seconds: float) -> None:
         with self._lock:
@@ -132,6 +154,7 @@ class Recorder(Meter):
                     continue
                 self._first[seq.id] = now
                 self._count("qaic_prompt_tokens_total", len(seq.prompt_ids))
+                self._count("qaic_prefix_reused_tokens_total", seq.reused)
                 self._count("qaic_generation_tokens_total", 1)
                 self._observed.append(("qaic_time_to_first_token_seconds", now - self._arrived[seq.id]))
         for seq in seqs:  # ended with their first token (held back by finished() until now)
@@ -153,6 +176,7 @@ class Recorder(Meter):
         with self._lock:
             if seq.tokens and seq.id not in self._first and seq.id in self._arrived:
                 return  # it ended with its first token, still in its prefill step: prefilled() counts it
+            self._free.pop(seq.id, None)  # cancelled in the queue
             if self._arrived.pop(seq.id, None) is None:  # already counted
                 return
             first = self._first.pop(seq.id, None)

@@ -71,6 +71,11 @@ class QaicSession:
         else:
             self.history = TokenHistory(self.dims)
 
+    @property
+    def keeps_prefix(self) -> bool:
+        """A KV-cache QPC keeps a slot's cache on the device (retained state) until the slot is prefilled again."""
+        return self.kv
+
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = len(inputs["input_ids"])
         if self.kv:

@@ -1,8 +1,9 @@
 """The server's side of every bench level: its metrics page scraped before and after the level, the card's telemetry
 sampled during it.
 
-Each level's summary gets ``server``: Triton's queue and compute time per request, the backend's slot wait, time to
-first token, prefill (TTFT less the slot wait: the whole prefill step), prefill chunk, decode step and time per
+Each level's summary gets ``server``: Triton's queue and compute time per request, the backend's slot wait (all slots
+taken) and step wait (a slot free, the engine busy with its current step), time to first token, prefill (TTFT less
+both waits: the prompt's own prefill), prefill chunk, decode step and time per
 output token, the mean slot occupancy of a decode step and its tokens, the tokens/s the server counted; for a
 streamed level, where the client's TTFT went (``ttft_breakdown_ms``: queue, prefill, and the rest: network, reading
 and tokenising the request, responses). ``note`` says where the figures come from, or why there are none. And
@@ -28,12 +29,13 @@ CATCH_UP_S = 5.0  # how long the after-scrape waits for the server's counters to
 FINISHED = (("qaic_request_success", "qaic_request_cancelled", "qaic_request_failure"),
             ("nv_inference_request_success", "nv_inference_request_failure"),
             ("vllm:request_success",))
-FIGURES = ("triton_queue_ms", "triton_compute_ms", "queue_ms", "ttft_ms", "prefill_ms", "prefill_chunk_ms",
-           "decode_step_ms", "tpot_ms", "mean_occupancy", "tokens_per_step", "tokens_per_s")
+FIGURES = ("triton_queue_ms", "triton_compute_ms", "slot_wait_ms", "step_wait_ms", "ttft_ms", "prefill_ms",
+           "prefill_chunk_ms", "decode_step_ms", "tpot_ms", "mean_occupancy", "tokens_per_step", "tokens_per_s")
 BREAKDOWN = ("queue", "prefill", "network")
-LEGEND = {"queue": "queue (Triton, then a slot)", "network": "the rest: network, responses"}
+LEGEND = {"queue": "queue (Triton, a slot, the engine's step)", "network": "the rest: network, responses"}
 LABELS = {  # the console's and the HTML page's table
-    "triton_queue_ms": "queue ms", "triton_compute_ms": "compute ms", "queue_ms": "slot wait ms",
+    "triton_queue_ms": "queue ms", "triton_compute_ms": "compute ms", "slot_wait_ms": "slot wait ms",
+    "step_wait_ms": "step wait ms",
     "ttft_ms": "TTFT ms", "prefill_ms": "prefill ms", "decode_step_ms": "step ms", "tpot_ms": "TPOT ms",
     "mean_occupancy": "occupancy", "tokens_per_step": "tok/step", "tokens_per_s": "tok/s",
 }

@@ -19,7 +19,9 @@ RATES = {  # per second over the window
     "prompt_tokens_per_s": ("qaic_prompt_tokens", "vllm:prompt_tokens"),
 }
 MEANS_MS = {  # histogram means over the window, in ms
-    "queue_ms": ("qaic_request_queue_time_seconds", "vllm:request_queue_time_seconds"),
+    "queue_ms": ("qaic_request_queue_time_seconds", "vllm:request_queue_time_seconds"),  # slot wait + step wait
+    "slot_wait_ms": ("qaic_request_slot_wait_seconds", "vllm:request_queue_time_seconds"),  # vLLM: its scheduler's
+    "step_wait_ms": ("qaic_request_step_wait_seconds",),  # a slot free, the engine busy with its current step
     "ttft_ms": ("qaic_time_to_first_token_seconds", "vllm:time_to_first_token_seconds"),
     "tpot_ms": ("qaic_time_per_output_token_seconds", "vllm:time_per_output_token_seconds",
                 "vllm:inter_token_latency_seconds"),
@@ -48,7 +50,8 @@ COLUMNS = (
     ("waiting", "waiting"),
     ("triton_queue_ms", "queue ms"),
     ("triton_compute_ms", "compute ms"),
-    ("queue_ms", "slot wait ms"),
+    ("slot_wait_ms", "slot wait ms"),
+    ("step_wait_ms", "step wait ms"),
     ("ttft_ms", "TTFT ms"),
     ("decode_step_ms", "step ms"),
 )

@@ -83,6 +83,9 @@ def test_counts_and_timings_move_with_the_load_and_match_what_the_model_answered
                           ("qaic_time_per_output_token_seconds", 2), ("qaic_prefill_chunk_seconds", 2)):
         total, observed = now.histogram(family)
         assert observed == count and total > 0, family
+    slot, step = now.histogram("qaic_request_slot_wait_seconds"), now.histogram("qaic_request_step_wait_seconds")
+    assert slot[1] == step[1] == 2 and step[0] > 0, "the second prompt waited for the first one's prefill"
+    assert slot[0] + step[0] == pytest.approx(now.histogram("qaic_request_queue_time_seconds")[0])
     steps = now.histogram("qaic_decode_step_seconds")[1]
     assert steps >= max(answered["output_tokens"]) - 1  # one decode step per token after the first
     assert now.counter("qaic_decode_step_sequences") == generated - 2  # the first tokens come from the prefill

@@ -83,7 +83,7 @@ def test_figures_between_two_scrapes_are_rates_means_and_per_request_times() -> 
     assert figures["decode_step_ms"] == pytest.approx(50.0)  # 0.4 s over 8 steps
     assert figures["tokens_per_step"] == 4.0 and figures["mean_occupancy"] == 0.5
     assert figures.occupancy == 0.5 and figures["ttft_ms"] is None  # no such histogram on the page
-    assert rows([figures])[0] == ["m", "2.0", "20.0", "4/8", "-", "2.0", "1.0", "-", "-", "50.0"]
+    assert rows([figures])[0] == ["m", "2.0", "20.0", "4/8", "-", "2.0", "1.0", "-", "-", "-", "50.0"]
     later = triton_page(14.0, requests=1, tokens=5, steps=2, step_s=0.05)
     restarted = Window(after, later, "m").figures()  # counters went back: no figures rather than wrong ones
     assert restarted["requests_per_s"] is None and restarted["decode_step_ms"] is None
@@ -160,19 +160,19 @@ def test_the_engine_tells_its_recorder_every_token_step_and_ending(tokenizer) ->
         "qaic_kv_cache_usage_perc"] == 0
 
 
-def test_a_first_token_is_timed_when_it_leaves_with_its_prefill_step(tokenizer) -> None:
+def test_a_first_token_is_timed_when_its_own_prefill_ends(tokenizer) -> None:
     from backend_model.contract import Dims
 
     dims = Dims(batch_size=1, prefill_seq_len=4, ctx_len=128, vocab=len(tokenizer), full_batch_size=3)
     engine = Engine(ZeroCostSession(dims, digit_tokens(tokenizer)), tokenizer)
     ticks = itertools.count()
     engine.meter = recorder = Recorder(clock=lambda: float(next(ticks)))  # every reading a tick later
-    prompts = ["one two three four five six", "seven", "eight nine"]  # one step prefills all three, one by one
+    prompts = ["one two three four five six", "seven", "eight nine"]  # prefilled one by one, in this order
     seqs = engine.generate(prompts, SamplingParams(max_tokens=1, ignore_eos=True))  # each ends with its first token
     counts, observed = recorder.take()
     ttfts = [seconds for name, seconds in observed if name == "qaic_time_to_first_token_seconds"]
-    left = {arrived + ttft for arrived, ttft in zip((0.0, 1.0, 2.0), ttfts)}  # queued at the first three ticks
-    assert len(ttfts) == 3 and len(left) == 1, "the three first tokens leave together, after every prefill"
+    left = [arrived + ttft for arrived, ttft in zip((0.0, 1.0, 2.0), ttfts)]  # queued at the first three ticks
+    assert len(ttfts) == 3 and left == sorted(set(left)), "each first token leaves before the next prefill"
     assert counts[("qaic_request_success_total", "length")] == 3 and counts[("qaic_generation_tokens_total", "")] == 3
     assert counts[("qaic_prompt_tokens_total", "")] == sum(len(s.prompt_ids) for s in seqs)
     assert "qaic_time_per_output_token_seconds" not in {name for name, _ in observed}
@@ -216,3 +216,32 @@ def test_without_qaic_util_the_card_is_said_absent() -> None:
     devices, note = query()
     assert devices == [] and note == "no card: qaic-util not found"
     assert card_line(devices, note) == note
+
+
+def test_the_wait_before_a_prefill_is_split_into_slot_wait_and_step_wait(tokenizer) -> None:
+    """Waiting for a slot (all taken) is told apart from waiting, a slot free, for the engine's current step."""
+    from backend_model.contract import Dims
+
+    dims = Dims(batch_size=1, prefill_seq_len=4, ctx_len=64, vocab=len(tokenizer), full_batch_size=2)
+    now = [0.0]
+
+    class Timed(ZeroCostSession):
+        def run(self, inputs):  # every run on the session takes one second
+            now[0] += 1.0
+            return super().run(inputs)
+
+    engine = Engine(Timed(dims, digit_tokens(tokenizer)), tokenizer)
+    engine.meter = recorder = Recorder(clock=lambda: now[0])
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    seqs = [engine.submit([100, 101, 102], params) for _ in range(3)]  # two slots: the third waits for one
+    while not all(s.finished for s in seqs):
+        engine.step()
+    _, observed = recorder.take()
+    waits = {name: [s for n, s in observed if n == name] for name in (
+        "qaic_request_queue_time_seconds", "qaic_request_slot_wait_seconds", "qaic_request_step_wait_seconds")}
+    # the first: admitted at once; the second: a slot free, it waits for the first's prefill (1 s); the third waits
+    # for a slot until the first ends (its prefill, then a decode step: 3 s), then none for the engine
+    assert waits["qaic_request_slot_wait_seconds"] == [0.0, 0.0, 3.0]
+    assert waits["qaic_request_step_wait_seconds"] == [0.0, 1.0, 0.0]
+    assert waits["qaic_request_queue_time_seconds"] == [0.0, 1.0, 3.0]
+    assert not recorder._free, "nothing is kept for a sequence admitted"

@@ -273,3 +273,39 @@ def test_logprob_entries_travel_with_the_text_of_their_tokens(tokenizer) -> None
     (texts, entries), = [(t, e) for rid, t, e in serve.responder.logprobs if rid == "lp-once"]
     assert len(entries[0]) == 30 and [e.id for e in entries[0]] == once.seqs[0].tokens
     assert all(e.top == () for e in entries[0])  # 0: the chosen token's only
+
+
+class Counting:
+    """A session that counts the rows of every run it is given (prefill chunks and decode steps)."""
+
+    def __init__(self, session) -> None:
+        self.session, self.dims, self.runs = session, session.dims, []
+
+    def run(self, inputs):
+        self.runs.append(inputs["input_ids"].shape)
+        return self.session.run(inputs)
+
+
+@pytest.mark.parametrize("continuous", [True, False], ids=["continuous", "regular"])
+def test_a_first_token_leaves_when_its_own_prompt_is_prefilled(continuous: bool) -> None:
+    """Not after its neighbours' prefill: with continuous batching each phase prefills one prompt; in a regular
+    batch a phase runs chunks until a row's prompt ends, and that row's first token leaves then."""
+    tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))
+    dims = Dims(batch_size=1 if continuous else 3, prefill_seq_len=4, ctx_len=64, vocab=len(tokenizer),
+                full_batch_size=3 if continuous else 0)
+    session = Counting(ZeroCostSession(dims, digit_tokens(tokenizer)))
+    engine = Engine(session, tokenizer)
+    lengths = (9, 2, 5)  # 3 chunks, 1, 2
+    seqs = [engine.submit(list(range(100, 100 + n)), SamplingParams(max_tokens=2, ignore_eos=True)) for n in lengths]
+    firsts = []
+    while not all(s.tokens for s in seqs):
+        ran = len(session.runs)
+        firsts.append(([seqs.index(u.seq) for u in engine.step()], len(session.runs) - ran))
+    if continuous:  # prompt by prompt, each with all its chunks
+        assert firsts == [([0], 3), ([1], 1), ([2], 2)]
+    else:  # one batch, a chunk at a time: the short prompt's token leaves after the first chunk
+        assert firsts == [([1], 1), ([2], 1), ([0], 1)]
+    assert all(len(s.tokens) == 1 for s in seqs), "nothing decodes before every prompt is in the cache"
+    while not all(s.finished for s in seqs):
+        engine.step()
+    assert [len(s.tokens) for s in seqs] == [2, 2, 2]

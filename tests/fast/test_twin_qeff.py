@@ -324,3 +324,39 @@ def test_embedded_weights_are_read_from_the_file_itself(tmp_path):
     whole = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, x)
     np.testing.assert_array_equal(got[0], whole[0])
     np.testing.assert_allclose(got[0], x["x"] @ weight + 1, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("mode", "rows"), [("regular", {"batch_size": 2}), ("cb", {"full_batch_size": 2})])
+def test_the_card_path_reuses_a_kept_prefix_and_answers_the_same(qeff, tmp_path, mode, rows):
+    """QEfficient's own export on the twin (the card's code path): the next turn of a chat prefills only what a
+    slot's retained cache does not hold, and its greedy answer is the one a prefill from token 0 gives."""
+    graph = linked(qeff, mode, tmp_path / "LlamaForCausalLM-5f1b2c3d4e")
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "compile_config.json").write_text(json.dumps({"onnx_path": str(graph), "prefill_seq_len": 4,
+                                                               "ctx_len": CTX, **rows}))
+
+    def turns(reuse: str) -> tuple[list[list[int]], list[int]]:
+        settings = BackendSettings.from_model_dir(model_dir, {"engine": "onnx", "hf_model_name": str(qeff.hf),
+                                                              "enable_prefix_caching": reuse})
+        engine, description = build_engine(settings, progress=lambda message: None)
+        assert ("prefix_caching=on" in description) == (reuse == "true")
+        prompt, answers, reused = "My name is Sarah and I live by the sea. My name is", [], []
+        for _ in range(2):
+            (seq,) = engine.generate([prompt], SamplingParams(max_tokens=16))
+            answers.append(seq.tokens)
+            reused.append(seq.reused)
+            prompt += seq.text + " Then"
+        return answers, reused
+
+    fresh, none = turns("false")
+    answers, reused = turns("true")
+    assert answers == fresh and none == [0, 0]
+    assert reused[0] == 0 and reused[1] >= 8, "the second turn prefills from a chunk boundary past the first prompt"
+
+
+def test_enable_prefix_caching_is_a_boolean_parameter(tmp_path):
+    assert not BackendSettings.from_model_dir(tmp_path, {"enable_prefix_caching": "false"}).prefix_caching
+    assert BackendSettings.from_model_dir(tmp_path, {}).prefix_caching
+    with pytest.raises(SessionError, match="enable_prefix_caching must be true or false, got 'maybe'"):
+        BackendSettings.from_model_dir(tmp_path, {"enable_prefix_caching": "maybe"})

@@ -23,7 +23,7 @@ from .replies import sse
 
 ACCEPTED = ("model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
             "parallel_tool_calls", "stream", "text", "include", "store", "metadata", "user", "truncation",
-            "reasoning", "service_tier", "prompt_cache_key", "safety_identifier", "top_logprobs")
+            "reasoning", "service_tier", "prompt_cache_key", "safety_identifier")
 STORED = ("previous_response_id", "conversation", "prompt", "background")
 CHAT_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text"}
 ROLES = ("user", "system", "developer", "assistant")

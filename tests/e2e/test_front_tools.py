@@ -4,7 +4,7 @@ LangChain (``langchain-openai``) and the OpenAI Agents SDK (``openai-agents``).
 
 A required or named call is forced by the engine's grammar, so every one validates against the function's schema;
 ``auto`` leaves the model free (this small model answers in text, which stays text). What the parsers read is
-tested without a server (fast/test_front_tools.py).
+tested without a server (fast/test_front_tool_parsing.py).
 """
 
 from __future__ import annotations

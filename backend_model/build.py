@@ -21,6 +21,7 @@ from .parameters import BOOLEANS, ENGINES, TRUE, VARIES_WITH_BATCH
 from .qaic_session import QaicSession, open_qpc, qaic_available
 from .threads import choose_threads
 
+MAX_SPECULATIVE_TOKENS = 16
 CPU_CAUSAL_MAX_TOKENS = 32  # a causal model on the CPU recomputes the whole sequence for every token
 
 __all__ = ["ENGINES", "BackendSettings", "build_engine", "choose_engine"]
@@ -39,6 +40,7 @@ class BackendSettings:
     cpu_threads: int = 0  # 0: automatic (threads.choose_threads)
     cpu_models: int = 1  # CPU model instances of the server, for the automatic thread count
     prefix_caching: bool = True  # a prompt that starts as a slot's last one prefills only the rest (Engine)
+    speculative_tokens: int = 0  # prompt-lookup drafted tokens a decode step (speculation.py); 0: off
     compile: dict[str, Any] = field(default_factory=lambda: compile_config.validate({}))
 
     @classmethod
@@ -59,6 +61,10 @@ class BackendSettings:
         reuse = parameters.get("enable_prefix_caching", "true").strip().lower() or "true"
         if reuse not in BOOLEANS:
             raise SessionError(f"parameter enable_prefix_caching must be true or false, got {reuse!r}")
+        drafts = parameters.get("num_speculative_tokens", "0").strip() or "0"
+        if not drafts.isdigit() or int(drafts) > MAX_SPECULATIVE_TOKENS:
+            raise SessionError(f"parameter num_speculative_tokens must be an integer from 0 to "
+                               f"{MAX_SPECULATIVE_TOKENS}, got {drafts!r}")
         if not threads.isdigit():
             raise SessionError(f"parameter cpu_threads must be an integer >= 0, got {threads!r}")
         return cls(
@@ -70,6 +76,7 @@ class BackendSettings:
             device_ids=[int(d) for d in devices.split(",")] if devices else None,
             cpu_threads=int(threads),
             prefix_caching=reuse in TRUE,
+            speculative_tokens=int(drafts),
             compile=compiled,
         )
 
@@ -197,6 +204,12 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
     engine.prefix_caching = engine.prefix_caching and settings.prefix_caching
     if engine.prefix_caching:
         extra += " prefix_caching=on"
+    if settings.speculative_tokens:
+        if not getattr(engine.session, "speculates", False):
+            raise SessionError(f"num_speculative_tokens {settings.speculative_tokens}: prompt-lookup speculation "
+                               "runs on the CPU's Llama-family KV session only (a card needs a QPC compiled for it)")
+        engine.speculative_tokens = settings.speculative_tokens
+        extra += f" num_speculative_tokens={settings.speculative_tokens} (prompt lookup)"
     d = engine.dims
     mode = f"continuous batching full_batch_size={d.full_batch_size}" if d.continuous else f"batch_size={d.batch_size}"
     what = "kv_cache" if settings.use_kv_cache else "causal"

@@ -46,6 +46,7 @@ class CpuKVSession:
     """KV-cache session for Llama-family models (static cache, chunked prefill, batched decode)."""
 
     keeps_prefix = True  # a slot's cache stays as it is until the slot is prefilled again (the engine reuses it)
+    speculates = True  # a decode step may feed several positions of one slot, a row each (speculation.py)
 
     def __init__(self, model, dims: Dims, precision: str = "fp32") -> None:
         from transformers.activations import ACT2FN

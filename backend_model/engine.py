@@ -44,6 +44,7 @@ from .grammar import Grammars, Matcher
 from .logprobs import Scores, TokenLogprob, TokenTexts
 from .metrics import Meter
 from .sampling import Sampler, SamplingParams
+from .speculation import propose
 
 _ids = itertools.count(1)
 
@@ -125,6 +126,9 @@ class Engine:
         self.prefilling: Prefill | None = None  # a prefill whose later chunks are still to run
         # prefix reuse: only where the session keeps a slot's cache between sequences
         self.prefix_caching = prefix_caching and bool(getattr(session, "keeps_prefix", False))
+        # prompt-lookup speculation: up to this many drafted tokens a decode step, where the session takes several
+        # positions of one slot in one step (speculation.py); 0: off
+        self.speculative_tokens = 0
         self.held: list[list[int]] = [[] for _ in self.slots]  # each slot's cached prompt tokens, in whole chunks
         self.freed = [-1] * self.dims.slots  # when each slot was last freed (an engine tick; -1: never used)
         self._ticks = itertools.count()
@@ -354,16 +358,55 @@ class Engine:
         for seq in active:
             self.fed[seq.slot] = (seq.tokens[-1], seq.position)
         fed = np.array(self.fed, dtype=np.int64)  # idle rows repeat what they were last fed
+        drafts = {seq.slot: self._draft(seq) for seq in active} if self.speculative_tokens else {}
+        extra = [(slot, token, self.fed[slot][1] + 1 + i) for slot, draft in drafts.items()
+                 for i, token in enumerate(draft)]  # a drafted token: a row of its own at its slot's next position
         inputs = {"input_ids": fed[:, :1].copy(), "position_ids": fed[:, 1:].copy()}
-        if self.dims.continuous:
+        if self.dims.continuous or extra:
             inputs["batch_index"] = np.arange(rows, dtype=np.int64).reshape(rows, 1)
+        if extra:
+            more = np.array(extra, dtype=np.int64)  # slot, token, position
+            for name, column in (("batch_index", 0), ("input_ids", 1), ("position_ids", 2)):
+                inputs[name] = np.concatenate([inputs[name], more[:, column : column + 1]])
         started = time.perf_counter()
         try:
             logits = self.session.run(inputs)["logits"]
         except Exception as exc:
             return [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in active]
         self.meter.decode_step(time.perf_counter() - started, active)
-        return self._advance(active, logits[[s.slot for s in active], -1])
+        if not extra:
+            return self._advance(active, logits[[s.slot for s in active], -1])
+        return self._verify(active, drafts, logits[:, -1])
+
+    def _draft(self, seq: Sequence) -> list[int]:
+        """Tokens to feed after the sequence's last one (prompt lookup): for greedy requests that a grammar or a
+        forced continuation does not steer, within its max_tokens and ctx_len."""
+        p = seq.params
+        if not p.greedy or seq.grammar is not None or seq.forced is not None:
+            return []
+        room = self.dims.ctx_len - 1 - len(seq.prompt_ids) - len(seq.tokens)
+        if p.max_tokens is not None:
+            room = min(room, p.max_tokens - len(seq.tokens) - 1)
+        return propose(seq.prompt_ids + seq.tokens, min(self.speculative_tokens, room))
+
+    def _verify(self, active: list[Sequence], drafts: dict[int, list[int]], logits: np.ndarray) -> list[Update]:
+        """Take each sequence's tokens from its rows in order: its own choice after each fed token, up to the
+        first choice that differs from the draft (the rows past it were fed a token it did not choose)."""
+        updates, first, drafted, accepted = [], self.dims.slots, 0, 0
+        for seq in active:
+            draft = drafts.get(seq.slot, [])
+            rows = [logits[seq.slot], *logits[first : first + len(draft)]]
+            first += len(draft)
+            drafted += len(draft)
+            for i, row in enumerate(rows):
+                update = self._take(seq, row)
+                if update is not None:
+                    updates.append(update)
+                if seq.finished or i == len(draft) or seq.tokens[-1] != draft[i]:
+                    break
+                accepted += 1
+        self.meter.speculated(drafted, accepted)
+        return updates
 
     def _choose(self, seq: Sequence, row: np.ndarray) -> tuple[int, tuple[TokenLogprob, ...]]:
         """The sequence's next token from its logits row (masked in place by its grammar), and its entry when
@@ -381,33 +424,31 @@ class Engine:
 
     def _advance(self, seqs: list[Sequence], logits: np.ndarray) -> list[Update]:
         """Choose one token for each sequence, detokenise it and apply the stop rules."""
-        updates = []
-        for seq, row in zip(seqs, logits):
-            try:
-                token, entry = self._choose(seq, row)
-            except RuntimeError as exc:  # the grammar refused: this sequence ends, the others go on
-                updates.append(self._finish(seq, "error", str(exc)))
-                continue
-            seq.tokens.append(token)
-            seq.logprobs.extend(entry)
-            if token in self.eos_ids and not seq.params.ignore_eos and len(seq.tokens) > seq.params.min_tokens:
-                updates.append(self._finish(seq, "eos"))
-                continue
-            text = self._emit(seq, seq.detok.add(token))
-            if seq.finished:  # a stop string matched
-                updates.append(self._update(seq, text, True))
-                self._release(seq)
-                continue
-            limit = seq.params.max_tokens
-            if seq.grammar is not None and seq.grammar.finished:  # nothing but the end can follow
-                updates.append(self._finish(seq, "stop", prefix=text))
-            elif limit is not None and len(seq.tokens) >= limit:
-                updates.append(self._finish(seq, "length", prefix=text))
-            elif len(seq.prompt_ids) + len(seq.tokens) >= self.dims.ctx_len:
-                updates.append(self._finish(seq, "ctx_len", prefix=text))
-            elif text:
-                updates.append(self._update(seq, text, False))
-        return updates
+        return [u for seq, row in zip(seqs, logits) for u in [self._take(seq, row)] if u is not None]
+
+    def _take(self, seq: Sequence, row: np.ndarray) -> Update | None:
+        """Choose the sequence's next token from ``row``, detokenise it and apply the stop rules: the update it
+        makes (None: no new text yet)."""
+        try:
+            token, entry = self._choose(seq, row)
+        except RuntimeError as exc:  # the grammar refused: this sequence ends, the others go on
+            return self._finish(seq, "error", str(exc))
+        seq.tokens.append(token)
+        seq.logprobs.extend(entry)
+        if token in self.eos_ids and not seq.params.ignore_eos and len(seq.tokens) > seq.params.min_tokens:
+            return self._finish(seq, "eos")
+        text = self._emit(seq, seq.detok.add(token))
+        if seq.finished:  # a stop string matched
+            self._release(seq)
+            return self._update(seq, text, True)
+        limit = seq.params.max_tokens
+        if seq.grammar is not None and seq.grammar.finished:  # nothing but the end can follow
+            return self._finish(seq, "stop", prefix=text)
+        if limit is not None and len(seq.tokens) >= limit:
+            return self._finish(seq, "length", prefix=text)
+        if len(seq.prompt_ids) + len(seq.tokens) >= self.dims.ctx_len:
+            return self._finish(seq, "ctx_len", prefix=text)
+        return self._update(seq, text, False) if text else None
 
     @staticmethod
     def _update(seq: Sequence, text: str, finished: bool) -> Update:

@@ -44,6 +44,7 @@ METRICS = (
     Spec("qaic_num_requests_running", GAUGE, "Sequences (prompts) in the engine's slots."),
     Spec("qaic_num_requests_waiting", GAUGE, "Sequences (prompts) queued for a free slot."),
     Spec("qaic_slots", GAUGE, "Slots the engine decodes together (full_batch_size, else batch_size)."),
+    Spec("qaic_ctx_len", GAUGE, "Positions one sequence's context holds, prompt and reply (vLLM's max_model_len)."),
     Spec("qaic_kv_cache_used_positions", GAUGE, "KV cache positions holding a live sequence's tokens."),
     Spec("qaic_kv_cache_usage_perc", GAUGE, "Fraction of the KV cache (slots x ctx_len positions) in use; 1 = full."),
     Spec("qaic_prompt_tokens_total", COUNTER,
@@ -51,6 +52,11 @@ METRICS = (
     Spec("qaic_prefix_reused_tokens_total", COUNTER,
          "Prompt tokens whose cache a slot kept from an earlier prompt with the same start: not prefilled again."),
     Spec("qaic_generation_tokens_total", COUNTER, "Tokens generated (the first one of each sequence included)."),
+    Spec("qaic_spec_decode_num_draft_tokens_total", COUNTER,
+         "Tokens drafted by prompt lookup and fed to decode steps (speculative decoding)."),
+    Spec("qaic_spec_decode_num_accepted_tokens_total", COUNTER,
+         "Drafted tokens the sequences chose: tokens made beyond one a decode step (divided by the drafted: the "
+         "acceptance rate)."),
     Spec("qaic_decode_step_sequences_total", COUNTER,
          "Sequences decoded, summed over the decode steps (divided by the steps: the mean batch of a step)."),
     Spec("qaic_request_success_total", COUNTER, "Sequences that ended normally, by finished_reason."),
@@ -94,6 +100,10 @@ class Meter:
 
     def decode_step(self, seconds: float, seqs: list[Any]) -> None:
         """One decode step ran for ``seqs`` (one token each)."""
+
+    def speculated(self, drafted: int, accepted: int) -> None:
+        """A decode step fed ``drafted`` drafted tokens, of which the sequences chose ``accepted`` (tokens made
+        beyond one a sequence)."""
 
     def finished(self, seq: Any) -> None:
         """A sequence ended (its ``finish_reason`` says how)."""
@@ -168,6 +178,12 @@ class Recorder(Meter):
             self._count("qaic_generation_tokens_total", real)
             self._count("qaic_decode_step_sequences_total", real)
 
+    def speculated(self, drafted: int, accepted: int) -> None:
+        with self._lock:
+            self._count("qaic_spec_decode_num_draft_tokens_total", drafted)
+            self._count("qaic_spec_decode_num_accepted_tokens_total", accepted)
+            self._count("qaic_generation_tokens_total", accepted)
+
     def finished(self, seq: Any) -> None:
         if seq.filler:
             return
@@ -211,6 +227,7 @@ def engine_gauges(engine: Any) -> dict[str, float]:
         "qaic_num_requests_running": float(sum(not s.filler for s in live)),
         "qaic_num_requests_waiting": float(len(engine.queue)),
         "qaic_slots": float(dims.slots),
+        "qaic_ctx_len": float(dims.ctx_len),
         "qaic_kv_cache_used_positions": float(used),
         "qaic_kv_cache_usage_perc": used / float(dims.slots * dims.ctx_len),
     }

@@ -17,6 +17,7 @@ from console.core.controls import click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.eval.cli import eval_group
+from console.fleet.deploy import deploy_group
 from console.front import openai_command
 from console.headless import Output
 from console.headless import run as run_headless
@@ -200,3 +201,4 @@ main.add_command(openai_command, "openai")
 main.add_command(metrics_command, "metrics")
 main.add_command(serve, "serve")
 main.add_command(eval_group, "eval")
+main.add_command(deploy_group, "deploy")

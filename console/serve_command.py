@@ -101,7 +101,7 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
             if snap.phase == "failed":
                 fail(snap.message)
             _print_ready(controller)
-            beside.start(controller.server.grpc_url, click.echo)
+            beside.start(controller.server.grpc_url, click.echo, controller.server.handle.metrics_url)
             fail(supervisor.run())
     except ClientError as exc:  # the OpenAI-compatible API cannot listen
         fail(str(exc))

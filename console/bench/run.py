@@ -148,18 +148,24 @@ class BenchRun:
                 "levels": [c if c is not None else r for c, r in self.levels()],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
+    def server_side(self, target: Target, first: bool) -> Any:
+        """Where a level's server figures come from: each server's own metrics, before and after a level; for the
+        --url load with --prometheus, that Prometheus (every server behind the URL)."""
+        from .fleet_side import FleetSide
+        from .server_view import ServerSide
+
+        return FleetSide(target, self.o["prometheus"]) if first and self.o.get("prometheus") else ServerSide(target)
+
     def execute(self, urls: tuple[str, ...], grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> int:
         """Run every level on the servers ``urls`` name (``grpc_url``: their gRPC endpoint, ``metrics_urls``: their
         metrics pages, when known)."""
         from .display import ProgressBar
         from .results import build_document, side_by_side, summarize
-        from .server_view import ServerSide
-
         levels = self.levels()
         sides = self.sides(urls, grpc_url, metrics_urls)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
         runners = [Runner(side.target, self.requests(embedded)) for side in sides]
-        views = [ServerSide(side.target) for side in sides]  # each server's own metrics, before and after a level
+        views = [self.server_side(side.target, first=i == 0) for i, side in enumerate(sides)]
         for side, runner, view in zip(sides, runners, views):
             if self.o["warmup"]:
                 self.progress(f"warm-up: {self.o['warmup']} requests" + (f" to {side.name}" if len(sides) > 1

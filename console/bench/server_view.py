@@ -112,26 +112,31 @@ class ServerSide:
             if counted is None or counted >= expected or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)  # the backend publishes its counts within a second of a sequence's end
-        figures = window.figures().values
         notes = list(self.notes)
         if counted is not None and counted < expected:
             notes.append(f"the server had counted {counted:g} of the level's {expected} requests after "
                          f"{CATCH_UP_S:g} s")
-        ttft, queue = figures.get("ttft_ms"), figures.get("queue_ms")
         family = window.present(RATES["tokens_per_s"])
         generated = window.counter(family) if family else None
-        values = {**figures, "prefill_ms": ttft - queue if ttft is not None and queue is not None else None,
-                  "tokens_per_s": generated / level.duration if generated is not None and level.duration > 0
-                  else None}
-        out: dict[str, Any] = {"note": "; ".join([f"metrics: {after.url}", *notes]),
-                               **{name: _round(values.get(name)) for name in FIGURES}}
-        client = summary.get("time_to_first_token", {}).get("avg")
-        if client is not None and ttft is not None:
-            queued = (figures.get("triton_queue_ms") or 0.0) + (queue or 0.0)
-            prefill = values["prefill_ms"] or 0.0
-            out["ttft_breakdown_ms"] = {"queue": _round(queued), "prefill": _round(prefill),
-                                        "network": _round(max(client - queued - prefill, 0.0))}
-        return out
+        return level_figures(window.figures().values, generated, level.duration,
+                             "; ".join([f"metrics: {after.url}", *notes]), summary)
+
+
+def level_figures(figures: dict[str, float | None], generated: float | None, duration: float, note: str,
+                  summary: dict[str, Any]) -> dict[str, Any]:
+    """A level's ``server`` figures from the server's over the level (``generated``: the tokens it counted), and
+    where the client's time to first token went."""
+    ttft, queue = figures.get("ttft_ms"), figures.get("queue_ms")
+    values = {**figures, "prefill_ms": ttft - queue if ttft is not None and queue is not None else None,
+              "tokens_per_s": generated / duration if generated is not None and duration > 0 else None}
+    out: dict[str, Any] = {"note": note, **{name: _round(values.get(name)) for name in FIGURES}}
+    client = summary.get("time_to_first_token", {}).get("avg")
+    if client is not None and ttft is not None:
+        queued = (figures.get("triton_queue_ms") or 0.0) + (queue or 0.0)
+        prefill = values["prefill_ms"] or 0.0
+        out["ttft_breakdown_ms"] = {"queue": _round(queued), "prefill": _round(prefill),
+                                    "network": _round(max(client - queued - prefill, 0.0))}
+    return out
 
 
 def _finished(window: Window) -> float | None:

@@ -100,8 +100,10 @@ class FrontServer:
 
 
 def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
-                 tokenizers: Sequence[str], tool_parser: str | None = None) -> FrontServer:
-    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers), tool_parser), host, port)
+                 tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None
+                 ) -> FrontServer:
+    front = Front(triton_grpc, api_key, Tokenizers(tokenizers), metrics_url, tool_parser)
+    return FrontServer(front, host, port)
 
 
 class Beside:
@@ -118,9 +120,10 @@ class Beside:
             raise ClientError(f"--openai-port {port} is in use: give a free port")
         self.server: FrontServer | None = None
 
-    def start(self, triton_grpc: str, say: Callable[[str], None]) -> None:
+    def start(self, triton_grpc: str, say: Callable[[str], None], metrics_url: str | None = None) -> None:
         if self.port is not None:
-            self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers, self.tool_parser)
+            self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers, metrics_url,
+                                       self.tool_parser)
             self.server.start()
             say(f"  OpenAI  {self.server.base_url}")
 
@@ -136,12 +139,16 @@ class Beside:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address the API listens on (0.0.0.0 exposes it: then an API key is asked for).")
 @click.option("--port", type=int, default=9000, show_default=True, help="Port the API listens on.")
+@click.option("--metrics-url", default=None,
+              help="tritonserver's metrics page (its models' figures on /metrics; default: the HTTP port + 2).")
 @front_options
-def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, api_key: str | None,
-                   no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None) -> None:
-    """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /health) in
-    front of a running tritonserver's LLM models, e.g. `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
+def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, metrics_url: str | None,
+                   api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None) -> None:
+    """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /tokenize,
+    /detokenize, /tokenizer_info, /metrics, /health) in front of a running tritonserver's LLM models, e.g.
+    `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
     from console.core.adapters.triton import TritonAdapter
+    from console.metrics.scrape import metrics_endpoint
     from console.server.ports import port_in_use
 
     try:
@@ -151,9 +158,11 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
         if not url and not grpc_url:
             raise ClientError("give --url (the tritonserver's address)")
         triton = TritonAdapter.at(url or "", grpc_url)
+        triton.metrics_url = metrics_endpoint(metrics_url) if metrics_url else None
         grpc, _ = triton.url("stream")
         click.echo(triton.connect())
-        server = front_server(grpc, host, port, key, tokenizers, tool_parser)
+        page, _ = triton.metrics()
+        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser)
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

@@ -2,8 +2,9 @@
 
 Each field is checked once, before anything is sent: a control by its row of the controls schema
 (``backend_model.controls``, named by the field), the switches by their type. Fields a Triton LLM has no
-control for are taken at their no-op value only (``n`` = 1, penalties 0, no ``logit_bias``), a few
-that change nothing here are accepted and ignored, and any other field is refused, as OpenAI's API does.
+control for are taken at their no-op value only (penalties 0, no ``logit_bias``), a few that change nothing
+here are accepted and ignored, and any other field is refused, as OpenAI's API does. A completions ``prompt`` is one or
+more texts or token-id lists; ``n`` (with ``best_of`` equal to it) asks for that many answers to each.
 ``logprobs``/``top_logprobs`` become the ``logprobs`` control, ``response_format`` and vLLM's ``guided_*`` and
 ``structured_outputs`` the ``structured_outputs`` control (vLLM's names: ``{"json": schema}``, ``{"regex": ...}``).
 Which controls a given model lacks is the model's interface's to say (:func:`check_model`); those two need the
@@ -27,7 +28,7 @@ from .errors import APIError, bad_request
 CONTROL_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
                   "seed": "seed", "stop": "stop", "repetition_penalty": "repetition_penalty",
                   "min_tokens": "min_tokens"}  # field -> control (top_k and after: vLLM's extensions)
-NO_OP = {"n": 1, "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "suffix": "",
+NO_OP = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "suffix": "",
          "functions": []}  # fields accepted at this value only
 IGNORED = ("user", "metadata", "store", "service_tier", "function_call", "prompt_cache_key", "safety_identifier")
 SWITCHES = ("model", "stream", "stream_options", "logprobs", "ignore_eos", "max_completion_tokens")
@@ -35,13 +36,14 @@ GUIDED = {"guided_json": ("json", (dict, str), "a JSON schema"), "guided_regex":
           "guided_choice": ("choice", list, "a list of strings"),
           "structured_outputs": ("", dict, "an object")}  # vLLM's fields -> the control's kind ("": the whole of it)
 STRUCTURED = ("response_format", *GUIDED)
-COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "prompt", "echo"}
+COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "prompt", "echo", "n", "best_of"}
 CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, *tool_fields.FIELDS, "messages",
-               "top_logprobs"}
+               "top_logprobs", "n"}
 FORMATS = ("text", "json_object", "json_schema")
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MAX_LOGPROBS = 20
 COMPLETIONS_MAX_TOKENS = 16  # the API's default for /v1/completions (chat: the model's own)
+MAX_SEQUENCES = 256  # prompts x n in one request (the bundled backend's most prompts a request)
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Job:
     model: str
     chat: bool
     prompt: str = ""
+    prompts: list[str | list[int]] = field(default_factory=list)  # completions: texts or token ids
+    n: int = 1  # answers per prompt
     messages: list[dict[str, Any]] = field(default_factory=list)
     controls: dict[str, Any] = field(default_factory=dict)  # checked, the set ones
     fields: dict[str, str] = field(default_factory=dict)  # control -> the field that gave it
@@ -81,18 +85,38 @@ def _control(job: Job, name: str, value: Any, control: str) -> None:
         job.controls[control] = checked
 
 
-def _prompt(body: dict[str, Any]) -> str:
+def _ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+
+
+def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
+    """``prompt``: a string, a list of strings, a list of token ids or a list of lists of token ids."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1:
-        prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and not all(isinstance(p, str) for p in prompt):
-        raise bad_request("prompt must be text: this server takes no token ids", "prompt")
-    if isinstance(prompt, list):
-        raise bad_request(f"prompt must be one string: this server completes one prompt per request (got "
-                          f"{len(prompt)}); send each as its own request", "prompt")
-    if not isinstance(prompt, str) or not prompt:
-        raise bad_request("prompt must be a non-empty string", "prompt")
-    return prompt
+    prompts = [prompt] if isinstance(prompt, str) or _ids(prompt) else prompt
+    what = "a non-empty string, a list of them, a list of token ids or a list of such lists"
+    if not isinstance(prompts, list) or not prompts:
+        raise bad_request(f"prompt must be {what}", "prompt")
+    for i, one in enumerate(prompts):
+        if not (isinstance(one, str) and one) and not _ids(one):
+            raise bad_request(f"prompt {i + 1} of {len(prompts)} is neither a non-empty string nor a non-empty list "
+                              f"of token ids (prompt must be {what})", "prompt")
+    return prompts
+
+
+def _n(body: dict[str, Any], job: Job) -> None:
+    n = _typed(body, "n", int, "an integer from 1")
+    best = _typed(body, "best_of", int, "an integer equal to n")
+    job.n = 1 if n is None else n
+    if job.n < 1:
+        raise bad_request(f"n must be an integer from 1, got {job.n}", "n")
+    if best is not None and best != job.n:
+        raise bad_request(f"best_of must equal n ({job.n}) here: the served models rank no candidates", "best_of")
+    if job.chat and job.n != 1:
+        raise bad_request("n must be 1 on /v1/chat/completions here (/v1/completions takes more)", "n")
+    if job.n * max(len(job.prompts), 1) > MAX_SEQUENCES:
+        raise bad_request(f"{len(job.prompts)} prompts x n {job.n} is over the {MAX_SEQUENCES} answers one request "
+                          "may ask for", "n")
 
 
 def _content(message: dict[str, Any], where: str) -> str:
@@ -189,11 +213,10 @@ def parse(body: Any, chat: bool) -> Job:
         job.messages = _messages(body)
         job.tools = tool_fields.parse(body)
     else:
-        job.prompt = _prompt(body)
+        job.prompts = _prompts(body)
         job.echo = bool(_typed(body, "echo", bool, "true or false"))
+    _n(body, job)
     _logprobs(body, job)
-    if job.echo and job.logprobs is not None:
-        raise bad_request("echo with logprobs is not supported: the prompt's tokens are not scored here", "echo")
     if job.logprobs is not None:
         _control(job, "top_logprobs" if chat and body.get("top_logprobs") is not None else "logprobs", job.logprobs,
                  "logprobs")

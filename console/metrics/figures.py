@@ -61,12 +61,18 @@ HEADER = ("model", *(label for _, label in COLUMNS))
 @dataclass(frozen=True)
 class Figures:
     """One model's figures over a window of ``seconds`` (None: since the server started) ending ``at``
-    (``time.monotonic()``)."""
+    (``time.monotonic()``); ``instance``: the one server of a fleet they are of ("": the model as a whole)."""
 
     model: str
     values: dict[str, float | None]
     seconds: float | None = None
     at: float = 0.0
+    instance: str = ""
+
+    @property
+    def label(self) -> str:
+        """The model, or the model on one instance, as a table names it."""
+        return f"{self.model} @ {self.instance}" if self.instance else self.model
 
     def __getitem__(self, name: str) -> float | None:
         return self.values.get(name)
@@ -167,4 +173,4 @@ def cell(figures: Figures, name: str) -> str:
 
 def rows(figures: Sequence[Figures]) -> list[list[str]]:
     """The table's rows (:data:`HEADER` is its header)."""
-    return [[f.model, *(cell(f, name) for name, _ in COLUMNS)] for f in figures]
+    return [[f.label, *(cell(f, name) for name, _ in COLUMNS)] for f in figures]

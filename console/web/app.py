@@ -37,9 +37,9 @@ PLACEHOLDER = ("With the chat template, earlier one-prompt exchanges of the same
                "`a|b` sends two prompts in one request (answered apart, no history); `\\|` is a literal |.")
 
 
-def build_app(console: WebConsole, metrics_url: str = "") -> gr.Blocks:
+def build_app(console: WebConsole, metrics_url: str = "", prometheus: str = "") -> gr.Blocks:
     """The page; every tab of the app shares ``console`` (its server), chat state is per browser tab
-    (``metrics_url``: the metrics page to show instead of the server's own)."""
+    (``metrics_url``: the metrics page to show instead of the server's own; ``prometheus``: a fleet's)."""
     with gr.Blocks(title="qaic-console", analytics_enabled=False) as demo:
         turns = gr.State([])
         seen = gr.State((-1, ""))  # (generation, repository) this tab shows
@@ -52,7 +52,7 @@ def build_app(console: WebConsole, metrics_url: str = "") -> gr.Blocks:
                 speed = _speed_tab()
             with gr.Tab("Server", id="server") as server_tab:
                 server = server_tab_layout()
-                metrics_section(console.controller, metrics_url)
+                metrics_section(console.controller, metrics_url, prometheus)
         stop = _wire_chat(console, chat, turns, list(speed.values()))
         demo.unload(stop)  # closing the tab stops its message (on the server too)
         wire_server_tab(console.server, server, status)
@@ -198,7 +198,7 @@ class Served:
 
 
 def launch(console: WebConsole, host: str = HOST, port: int | None = None, share: bool = False,
-           block: bool = True, login: Login | None = None, metrics_url: str = "") -> Served:
+           block: bool = True, login: Login | None = None, metrics_url: str = "", prometheus: str = "") -> Served:
     """Serve the page on ``host`` (loopback by default; no share link unless ``share``) behind ``login`` (default:
     a new token); Gradio keeps its files in the console's folder.
 
@@ -206,7 +206,7 @@ def launch(console: WebConsole, host: str = HOST, port: int | None = None, share
     """
     login = login or Login.new(host)
     files.gradio_into(console.folder)
-    demo = build_app(console, metrics_url)
+    demo = build_app(console, metrics_url, prometheus)
     demo.queue(default_concurrency_limit=4)
     demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True, theme=THEME,
                 css=CSS, ssr_mode=False, mcp_server=False, show_error=False, quiet=True,

@@ -204,16 +204,17 @@ def test_an_agents_sdk_agent_calls_its_tool_and_answers(front, api) -> None:
         return weather_report(city)
 
     async def run(streamed: bool):
-        client = openai.AsyncOpenAI(base_url=front.base_url, api_key="none", max_retries=0)
-        model = (OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel)(STREAM, client)
-        agent = Agent(name="weather", instructions="You answer questions about the weather.", tools=[get_weather],
-                      model=model, model_settings=ModelSettings(tool_choice="required", max_tokens=48))
-        if not streamed:
-            return await Runner.run(agent, "What is the weather in Paris?", max_turns=4)
-        result = Runner.run_streamed(agent, "What is the weather in Paris?", max_turns=4)
-        async for _ in result.stream_events():
-            pass
-        return result
+        async with openai.AsyncOpenAI(base_url=front.base_url, api_key="none", max_retries=0) as client:
+            model = (OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel)(STREAM, client)
+            agent = Agent(name="weather", instructions="You answer questions about the weather.",
+                          tools=[get_weather], model=model,
+                          model_settings=ModelSettings(tool_choice="required", max_tokens=48))
+            if not streamed:
+                return await Runner.run(agent, "What is the weather in Paris?", max_turns=4)
+            result = Runner.run_streamed(agent, "What is the weather in Paris?", max_turns=4)
+            async for _ in result.stream_events():
+                pass
+            return result
 
     for streamed in (False, True):
         result = asyncio.run(run(streamed))

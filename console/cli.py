@@ -13,19 +13,21 @@ import click
 from console.bench.cli import bench_group
 from console.clients import ClientError
 from console.core.adapters import APIS, Adapter, adapter_for, api_help
-from console.core.controls import click_options, params_from_options
+from console.core.controls import TIMEOUT_DEFAULTS, click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.eval.cli import eval_group
+from console.extras import missing
 from console.fleet.deploy import deploy_group
-from console.front import openai_command
+from console.front.command import openai_command
 from console.headless import Output
 from console.headless import run as run_headless
 from console.metrics.command import metrics_command
 from console.seed_clients import client
 from console.serve_command import serve
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS
-from console.terminal import CONTEXT_SETTINGS, Terminated, exit_on_sigterm, fail, signals_raise
+from console.signals import Terminated, install_signals, interrupted, signals_raise
+from console.terminal import CONTEXT_SETTINGS, fail
 from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
@@ -59,8 +61,7 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,
                      help="Batch mode transport; over gRPC a timeout also cancels the request on the server."),
         click.option("--timeout", type=float, default=None,
-                     help="Network timeout in s for the whole call (default: 600 for KV-cache models, "
-                          "6000 for causal ones; 0 disables)."),
+                     help=f"Network timeout in s for the whole call (default: {TIMEOUT_DEFAULTS}; 0 disables)."),
         click.option("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, show_default=True,
                      help="Stream mode: seconds without a response before giving up (0 disables)."),
         click_options(),
@@ -119,7 +120,24 @@ def _headless(values: dict[str, Any]) -> int:
         return 143
 
 
-@click.group(invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+class Commands(click.Group):
+    """The command group: a command whose optional part is not installed ends with the line that installs it; a
+    Ctrl-C that no command answered ends with one line and exit code 130 (not click's ``Aborted!`` and 1)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted()
+        except ModuleNotFoundError as exc:
+            line = missing(exc)
+            if line is None:
+                raise
+            fail(line)
+
+
+@click.group(cls=Commands, invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="qaic-console", message="qaic-console %(version)s")
 @headless_options
 @click.pass_context
 def main(ctx: click.Context, **values: Any) -> None:
@@ -129,7 +147,7 @@ def main(ctx: click.Context, **values: Any) -> None:
     run unless --url names a running server; replies go to stdout, speed figures to stderr.
     Alone on a terminal, open the console TUI (qaic-console tui).
     """
-    exit_on_sigterm()
+    install_signals()
     if ctx.invoked_subcommand is not None:
         return
     if values["prompt"] is None and sys.stdin.isatty() and sys.stdout.isatty():

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from console.clients import CANCELLED, ClientError, Event, Failure, TextDelta, split_prompts
+from console.clients import Cancelled, ClientError, Event, Failure, TextDelta, split_prompts
 from console.core.adapters import Adapter, started_here
 from console.core.request import Exchange, Settings, prepare
 from console.core.turns import Turn, batch_model_note, ignored_note, prepare_note
 from console.server import ServerError
 from console.server.embedded import embedded_server
+from console.signals import INTERRUPTED
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def answer(server: Adapter, settings: Settings, prompts: list[str], output: Outp
                 printer.event(event)
     except KeyboardInterrupt:
         seconds = time.perf_counter() - (turn.sent_at or 0.0)
-        turn.apply(Failure(f"interrupted (Ctrl-C) after {seconds:.1f} s; {prepared.call.cancel_note}", CANCELLED,
+        turn.apply(Failure(f"interrupted (Ctrl-C) after {seconds:.1f} s; {prepared.call.cancel_note}", Cancelled,
                            seconds))
         printer.finish()
         return 130
@@ -172,6 +173,6 @@ def run(settings: Settings, prompt: str, server: Adapter | None, output: Output 
     except (OSError, ValueError) as exc:  # e.g. the cache is not writable, a bad repository
         err.write(f"error: {' '.join(str(exc).split())}\n")
     except KeyboardInterrupt:
-        err.write("error: interrupted\n")
+        err.write(f"{INTERRUPTED}\n")
         return 130
     return 1

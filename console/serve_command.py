@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from backend_model import devices
 from console.clients import ClientError
 from console.core.controller import ServerController
 from console.core.supervisor import Supervisor
@@ -14,10 +15,26 @@ from console.front.command import Beside, front_options
 from console.server import logparse
 from console.server.embedded import START_TIMEOUT
 from console.server.ports import beyond_loopback
-from console.terminal import CONTEXT_SETTINGS, Terminated, fail, signals_raise
+from console.signals import Terminated, signals_raise
+from console.terminal import CONTEXT_SETTINGS, fail
 
 SERVE_RISK = (", without a login: whoever reaches its ports can send inference requests and read its metrics "
               "(its repository API stays this console's)")
+
+
+def _check_groups(repository: Path, models: tuple[str, ...]) -> None:
+    """The device groups of the models served, checked before anything starts: against qaic-util's SoCs and each
+    other (refused: a SoC missing, not Ready, busy or in two models' groups; warned: a group across board serials)."""
+    from repo_gen.inspection import device_review, list_models
+
+    folders = [m for m in list_models(repository) if not models or m.name in models]
+    if not any(m.device_groups for m in folders):
+        return
+    try:
+        for line in device_review(folders, devices.query()):
+            click.echo(line, err=True)
+    except devices.DeviceError as exc:
+        fail(f"device groups: {exc}")
 
 
 def _print_ready(controller: ServerController) -> None:
@@ -25,6 +42,8 @@ def _print_ready(controller: ServerController) -> None:
     click.echo(snap.message)
     for row in snap.models:
         click.echo(f"  model {row.name}: {row.state or 'not loaded'}{f' ({row.reason})' if row.reason else ''}")
+        if row.info is not None and row.info.instances:
+            click.echo(f"    {row.info.instances}")
     click.echo(f"  binary  {server.binary if server else '?'}")
     for label, address in snap.server.addresses() if snap.server else ():
         click.echo(f"  {label:<7} {address}")
@@ -90,6 +109,7 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
         if shown is not None:
             click.echo(shown)
 
+    _check_groups(model_repository, models)
     controller = ServerController(on_log=on_log)
     supervisor = Supervisor(controller, click.echo)
     try:

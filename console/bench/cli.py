@@ -19,28 +19,30 @@ from console.clients import ClientError
 from console.core.adapters import APIS, api_help
 from console.core.controls import click_options
 from console.server.embedded import EMBEDDED_DEFAULTS
+from console.signals import INTERRUPTED
 
 from .load import DISTRIBUTIONS, MODES
+from .options import BenchOptions
 from .run import BenchRun, plot_formats, to_stderr
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
-def _run(options: dict[str, Any]) -> int:
+def _run(options: BenchOptions) -> int:
     from console.server import ServerError
     from console.server.embedded import embedded_server
 
     bench = BenchRun(options)
     try:
         bench.levels()  # bad options fail before any server starts
-        plot_formats(options["plots"])
-        if options["api"] != "auto" and not options["url"]:
-            raise ClientError(f"--api {options['api']} needs --url (the server's address)")
-        if options["prometheus"] and not options["url"]:
+        plot_formats(options.plots)
+        if options.api != "auto" and not options.url:
+            raise ClientError(f"--api {options.api} needs --url (the server's address)")
+        if options.prometheus and not options.url:
             raise ClientError("--prometheus needs --url (the servers that Prometheus scrapes)")
-        if options["url"]:
-            return bench.execute(tuple(options["url"]), metrics_urls=tuple(options["metrics_url"]))
-        model = options["model"] or EMBEDDED_DEFAULTS[options["mode"]]
+        if options.url:
+            return bench.execute(options.url, metrics_urls=options.metrics_url)
+        model = options.model or EMBEDDED_DEFAULTS[options.mode]
         with embedded_server(model, bench.progress) as server:
             return bench.execute((server.http_url,), grpc_url=server.grpc_url,
                                  metrics_urls=(server.handle.metrics_url or "",))
@@ -51,7 +53,7 @@ def _run(options: dict[str, Any]) -> int:
     except (ClientError, OSError, ValueError) as exc:
         to_stderr(f"error: {' '.join(str(exc).split())}")
     except KeyboardInterrupt:
-        to_stderr("error: interrupted")
+        to_stderr(INTERRUPTED)
         return 130
     return 1
 
@@ -121,7 +123,7 @@ def bench_group(ctx: click.Context, **options: Any) -> None:
     request failed.
     """
     if ctx.invoked_subcommand is None:
-        sys.exit(_run(options))
+        sys.exit(_run(BenchOptions.from_command(options)))
 
 
 @bench_group.command(context_settings=CONTEXT_SETTINGS)
@@ -171,6 +173,6 @@ def report(tokens: int, repeats: int, json_: bool) -> None:
         to_stderr(f"error: {' '.join(str(exc).split())}")
         sys.exit(1)
     except KeyboardInterrupt:
-        to_stderr("error: interrupted")
+        to_stderr(INTERRUPTED)
         sys.exit(130)
     click.echo(json.dumps(result.as_dict(), indent=2) if json_ else format_report(result))

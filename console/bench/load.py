@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from console.clients import Call, ClientError, Failure, ModelInfo, Reply, ReplyStats
+from console.clients import Call, ClientError, Failure, ModelInfo, Reply, ReplyStats, ServerFault
 from console.core.adapters import Adapter
 from console.core.request import Settings, prepare
 
@@ -122,7 +122,7 @@ def send(target: Target, index: int, request: BenchRequest, t0: float,
                 live.discard(call)
     record.end = time.perf_counter() - t0
     if record.stats is None and record.error is None:
-        record.error, record.error_kind = "no reply", "server"
+        record.error, record.error_kind = "no reply", ServerFault.kind
     return record
 
 

@@ -14,10 +14,11 @@ import click
 
 from console.clients import ClientError
 from console.core.adapters import adapter_for
-from console.core.controls import params_from_options
 from console.core.request import Settings, read_info
+from console.extras import needs
 
 from .load import LevelResult, Runner, Target
+from .options import BenchOptions
 
 
 def parse_levels(text: str | None, kind: type = int) -> list[Any]:
@@ -77,39 +78,39 @@ class Side:
 class BenchRun:
     """One ``bench`` invocation: resolve the target, run the levels, print and write the results."""
 
-    def __init__(self, options: dict[str, Any]) -> None:
-        self.o = options
-        self.quiet = bool(options["quiet"])
+    def __init__(self, options: BenchOptions) -> None:
+        self.options = options
+        self.quiet = options.quiet
 
     def progress(self, message: str) -> None:
         if not self.quiet:
             to_stderr(message)
 
     def levels(self) -> list[tuple[int | None, float | None]]:
-        if self.o["concurrency"] and self.o["request_rate"]:
+        if self.options.concurrency and self.options.request_rate:
             raise ClientError("give --concurrency or --request-rate, not both")
-        if self.o["request_rate"]:
-            return [(None, r) for r in parse_levels(self.o["request_rate"], float)]
-        return [(c, None) for c in parse_levels(self.o["concurrency"] or "1")]
+        if self.options.request_rate:
+            return [(None, r) for r in parse_levels(self.options.request_rate, float)]
+        return [(c, None) for c in parse_levels(self.options.concurrency or "1")]
 
     def requests(self, embedded: bool) -> Any:
         from .prompts import SyntheticPrompts, load_tokenizer, read_jsonl
 
-        if self.o["input_file"]:
-            return read_jsonl(self.o["input_file"], self.o["output_tokens_mean"])
-        tokenizer = load_tokenizer(self.o["tokenizer"], embedded)
-        return SyntheticPrompts(self.o["input_tokens_mean"], self.o["input_tokens_stddev"],
-                                self.o["output_tokens_mean"], self.o["output_tokens_stddev"],
-                                self.o["seed"], tokenizer)
+        if self.options.input_file:
+            return read_jsonl(self.options.input_file, self.options.output_tokens_mean)
+        tokenizer = load_tokenizer(self.options.tokenizer, embedded)
+        return SyntheticPrompts(self.options.input_tokens_mean, self.options.input_tokens_stddev,
+                                self.options.output_tokens_mean, self.options.output_tokens_stddev,
+                                self.options.seed, tokenizer)
 
     def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto",
                grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> Target:
         """The load on ``urls`` (round-robin; one kind of server) for ``model`` (default: the server's);
         ``metrics_urls``: their metrics pages, in the same order, where the adapter's guess would be wrong."""
-        mode = self.o["mode"]
-        params = params_from_options(self.o)
+        mode = self.options.mode
+        params = self.options.params
         if params.temperature:  # sampling: seeded like the prompts
-            params = params.replace(seed=self.o["seed"])
+            params = params.replace(seed=self.options.seed)
         if len(metrics_urls) > len(urls):
             raise ClientError(f"{len(metrics_urls)} --metrics-url for {len(urls)} --url: give one per --url, in order")
         pages = (*metrics_urls, *[None] * (len(urls) - len(metrics_urls)))
@@ -117,8 +118,8 @@ class BenchRun:
         kinds = {s.label for s in servers}
         if len(kinds) > 1:
             raise ClientError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
-        settings = Settings(model or servers[0].default_model(mode), mode, self.o["protocol"], params,
-                            self.o["timeout"], self.o["idle_timeout"] or None)
+        settings = Settings(model or servers[0].default_model(mode), mode, self.options.protocol, params,
+                            self.options.timeout, self.options.idle_timeout or None)
         info = read_info(servers[0], settings)
         if mode != "stream":
             info.check_batch("use --mode stream")
@@ -127,9 +128,9 @@ class BenchRun:
     def sides(self, urls: tuple[str, ...], grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()
               ) -> list[Side]:
         """The servers of the run: the ``--url`` load, then one per ``--compare-url`` (each its own kind)."""
-        targets = [(self.target(urls, self.o["model"], self.o["api"], grpc_url, metrics_urls), urls)]
-        for url in self.o["compare_url"]:
-            targets.append((self.target((url,), self.o["compare_model"]), (url,)))
+        targets = [(self.target(urls, self.options.model, self.options.api, grpc_url, metrics_urls), urls)]
+        for url in self.options.compare_url:
+            targets.append((self.target((url,), self.options.compare_model), (url,)))
         names = [f"{t.servers[0].label} {short_name(t.model)}" for t, _ in targets]
         if len(set(names)) < len(names):
             names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
@@ -143,8 +144,9 @@ class BenchRun:
         timeouts = {"network": target.info.network_timeout(settings.timeout),
                     "idle": settings.idle_timeout if settings.mode == "stream" else None}
         spoke = server.url(settings.mode, settings.protocol)[1]  # what the run spoke: gRPC for a Triton stream
+        asked = {k: getattr(self.options, k) for k in keys}
         return {"model": target.model, "mode": target.mode, "api": server.kind, "protocol": spoke, "urls": list(urls),
-                "timeouts": timeouts, "params": dict(settings.params.values), **{k: self.o[k] for k in keys},
+                "timeouts": timeouts, "params": dict(settings.params.values), **asked,
                 "levels": [c if c is not None else r for c, r in self.levels()],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
@@ -154,7 +156,7 @@ class BenchRun:
         from .fleet_side import FleetSide
         from .server_view import ServerSide
 
-        return FleetSide(target, self.o["prometheus"]) if first and self.o.get("prometheus") else ServerSide(target)
+        return FleetSide(target, self.options.prometheus) if first and self.options.prometheus else ServerSide(target)
 
     def execute(self, urls: tuple[str, ...], grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> int:
         """Run every level on the servers ``urls`` name (``grpc_url``: their gRPC endpoint, ``metrics_urls``: their
@@ -167,23 +169,23 @@ class BenchRun:
         runners = [Runner(side.target, self.requests(embedded)) for side in sides]
         views = [self.server_side(side.target, first=i == 0) for i, side in enumerate(sides)]
         for side, runner, view in zip(sides, runners, views):
-            if self.o["warmup"]:
-                self.progress(f"warm-up: {self.o['warmup']} requests" + (f" to {side.name}" if len(sides) > 1
+            if self.options.warmup:
+                self.progress(f"warm-up: {self.options.warmup} requests" + (f" to {side.name}" if len(sides) > 1
                                                                           else "") + " ...")
                 view.before()
-                warmup = runner.run(concurrency=min(levels[0][0] or 1, self.o["warmup"]), count=self.o["warmup"])
+                warmup = runner.run(concurrency=min(levels[0][0] or 1, self.options.warmup), count=self.options.warmup)
                 view.after(warmup, {})  # the server has counted the warm-up before the first level's scrape
         done: list[list[tuple[LevelResult, dict[str, Any]]]] = [[] for _ in sides]
         for concurrency, rate in levels:
             for side, runner, results, view in zip(sides, runners, done, views):
                 label = (f"c={concurrency}" if concurrency else f"rate={rate:g}/s") + (
                     f" {side.name}" if len(sides) > 1 else "")
-                count = self.o["requests"] or (None if self.o["duration"] else max(8, 4 * (concurrency or 1)))
-                bar = ProgressBar(label, sys.stderr, count, self.o["duration"],
+                count = self.options.requests or (None if self.options.duration else max(8, 4 * (concurrency or 1)))
+                bar = ProgressBar(label, sys.stderr, count, self.options.duration,
                                   live=None if not self.quiet else False)
                 view.before()
-                level = runner.run(concurrency, rate, count, self.o["duration"], None if self.quiet else bar,
-                                   self.o["request_distribution"], self.o["seed"])
+                level = runner.run(concurrency, rate, count, self.options.duration, None if self.quiet else bar,
+                                   self.options.request_distribution, self.options.seed)
                 if not self.quiet:
                     bar.close()
                 summary = summarize(level, side.target.mode)
@@ -201,7 +203,7 @@ class BenchRun:
 
         targets = document.get("targets")
         summaries = [[s for _, s in results] for results in done]
-        if self.o["json_"]:
+        if self.options.json_:
             extra = {} if not targets else {
                 "targets": [{**{k: v for k, v in t.items() if k != "levels"}, "levels": levels}
                             for t, levels in zip(targets, summaries)],
@@ -222,15 +224,15 @@ class BenchRun:
         from .plots import have_matplotlib, write_plots
         from .results import write_csv, write_json
 
-        out = self.o["output_dir"]
+        out = self.options.output_dir
         if out is None:
             out = Path("bench-results") / f"{document['config']['model']}-{time.strftime('%Y%m%d-%H%M%S')}"
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         paths = [write_json(document, out / "bench.json"), *write_csv(document, out)]
-        formats = plot_formats(self.o["plots"])
+        formats = plot_formats(self.options.plots)
         if formats:
             if "png" in formats and not have_matplotlib():
-                to_stderr("warning: matplotlib is not installed: no PNG plots (pip install matplotlib)")
+                to_stderr(f"warning: no PNG plots: {needs('bench', 'matplotlib')}")
             paths += write_plots(document, out, formats)
         self.progress("wrote " + ", ".join(str(p) for p in paths))

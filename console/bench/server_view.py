@@ -3,8 +3,9 @@ sampled during it.
 
 Each level's summary gets ``server``: Triton's queue and compute time per request, the backend's slot wait (all slots
 taken) and step wait (a slot free, the engine busy with its current step), time to first token, prefill (TTFT less
-both waits: the prompt's own prefill), prefill chunk, decode step and time per
-output token, the mean slot occupancy of a decode step and its tokens, the tokens/s the server counted; for a
+both waits: the prompt's own prefill), prefill chunk, decode step and time per output token, the mean slot occupancy
+of a decode step and its tokens, the tokens/s the server counted (and, for a model of several instances, its tokens by
+instance: ``tokens_by_instance``, from the metrics' ``instance`` label); for a
 streamed level, where the client's TTFT went (``ttft_breakdown_ms``: queue, prefill, and the rest: network, reading
 and tokenising the request, responses). ``note`` says where the figures come from, or why there are none. And
 ``card``: qaic-util's mean power, peak temperature, NSP and memory use, and tokens per joule when power is known
@@ -38,6 +39,7 @@ LABELS = {  # the console's and the HTML page's table
     "step_wait_ms": "step wait ms",
     "ttft_ms": "TTFT ms", "prefill_ms": "prefill ms", "decode_step_ms": "step ms", "tpot_ms": "TPOT ms",
     "mean_occupancy": "occupancy", "tokens_per_step": "tok/step", "tokens_per_s": "tok/s",
+    "tokens_by_instance": "tokens by instance",
 }
 
 
@@ -118,8 +120,11 @@ class ServerSide:
                          f"{CATCH_UP_S:g} s")
         family = window.present(RATES["tokens_per_s"])
         generated = window.counter(family) if family else None
-        return level_figures(window.figures().values, generated, level.duration,
-                             "; ".join([f"metrics: {after.url}", *notes]), summary)
+        out = level_figures(window.figures().values, generated, level.duration,
+                            "; ".join([f"metrics: {after.url}", *notes]), summary)
+        split = window.instances(family) if family else {}  # a model of several instances: each one's tokens
+        out["tokens_by_instance"] = " · ".join(f"{i}: {n:g}" for i, n in split.items()) or None
+        return out
 
 
 def level_figures(figures: dict[str, float | None], generated: float | None, duration: float, note: str,

@@ -11,21 +11,23 @@ Typical use (any UI)::
         match event:
             case TextDelta(index=i, text=t): ...
             case Reply(index=i, text=t, finish_reason=r, stats=s): ...
-            case Failure(message=m, kind=k): ...
+            case Failure(message=m, error=e): ...   # e: Timeout, Cancelled, Unreachable...
 """
 
-from . import triton_peers  # noqa: F401 (registers vLLM's, TensorRT-LLM's and text models' interfaces)
 from .batch import BatchCall, generate, infer
 from .call import Call
 from .errors import (
-    BAD_REQUEST,
     CANCEL_NOTE,
-    CANCELLED,
-    CONNECTION,
-    IDLE_TIMEOUT,
-    SERVER,
-    TIMEOUT,
+    BadRequest,
+    Cancelled,
     ClientError,
+    IdleTimeout,
+    NotServed,
+    Refused,
+    ServerFault,
+    Timeout,
+    Unexpected,
+    Unreachable,
 )
 from .events import (
     CAUSAL_TIMEOUT,
@@ -42,7 +44,8 @@ from .events import (
     new_request_id,
     split_prompts,
 )
-from .interfaces import Interface, interface_of
+from .interface_registry import interface_of
+from .interfaces import Interface
 from .openai_api import OPENAI, base_url, is_openai_url, openai_info
 from .openai_call import OpenAICall, openai_call
 from .openai_interface import OpenAIInterface
@@ -59,18 +62,21 @@ __all__ = [
     "is_openai_url",
     "openai_call",
     "openai_info",
-    "BAD_REQUEST",
     "BY_NAME",
-    "CANCELLED",
     "CANCEL_NOTE",
     "CAUSAL_TIMEOUT",
-    "CONNECTION",
     "CONTROLS",
-    "IDLE_TIMEOUT",
     "KV_TIMEOUT",
-    "SERVER",
-    "TIMEOUT",
+    "BadRequest",
     "BatchCall",
+    "Cancelled",
+    "IdleTimeout",
+    "NotServed",
+    "Refused",
+    "ServerFault",
+    "Timeout",
+    "Unexpected",
+    "Unreachable",
     "Call",
     "ClientError",
     "Control",

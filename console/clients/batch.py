@@ -12,18 +12,19 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .abortable import Abortable
 from .call import Arrived, Broke, Call, Probe
-from .errors import CONNECTION, SERVER, ClientError
+from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, Timeouts
+from .failures import status_class, wire_error
 from .interfaces import Outputs
 from .params import GenerationParams
 from .stats import reply_stats
-from .wire import PROTOCOLS, error_kind, error_message, generate_answer, is_final
+from .wire import PROTOCOLS, generate_answer, is_final
 
 HTTP_CANCEL_NOTE = "Triton cannot cancel HTTP requests: the server finishes this one (gRPC can cancel)"
 
@@ -52,7 +53,7 @@ class BatchCall(Call):
             self.model_info().check_batch("stream it instead")
             canceller, closer = self._start()
         except ClientError as exc:
-            yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
+            yield Failure.of(exc, time.perf_counter() - t0)
             return
         finished = False
         try:
@@ -63,7 +64,7 @@ class BatchCall(Call):
             finished = True
             elapsed = got.at - t0
             if isinstance(got, Broke):
-                yield Failure(error_message(got.error, self.url, self.protocol), error_kind(got.error), elapsed)
+                yield Failure.of(wire_error(got.error, self.url, self.protocol), elapsed)
             else:
                 assert isinstance(got, Arrived)
                 yield from self._replies(got.data, elapsed)
@@ -94,7 +95,7 @@ class BatchCall(Call):
         threading.Thread(target=self._work, args=(running, ask, backstop), name="qc-batch", daemon=True).start()
         return running.abort, _nothing
 
-    def _work(self, running: Abortable, ask: Callable[[float], Awaitable[Outputs]], timeout: float) -> None:
+    def _work(self, running: Abortable, ask: Callable[[float], Coroutine[Any, Any, Outputs]], timeout: float) -> None:
         """The helper thread: the HTTP request on an event loop of its own (aiohttp). Not tritonclient's gevent
         client: a call the caller gave up on left that daemon thread waiting, and gevent's libev loop, woken by the
         answer as the process exited, called into the finalized interpreter and crashed it (exit 139)."""
@@ -106,7 +107,7 @@ class BatchCall(Call):
             pass  # given up on: the caller has said why already
         except aiohttp.ServerDisconnectedError:  # not an OSError: the server went away mid-request
             gone = ConnectionResetError("the server closed the connection")
-            self._arrive(Broke(ClientError(error_message(gone, self.url, self.protocol, lost=True), CONNECTION)))
+            self._arrive(Broke(wire_error(gone, self.url, self.protocol, lost=True)))
         except Exception as exc:
             self._arrive(Broke(exc))
 
@@ -130,7 +131,7 @@ class BatchCall(Call):
                 session.post(url, json=body) as resp:
             status, reason, data = resp.status, resp.reason or "", generate_answer(await resp.read())
         if status != 200:
-            raise ClientError(f"HTTP {status}: {data.get('error', reason)}", SERVER)
+            raise status_class(status)(f"HTTP {status}: {data.get('error', reason)}")
         return interface.parse_generate(data, len(self.prompts))
 
     def _start_grpc(self, timeout: float) -> tuple[Callable[[], None], Callable[[], None]]:

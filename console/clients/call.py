@@ -18,13 +18,14 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CANCEL_NOTE, CANCELLED, ClientError
+from .errors import CANCEL_NOTE, Cancelled, ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts, new_request_id
-from .interfaces import Interface, interface_of
+from .interface_registry import interface_of
+from .interfaces import Interface
 from .params import GenerationParams
 from .wire import model_info, normalize_url
 
@@ -131,21 +132,21 @@ class Call:
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
-    def __iter__(self) -> Iterator[Event]:
+    def __iter__(self) -> Generator[Event, None, None]:
         if self._used:
             raise RuntimeError("a Call can be iterated once")
         self._used = True
         return self._events()
 
-    def _events(self) -> Iterator[Event]:
+    def _events(self) -> Generator[Event, None, None]:
         t0 = time.perf_counter()
         if self._cancel.is_set():  # cancelled before it was sent: send nothing
-            yield Failure("cancelled before it was sent", CANCELLED, 0.0)
+            yield Failure("cancelled before it was sent", Cancelled, 0.0)
             return
         try:
             interface = self.interface()
         except ClientError as exc:
-            yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
+            yield Failure.of(exc, time.perf_counter() - t0)
             return
         if len(self.prompts) > 1 and not interface.batches_prompts:
             yield from fan_out(self)
@@ -176,7 +177,7 @@ class Call:
             if not isinstance(item, _Woken):
                 return item
             if self._cancel.is_set():
-                return Failure(f"cancelled after {now - t0:.1f} s; {self.cancel_note}", CANCELLED, now - t0)
+                return Failure(f"cancelled after {now - t0:.1f} s; {self.cancel_note}", Cancelled, now - t0)
             if nearest is not None and now >= nearest[0]:
                 return Failure(f"{self.timeouts.message(nearest[1], self.model)}; {self.cancel_note}", nearest[1],
                                now - t0)
@@ -185,7 +186,7 @@ class Call:
                 try:
                     self.probe(self)
                 except ClientError as exc:
-                    return self._crossed() or Failure(str(exc), exc.kind, time.perf_counter() - t0)
+                    return self._crossed() or Failure.of(exc, time.perf_counter() - t0)
 
     def _crossed(self, grace: float = 0.5) -> Arrival | None:
         """An arrival within ``grace`` s (an answer that crossed the probe's question), or None."""
@@ -200,7 +201,7 @@ class Call:
         replies = []
         for event in self:
             if isinstance(event, Failure):
-                raise ClientError(event.message, event.kind)
+                raise event.exception()
             if isinstance(event, Reply):
                 replies.append(event)
         return replies

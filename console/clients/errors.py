@@ -1,19 +1,66 @@
-"""Failure kinds and the client's error type."""
+"""The client's errors: one class per way a request fails.
+
+Code decides by class (``except Unreachable``, ``isinstance(exc, Timeout)``); :attr:`ClientError.kind` names the
+class where a report writes it down (a Failure's ``error_kind`` in headless and exported JSON, the bench's error
+counts, the mark of a failed reply). Which class a transport's exception is, is decided in one place:
+:func:`console.clients.failures.error_class`.
+"""
 
 from __future__ import annotations
 
-TIMEOUT = "timeout"  # the network timeout of the whole call
-IDLE_TIMEOUT = "idle_timeout"  # streaming: no response for too long
-CANCELLED = "cancelled"  # cancelled by the caller
-CONNECTION = "connection"  # server unreachable or gone
-SERVER = "server"  # the server or model answered with an error
-BAD_REQUEST = "bad_request"  # rejected before sending
 CANCEL_NOTE = "request cancelled on the server"
 
 
 class ClientError(RuntimeError):
-    """A request that cannot be made or answered; ``str()`` is one line, ``kind`` a Failure kind."""
+    """A request that cannot be made or answered; ``str()`` is one line. Raised as it is: a bad request (a
+    value or an option the console refuses before sending anything)."""
 
-    def __init__(self, message: str, kind: str = BAD_REQUEST) -> None:
-        super().__init__(message)
-        self.kind = kind
+    kind = "bad_request"
+
+
+class BadRequest(ClientError):
+    """Rejected before sending: a value, an option or a prompt the console cannot send."""
+
+
+class Timeout(ClientError):
+    """The network timeout of the whole call fired (or the transport's own)."""
+
+    kind = "timeout"
+
+
+class IdleTimeout(Timeout):
+    """Streaming: no response for too long."""
+
+    kind = "idle_timeout"
+
+
+class Cancelled(ClientError):
+    """Cancelled by the caller (Stop, Ctrl-C) or on the server."""
+
+    kind = "cancelled"
+
+
+class Unexpected(ClientError):
+    """Something else went wrong in the console on the way (a chat template that fails to load ...)."""
+
+    kind = "error"
+
+
+class Unreachable(ClientError):
+    """The server cannot be reached, or went away during the request."""
+
+    kind = "connection"
+
+
+class ServerFault(ClientError):
+    """The server or the model answered with an error of its own."""
+
+    kind = "server"
+
+
+class NotServed(ServerFault):
+    """The server does not serve the model asked for (its message names the ones it serves)."""
+
+
+class Refused(ServerFault):
+    """The model refused the request as bad input (Triton's INVALID_ARG: HTTP 400, gRPC INVALID_ARGUMENT)."""

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import CANCELLED, IDLE_TIMEOUT, TIMEOUT, ClientError
+from .errors import Cancelled, ClientError, IdleTimeout, Timeout
 
 KV_TIMEOUT = 600.0  # the seed's client_example_kv.py network timeout
 CAUSAL_TIMEOUT = 6000.0  # the seed's client_example_causal.py network timeout
@@ -45,19 +45,19 @@ class Timeouts:
     network: float | None = KV_TIMEOUT
     idle: float | None = None
 
-    def nearest(self, t0: float, last: float) -> tuple[float, str] | None:
-        """(deadline, kind) of the timeout that fires first for a call sent at ``t0`` whose latest response came
-        at ``last`` (``perf_counter`` times); None when neither applies."""
-        limits = []
+    def nearest(self, t0: float, last: float) -> tuple[float, type[Timeout]] | None:
+        """(deadline, Timeout or IdleTimeout) of the timeout that fires first for a call sent at ``t0`` whose latest
+        response came at ``last`` (``perf_counter`` times); None when neither applies."""
+        limits: list[tuple[float, type[Timeout]]] = []
         if self.network is not None:
-            limits.append((t0 + self.network, TIMEOUT))
+            limits.append((t0 + self.network, Timeout))
         if self.idle is not None:
-            limits.append((last + self.idle, IDLE_TIMEOUT))
-        return min(limits) if limits else None
+            limits.append((last + self.idle, IdleTimeout))
+        return min(limits, key=lambda limit: limit[0]) if limits else None
 
-    def message(self, kind: str, model: str) -> str:
+    def message(self, error: type[Timeout], model: str) -> str:
         """Which timeout fired, in words."""
-        if kind == IDLE_TIMEOUT:
+        if issubclass(error, IdleTimeout):
             return f"stream idle timeout: no response from {model} for {self.idle:g} s"
         return f"network timeout: {model} did not finish within {self.network:g} s"
 
@@ -106,6 +106,13 @@ class ModelInfo:
     def model_type(self) -> str:
         """``kv_cache``, ``causal``, or ``-`` when the server does not say."""
         return {True: "kv_cache", False: "causal", None: "-"}[self.use_kv_cache]
+
+    @property
+    def instances(self) -> str:
+        """A model served on device groups: each instance with its SoCs (``instance 0: QIDs 0,1 · instance 1: QIDs
+        2,3``; every instance loads or the model fails, so they share its state); '' for any other model."""
+        groups = [g.strip() for g in self.parameters.get("device_groups", "").split(";") if g.strip()]
+        return " · ".join(f"instance {i}: QIDs {group}" for i, group in enumerate(groups))
 
     @property
     def embedded(self) -> bool:
@@ -209,16 +216,29 @@ class Reply:
 
     @property
     def ok(self) -> bool:
-        return self.finish_reason not in (CANCELLED, "error")
+        return self.finish_reason not in (Cancelled.kind, "error")
 
 
 @dataclass(frozen=True)
 class Failure:
-    """The call failed; ``kind`` says how (TIMEOUT, IDLE_TIMEOUT, CANCELLED, CONNECTION, SERVER...)."""
+    """The call failed: ``message`` in one line, ``error`` the :class:`ClientError` class that says how (Timeout,
+    Cancelled, Unreachable, ServerFault...)."""
 
     message: str
-    kind: str
+    error: type[ClientError]
     time: float = 0.0
+
+    @classmethod
+    def of(cls, exc: ClientError, time: float = 0.0) -> Failure:
+        return cls(str(exc), type(exc), time)
+
+    @property
+    def kind(self) -> str:
+        """How it failed, as reports name it (``error_kind``: timeout, cancelled, connection, server...)."""
+        return self.error.kind
+
+    def exception(self) -> ClientError:
+        return self.error(self.message)
 
 
 Event = TextDelta | Reply | Failure

@@ -1,6 +1,7 @@
 """Which Triton LLM interface a model speaks, and how to build its inputs and read its outputs.
 
-:func:`interface_of` reads a model's config (:class:`ModelInfo`) and returns its interface, bound to it:
+:func:`~.interface_registry.interface_of` reads a model's config (:class:`ModelInfo`) and returns its interface,
+bound to it:
 
 * ``qaic-console`` — the bundled backend (and the seed's ``{"prompt", "id"}``): ``prompt`` [-1] in,
   several prompts in one request, controls by their own names -> ``text_output``, ``finish_reason``,
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SERVER, ClientError
+from .errors import ClientError, ServerFault
 from .events import ModelInfo, Tensor
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .wire import output_list, tensor
@@ -54,9 +55,9 @@ def entries(text: str) -> list[dict[str, Any]]:
     try:
         value = json.loads(text)
     except ValueError:
-        raise ClientError(f"the model's logprobs output is not JSON: {text[:60]!r}", SERVER) from None
+        raise ServerFault(f"the model's logprobs output is not JSON: {text[:60]!r}") from None
     if not isinstance(value, list):
-        raise ClientError("the model's logprobs output is not a JSON array", SERVER)
+        raise ServerFault("the model's logprobs output is not a JSON array")
     return value
 
 
@@ -211,10 +212,11 @@ class Interface:
         out: Outputs = {"text_output": output_list(result, self.text_name, n, texts=True)}
         for ours, theirs in self.extra_outputs.items():
             out[ours] = output_list(result, theirs, n, texts=ours in ("finish_reason", "logprobs"))
-        if out.get("finish_reason"):
-            out["finish_reason"] = [self.reason(r) for r in out["finish_reason"]]
-        if out.get("logprobs"):
-            out["logprobs"] = [entries(v) for v in out["logprobs"]]
+        reasons, logprobs = out.get("finish_reason"), out.get("logprobs")
+        if reasons:
+            out["finish_reason"] = [self.reason(r) for r in reasons]
+        if logprobs:
+            out["logprobs"] = [entries(v) for v in logprobs]
         return out
 
     def parse_generate(self, data: dict[str, Any], n: int) -> Outputs:
@@ -227,7 +229,7 @@ class Interface:
                 continue
             values = value if isinstance(value, list) else [value]
             if len(values) != n:
-                raise ClientError(f"the model returned {len(values)} {theirs} values for {n} prompts", SERVER)
+                raise ServerFault(f"the model returned {len(values)} {theirs} values for {n} prompts")
             out[ours] = [self.reason(v) for v in values] if ours == "finish_reason" else \
                 [entries(v) for v in values] if ours == "logprobs" else values
         return {k: out.get(k) for k in OUTPUTS}
@@ -249,16 +251,3 @@ class Interface:
         if self.info.input("exclude_input_in_output") is None and prompt and text.startswith(prompt):
             return text[len(prompt):]
         return text
-
-
-INTERFACES: list[type[Interface]] = [Interface]  # + triton_peers' and openai_interface's, in that order
-
-
-def interface_of(info: ModelInfo) -> Interface:
-    """The interface ``info``'s model speaks, bound to it; ClientError when none fits."""
-    for kind in INTERFACES:
-        if kind.matches(info):
-            return kind(info)
-    names = ", ".join(t.name for t in info.inputs) or "none"
-    raise ClientError(f"model {info.name} has an interface this console does not speak (inputs: {names}): it "
-                      "needs qaic-console's, vLLM's or TensorRT-LLM's, or one STRING input and one STRING output")

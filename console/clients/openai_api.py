@@ -16,9 +16,9 @@ import threading
 import urllib.parse
 from typing import Any
 
-from .errors import CONNECTION, SERVER, TIMEOUT, ClientError
+from .errors import ClientError, NotServed, Timeout, Unreachable
 from .events import ModelInfo
-from .wire import cause_of
+from .failures import cause_of, error_class
 
 OPENAI = "openai"  # ModelInfo.backend of a model an OpenAI-compatible server serves
 CANCEL_NOTE = "connection closed (the server stops a request whose client went away)"
@@ -128,22 +128,22 @@ def client(base: str) -> Any:
 
 
 def api_error(exc: BaseException, base: str, lost: bool = False) -> ClientError:
-    """One line and a Failure kind for what the ``openai`` client raised (``lost``: text had come)."""
+    """What the ``openai`` client raised, as the client's error in one line (``lost``: text had come)."""
     import openai
 
     if isinstance(exc, ClientError):
         return exc
-    if isinstance(exc, openai.APITimeoutError):
-        return ClientError(f"the OpenAI-compatible server at {base} timed out", TIMEOUT)
-    if isinstance(exc, openai.APIConnectionError):
+    error = error_class(exc)
+    if error is Timeout:
+        return error(f"the OpenAI-compatible server at {base} timed out")
+    if error is Unreachable:
         what = "lost the connection to" if lost else "cannot reach"
-        return ClientError(f"{what} the OpenAI-compatible server at {base}: {cause_of(exc.__cause__ or exc)}",
-                           CONNECTION)
+        return error(f"{what} the OpenAI-compatible server at {base}: {cause_of(exc.__cause__ or exc)}")
     if isinstance(exc, openai.APIStatusError):
         note = key_note(base) if exc.status_code in (401, 403) else ""
         hint = f" ({note})" if note else ""
-        return ClientError(f"HTTP {exc.status_code} from {base}: {_one_line(_status_message(exc))}{hint}", SERVER)
-    return ClientError(f"{base}: {_one_line(exc)}", SERVER)
+        return error(f"HTTP {exc.status_code} from {base}: {_one_line(_status_message(exc))}{hint}")
+    return error(f"{base}: {_one_line(exc)}")
 
 
 def _status_message(exc: Any) -> str:
@@ -173,13 +173,13 @@ def listing(base: str, timeout: float = 5.0) -> dict[str, dict[str, Any]]:
         raise api_error(exc, base) from None
 
 
-def model_info(base: str, name: str = "") -> ModelInfo:
+def model_info(base: str, name: str = "", timeout: float = 5.0) -> ModelInfo:
     """The model ``name`` the server at ``base`` serves (empty: the first it lists); ClientError naming the served
     ones when it is absent."""
-    served = listing(base)
+    served = listing(base, timeout)
     if not served:
-        raise ClientError(f"the OpenAI-compatible server at {base} serves no model", SERVER)
+        raise NotServed(f"the OpenAI-compatible server at {base} serves no model")
     if name and name not in served:
-        raise ClientError(f"model {name!r} is not served at {base}: it serves {', '.join(served)}", SERVER)
+        raise NotServed(f"model {name!r} is not served at {base}: it serves {', '.join(served)}")
     name = name or next(iter(served))
     return openai_info(name, served[name])

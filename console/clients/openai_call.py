@@ -149,7 +149,7 @@ class OpenAICall(Call):
         try:
             body = self.request_body()
         except ClientError as exc:
-            yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
+            yield Failure.of(exc, time.perf_counter() - t0)
             return
         body["timeout"], body["extra_headers"] = self.timeouts.backstop(), request_headers(self.url)
         folder = ChunkFolder(self.chat)
@@ -164,8 +164,7 @@ class OpenAICall(Call):
                     return
                 ended = not isinstance(got, Arrived) or not self.streaming
                 if isinstance(got, Broke):
-                    failure = api_error(got.error, self.url, lost=bool(folder.arrivals))
-                    yield Failure(str(failure), failure.kind, got.at - t0)
+                    yield Failure.of(api_error(got.error, self.url, lost=bool(folder.arrivals)), got.at - t0)
                     return
                 if isinstance(got, Ended):
                     yield folder.reply(self.prompts[0], got.at - t0)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .events import ModelInfo, Tensor
-from .interfaces import INTERFACES, Interface
+from .interfaces import Interface
 from .openai_api import FRONT, OPENAI
 from .params import Control, GenerationParams
 
@@ -91,5 +91,3 @@ class OpenAIInterface(Interface):
         extra = {name: fields.pop(name) for name in self.server.extensions.values() if name in fields}
         return fields, extra
 
-
-INTERFACES.insert(0, OpenAIInterface)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 from typing import TYPE_CHECKING, Any
 
-from .errors import SERVER, ClientError
+from .errors import ClientError, ServerFault
 from .wire import is_final, post_generate, tensor, text
 
 if TYPE_CHECKING:
@@ -38,8 +38,8 @@ def request_status(url: str, model: str, request_id: str, key: str, timeout: flo
     ask = _ask_http if protocol == "http" else _ask_grpc
     answer, error = ask(url, model, {"status_of": request_id, "status_key": key}, timeout)
     if error is not None and NOT_HEALTHY in error:
-        raise ClientError(f"the backend of {model} died ({error}): this request is lost; a console "
-                          "that started the server reloads the model, else restart tritonserver", SERVER)
+        raise ServerFault(f"the backend of {model} died ({error}): this request is lost; a console "
+                          "that started the server reloads the model, else restart tritonserver")
     return answer
 
 
@@ -83,5 +83,5 @@ def _ask_http(url: str, model: str, question: dict[str, str], timeout: float) ->
 
 def lost_request(model: str) -> ClientError:
     """The failure of a request the model no longer knows."""
-    return ClientError(f"{model} no longer knows this request: its backend was restarted while it ran (the stub "
-                       "died and the model was reloaded); send it again", SERVER)
+    return ServerFault(f"{model} no longer knows this request: its backend was restarted while it ran (the stub "
+                       "died and the model was reloaded); send it again")

@@ -17,10 +17,11 @@ from typing import Any
 from .call import Arrived, Broke, Call, Probe
 from .errors import ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
+from .failures import wire_error
 from .interfaces import Interface, Outputs
 from .params import GenerationParams
 from .stats import reply_stats
-from .wire import error_kind, error_message, is_final
+from .wire import is_final
 
 
 class Collected:
@@ -91,7 +92,7 @@ class StreamCall(Call):
                     return
                 if isinstance(got, Broke):
                     lost = last > t0  # a response had come: the server went away mid-stream
-                    yield Failure(error_message(got.error, self.url, "gRPC", lost), error_kind(got.error), got.at - t0)
+                    yield Failure.of(wire_error(got.error, self.url, "gRPC", lost), got.at - t0)
                     return
                 assert isinstance(got, Arrived)
                 last = got.at
@@ -100,10 +101,10 @@ class StreamCall(Call):
                     yield from self._replies(info, collected, last - t0)
                     return
         except ClientError as exc:
-            yield Failure(str(exc), exc.kind, time.perf_counter() - t0)
+            yield Failure.of(exc, time.perf_counter() - t0)
         except Exception as exc:  # tritonclient raises on a stream that is no longer valid
-            exc = self._reported_error() or exc  # the callback got the real reason
-            yield Failure(error_message(exc, self.url, "gRPC"), error_kind(exc), time.perf_counter() - t0)
+            error = self._reported_error() or exc  # the callback got the real reason
+            yield Failure.of(wire_error(error, self.url, "gRPC"), time.perf_counter() - t0)
         finally:
             client.stop_stream(cancel_requests=True)  # bounded; a no-op for a finished request
             client.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from .events import ModelInfo, Tensor
-from .interfaces import INTERFACES, InputValue, Interface, is_text
+from .interfaces import InputValue, Interface, is_text
 from .params import BY_NAME, Control, GenerationParams
 
 
@@ -94,5 +94,3 @@ class TextInterface(Interface):
     def text_name(self) -> str:
         return next(t.name for t in self.info.outputs if is_text(t))
 
-
-INTERFACES.extend([VllmInterface, TrtLlmInterface, TextInterface])

@@ -12,18 +12,15 @@ from typing import Any
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from .errors import CANCELLED, CONNECTION, SERVER, TIMEOUT, ClientError
+from .errors import ClientError, NotServed, Refused, ServerFault
 from .events import ModelInfo, Tensor
+from .failures import error_class, mapped
 
 PROTOCOLS = ("http", "grpc")
-PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
-CAUSES = ("connection refused", "connection reset", "socket closed", "timed out", "no route to host",
-          "network is unreachable", "name or service not known", "temporary failure in name resolution")
 MAX_NAME = 255  # a model name is a folder name
-WRONG_PORT = " (it answers HTTP: is it tritonserver's HTTP port? gRPC is usually the HTTP port + 1, e.g. 8001)"
-GONE = " (the server went away: it stopped, crashed or is restarting)"
-_NUMPY = {"BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
-          **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
+_NUMPY: dict[str, type[np.generic]] = {
+    "BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+    **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
 
 
 def normalize_url(url: str) -> str:
@@ -73,86 +70,8 @@ def output_list(result: Any, name: str, n: int, texts: bool = False) -> list | N
         return None
     values = array.reshape(-1).tolist()
     if len(values) != n:
-        raise ClientError(f"the model returned {len(values)} {name} values for {n} prompts", SERVER)
+        raise ServerFault(f"the model returned {len(values)} {name} values for {n} prompts")
     return [text(v) for v in values] if texts else values
-
-
-# --------------------------------------------------------------------------- errors
-
-
-def error_kind(exc: BaseException) -> str:
-    """The Failure kind of a tritonclient / socket exception."""
-    if isinstance(exc, ClientError):
-        return exc.kind
-    if isinstance(exc, InferenceServerException):
-        status = str(exc.status() or "")
-        if "UNAVAILABLE" in status:
-            return CONNECTION
-        if "DEADLINE_EXCEEDED" in status:
-            return TIMEOUT
-        if "CANCELLED" in status:
-            return CANCELLED
-        return SERVER
-    if isinstance(exc, TimeoutError):
-        return TIMEOUT
-    if isinstance(exc, (OSError, http.client.HTTPException)):
-        return CONNECTION
-    return SERVER
-
-
-def reason_of(exc: BaseException) -> str:
-    """What went wrong, in a few words: ``connection refused``, not ``<urlopen error [Errno 111] ...>``."""
-    if isinstance(exc, InferenceServerException):
-        return " ".join((exc.message() or type(exc).__name__).split())
-    cause = exc.reason if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError) \
-        else exc
-    text = getattr(cause, "strerror", None) or " ".join(str(cause).split()) or type(cause).__name__
-    return text[:1].lower() + text[1:] if isinstance(cause, OSError) else text
-
-
-def cause_of(exc: BaseException) -> str:
-    """Why a connection failed: a known cause ("connection refused" ...; gRPC's paragraph and httpx's errno
-    reduced to it), else :func:`reason_of`."""
-    reason = reason_of(exc)
-    return next((known for known in CAUSES if known in reason.lower()), reason)
-
-
-def answers_http(url: str, timeout: float = 3.0) -> bool:
-    """Whether ``host:port`` answers an HTTP request (a gRPC port answers one with no HTTP); OSError when nothing
-    answers there at all."""
-    host, _, port = url.rpartition(":")
-    conn = http.client.HTTPConnection(host or url, int(port) if port.isdigit() else 80, timeout=timeout)
-    try:
-        conn.request("GET", "/v2/health/live")
-        conn.getresponse().read()
-    except http.client.HTTPException:
-        return False
-    finally:
-        conn.close()
-    return True
-
-
-def error_message(exc: BaseException, url: str, protocol: str, lost: bool = False) -> str:
-    """One line for a failed call; ``lost``: the server had answered before (it went away)."""
-    message = reason_of(exc)
-    if isinstance(exc, http.client.HTTPException):
-        return f"{url} does not answer HTTP ({type(exc).__name__}): is it tritonserver's gRPC port? (HTTP is " \
-               "usually the gRPC port - 1, e.g. 8000)"
-    if error_kind(exc) == CONNECTION:
-        what = "lost the connection to" if lost else "cannot reach"
-        hint = GONE if lost else ""
-        if not lost and protocol.lower() == "grpc" and "Socket closed" in message:  # an HTTP port, or a server gone
-            hint = WRONG_PORT if _answers_http_now(url) else GONE
-        shown = PROTOCOL_NAMES.get(protocol.lower(), protocol)
-        return f"{what} tritonserver at {url} ({shown}): {cause_of(exc)}{hint}"
-    return message
-
-
-def _answers_http_now(url: str) -> bool:
-    try:
-        return answers_http(url, timeout=1.0)
-    except OSError:
-        return False
 
 
 def served_models(url: str, protocol: str, timeout: float = 5.0) -> list[str]:
@@ -199,11 +118,11 @@ def generate_answer(payload: bytes) -> dict[str, Any]:
     return data if isinstance(data, dict) else {"error": str(data)[:200]}
 
 
-def _unknown_model(url: str, model: str, protocol: str) -> ClientError:
+def _unknown_model(url: str, model: str, protocol: str) -> NotServed:
     served = served_models(url, protocol)
     shown = model if len(model) <= 60 else f"{model[:40]}... ({len(model)} characters)"
     listing = f"it serves {', '.join(served)}" if served else "it serves no ready model"
-    return ClientError(f"model {shown!r} is not served at {url}: {listing}", SERVER)
+    return NotServed(f"model {shown!r} is not served at {url}: {listing}")
 
 
 def http_error(exc: urllib.error.HTTPError) -> str:
@@ -245,24 +164,26 @@ def model_info(url: str, model: str, protocol: str = "grpc", timeout: float = 10
         raise ClientError(f"model name is too long ({len(model.encode())} bytes in UTF-8): model names are folder "
                           f"names, at most {MAX_NAME} bytes")
     try:
-        if protocol == "grpc":
-            import tritonclient.grpc as grpcclient
-
-            client = grpcclient.InferenceServerClient(url)
-            try:
-                config = client.get_model_config(model, as_json=True, client_timeout=timeout)["config"]
-            finally:
-                client.close()
-        else:
-            with urllib.request.urlopen(f"http://{url}/v2/models/{model}/config", timeout=timeout) as resp:
-                config = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code in (400, 404):
-            raise _unknown_model(url, model, protocol) from None
-        raise ClientError(http_error(exc), SERVER) from None
-    except (InferenceServerException, OSError, ValueError, http.client.HTTPException) as exc:
-        if isinstance(exc, InferenceServerException) and "unknown model" in str(exc.message()):
-            raise _unknown_model(url, model, protocol) from None
-        kind = CONNECTION if isinstance(exc, http.client.HTTPException) else error_kind(exc)
-        raise ClientError(error_message(exc, url, protocol), kind) from None
+        with mapped(url, protocol):
+            config = _config(url, model, protocol, timeout)
+    except (NotServed, Refused):  # a config request is refused only for a model it does not know
+        raise _unknown_model(url, model, protocol) from None
     return info_from_config(model, config)
+
+
+def _config(url: str, model: str, protocol: str, timeout: float) -> dict[str, Any]:
+    if protocol == "grpc":
+        import tritonclient.grpc as grpcclient
+
+        client = grpcclient.InferenceServerClient(url)
+        try:
+            return client.get_model_config(model, as_json=True, client_timeout=timeout)["config"]
+        finally:
+            client.close()
+    try:
+        with urllib.request.urlopen(f"http://{url}/v2/models/{model}/config", timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if error_class(exc) in (NotServed, Refused):
+            raise
+        raise ServerFault(http_error(exc)) from None

@@ -213,16 +213,17 @@ class ServerController:
             self._moved(phase="connected", message=message, owned=False, server=adapter, repository="", models=())
         return self.poll()
 
-    def stop(self, grace: float = 10.0) -> Snapshot:
+    def stop(self, grace: float = 10.0, closing: bool = False) -> Snapshot:
         """Stop the server started here (a connected one is only let go); blocks until it is down (SIGKILL after
-        ``grace`` seconds)."""
+        ``grace`` seconds). ``closing``: the console ends with it (nothing to advise)."""
         with self._lock:
             server, self._server, self._adapter = self._server, None, None
             if server is None:
                 return self._moved(phase="idle", message=NOT_CONNECTED, server=None, models=())
             self._moved(phase="stopping", message="stopping tritonserver ...", server=None, models=())
         note = logparse.stop_note(server.stop(grace), server.log_tail(LOG_KEEP))
-        return self._set(phase="stopped", message=f"tritonserver stopped{note}: start it again or connect by URL")
+        advice = "" if closing else ": start it again or connect by URL"
+        return self._set(phase="stopped", message=f"tritonserver stopped{note}{advice}")
 
     def load(self, model: str) -> Snapshot:
         """Load ``model`` (generated into the repository served) into the tritonserver here; ServerError without one."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.clients import CANCELLED, Event, Failure, Reply, ReplyStats, TextDelta, format_stats, live_stats
+from console.clients import Cancelled, Event, Failure, Reply, ReplyStats, TextDelta, format_stats, live_stats
 
 STOPPED = "■ stopped"  # a reply the user (or a closed page) stopped
 FAILED = "✖"  # before the kind of a failure (timeout, connection ...)
@@ -162,7 +162,7 @@ class Turn:
 
 def ending_mark(reason: str, ok: bool = False) -> str:
     """The one mark of an ending: a finish reason as it is, a stop ``■ stopped``, a failure ``✖ <kind>``."""
-    if reason == CANCELLED:
+    if reason == Cancelled.kind:
         return STOPPED
     return reason if ok else f"{FAILED} {reason}"
 

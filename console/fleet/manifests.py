@@ -117,7 +117,8 @@ def _tritonserver(o: Options, devices: int, mounts: list[dict[str, Any]]) -> dic
 
 def _front(o: Options) -> dict[str, Any]:
     command = ["qaic-console", "openai", "--url", f"127.0.0.1:{PORTS['http']}", "--grpc-url",
-               f"127.0.0.1:{PORTS['grpc']}", "--host", "0.0.0.0", "--port", str(PORTS["openai"])]
+               f"127.0.0.1:{PORTS['grpc']}", "--metrics-url", f"127.0.0.1:{PORTS['metrics']}", "--host", "0.0.0.0",
+               "--port", str(PORTS["openai"])]
     env = []
     if o.api_key_secret:
         env = [{"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": o.api_key_secret, "key": "api-key"}}}]

@@ -119,6 +119,11 @@ FIGURES = {f.name: f for f in (
     Figure("sequence_failures_per_s", rate("qaic_request_failure_total"), "short",
            "Sequences a session error ended, per second."),
     Figure("rejected_per_s", rate("qaic_request_rejected_total"), "short", "Requests refused (bad input), per second."),
+    Figure("draft_tokens_per_s", rate("qaic_spec_decode_num_draft_tokens_total"), "short",
+           "Tokens speculative decoding's drafts proposed, per second."),
+    Figure("accepted_tokens_per_s", rate("qaic_spec_decode_num_accepted_tokens_total"), "short",
+           "Draft tokens the model accepted, per second."),
+    Figure("ctx_len", gauge("qaic_ctx_len", "max"), "short", "Positions one sequence's context holds."),
     Figure("backend_restarts", lambda by, sel, w: f"{_sum(by)} (resets({_series(RESTARTED, sel)}[{w}]))",
            "short", "Times the backend's counters went back to zero: its stub (or its server) restarted."),
 )}

@@ -38,6 +38,9 @@ PANELS = {
     "KV cache positions in use (backend)": ("kv_positions",),
     "Sequences finished, cancelled, failed; requests rejected (per second)": (
         "finished_per_s", "cancelled_per_s", "sequence_failures_per_s", "rejected_per_s"),
+    "Speculative decoding: draft tokens proposed and accepted (per second)": ("draft_tokens_per_s",
+                                                                              "accepted_tokens_per_s"),
+    "Context length (positions per sequence)": ("ctx_len",),
 }
 LEVELS = {"model": MODEL, "model_pod": POD}
 

@@ -8,15 +8,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from console.clients import ClientError
 
-from .app import Front, create_app
-from .tokenizers import Tokenizers
 from .toolcalls import PARSERS
+
+if TYPE_CHECKING:  # the app imports FastAPI: a command imports it when it serves
+    from .app import Front
 
 KEY_ENV = "QAIC_CONSOLE_API_KEY"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -67,6 +68,8 @@ class FrontServer:
     def __init__(self, front: Front, host: str, port: int) -> None:
         import uvicorn
 
+        from .app import create_app
+
         self.front, self.host, self.port = front, host, port
         config = uvicorn.Config(create_app(front), host=host, port=port, log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=5)
@@ -102,8 +105,10 @@ class FrontServer:
 def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
                  tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None
                  ) -> FrontServer:
-    front = Front(triton_grpc, api_key, Tokenizers(tokenizers), metrics_url, tool_parser)
-    return FrontServer(front, host, port)
+    from .app import Front
+    from .tokenizers import Tokenizers
+
+    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers), metrics_url, tool_parser), host, port)
 
 
 class Beside:
@@ -160,9 +165,9 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
         triton = TritonAdapter.at(url or "", grpc_url)
         triton.metrics_url = metrics_endpoint(metrics_url) if metrics_url else None
         grpc, _ = triton.url("stream")
-        click.echo(triton.connect())
         page, _ = triton.metrics()
-        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser)
+        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser)  # its libraries before serving
+        click.echo(triton.connect())
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

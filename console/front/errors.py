@@ -1,19 +1,25 @@
 """Errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}`` with the status that fits.
 
 Every refusal of the front is an :class:`APIError`; the app's handlers turn it, and the framework's own
-errors (an unknown route, a wrong method), into that shape. An error Triton reports is classified here too
-(:func:`upstream_error`): a gRPC stream carries only the message, so a request the model refused before it
-answered anything is the client's (400), unless the message is one of the backend's own failures.
+errors (an unknown route, a wrong method), into that shape. The console's errors get their status from one table
+(:data:`STATUSES`, by class). An error on a model's gRPC stream carries only a message, no status
+(:func:`upstream_error`): one the model reported before it answered anything is the client's (400), unless it is
+one of the bundled backend's own failures, which it words with a fixed start.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from console.clients import CONNECTION, TIMEOUT, ClientError
+from console.clients import Cancelled, ClientError, NotServed, Refused, ServerFault, Timeout, Unreachable
 
 INVALID = "invalid_request_error"
 SERVER_FAULTS = ("generation failed", "the model failed")  # the bundled backend's words for its own failures
+# the console's errors by class (the first of an error's classes found): status, param, code
+STATUSES: dict[type[ClientError], tuple[int, str | None, str | None]] = {
+    Unreachable: (503, None, None), Timeout: (504, None, None), NotServed: (404, "model", "model_not_found"),
+    Refused: (400, None, None), ServerFault: (502, None, None), Cancelled: (502, None, None),  # not by the caller
+    ClientError: (400, None, None)}
 STATUS_TYPES = {400: INVALID, 401: "authentication_error", 404: INVALID, 405: INVALID, 413: INVALID,
                 500: "server_error", 502: "server_error", 503: "service_unavailable", 504: "timeout"}
 
@@ -36,14 +42,10 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 
 def from_client_error(exc: ClientError, param: str | None = None) -> APIError:
-    """A console ClientError (a control out of range, a model that is not served, Triton unreachable)."""
-    if exc.kind == CONNECTION:
-        return APIError(503, str(exc))
-    if exc.kind == TIMEOUT:
-        return APIError(504, str(exc))
-    if "is not served" in str(exc):
-        return APIError(404, str(exc), "model", "model_not_found")
-    return bad_request(str(exc), param)
+    """A console ClientError (a control out of range, a model that is not served, Triton unreachable) with the
+    status of its class; ``param``: the field a bad request's value came from."""
+    status, named, code = next(STATUSES[cls] for cls in type(exc).__mro__ if cls in STATUSES)
+    return APIError(status, str(exc), named or (param if status == 400 else None), code)
 
 
 def upstream_error(message: str, answered: bool) -> APIError:

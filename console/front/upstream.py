@@ -18,15 +18,21 @@ import grpc
 from tritonclient.grpc import aio
 from tritonclient.utils import InferenceServerException
 
-from console.clients import CONNECTION, ClientError, GenerationParams, ModelInfo, info_from_config, interface_of
+from console.clients import (
+    ClientError,
+    GenerationParams,
+    ModelInfo,
+    NotServed,
+    Unreachable,
+    info_from_config,
+    interface_of,
+)
 from console.clients.events import TextDelta
+from console.clients.failures import error_class, error_message
 from console.clients.stream import Collected
-from console.clients.wire import MAX_NAME, error_kind, error_message
+from console.clients.wire import MAX_NAME
 
 from .errors import APIError, from_client_error, upstream_error
-
-RPC_STATUS = {grpc.StatusCode.UNAVAILABLE: 503, grpc.StatusCode.DEADLINE_EXCEEDED: 504,
-              grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404}
 
 
 class Upstream:
@@ -36,7 +42,7 @@ class Upstream:
         self.url = url
         self._client: aio.InferenceServerClient | None = None
         self._infos: dict[str, ModelInfo] = {}
-        self._restricted = False  # its repository API answered "restricted" once: read the statistics since
+        self._restricted = False  # its repository index did not answer when its statistics did: read those since
 
     @property
     def client(self) -> aio.InferenceServerClient:
@@ -62,20 +68,19 @@ class Upstream:
         """The READY models' names (503 when Triton does not answer)."""
         ready = await self._loaded() if self._restricted else await self._indexed()
         if ready is None:  # a console's tritonserver keeps its repository API to itself
-            self._restricted = True
             ready = await self._loaded()
+            self._restricted = True
         for name in set(self._infos) - set(ready):  # gone or reloading: its config is read again when back
             del self._infos[name]
         return ready
 
     async def _indexed(self) -> list[str] | None:
-        """The READY models' names from the repository index; None where that API is restricted."""
+        """The READY models' names from the repository index; None when it does not answer (restricted: Triton
+        says UNAVAILABLE then, as for a server that is down, which :meth:`_loaded` tells apart)."""
         try:
             index = await self.client.get_model_repository_index(as_json=True, client_timeout=10)
-        except InferenceServerException as exc:
-            if "restricted" in str(exc.message()):
-                return None
-            raise self._unreachable(exc) from None
+        except InferenceServerException:
+            return None
         return sorted({m["name"] for m in index.get("models", []) if m.get("state") == "READY"})
 
     async def _loaded(self) -> list[str]:
@@ -103,15 +108,15 @@ class Upstream:
         if model in self._infos:
             return self._infos[model]
         if not model or len(model.encode()) > MAX_NAME:
-            raise APIError(404, f"model {model[:60]!r} is not served here", "model", "model_not_found")
+            raise from_client_error(NotServed(f"model {model[:60]!r} is not served here"))
         try:
             config = (await self.client.get_model_config(model, as_json=True, client_timeout=10))["config"]
         except InferenceServerException as exc:
-            if error_kind(exc) == CONNECTION:
+            if error_class(exc) is Unreachable:
                 raise self._unreachable(exc) from None
             served = ", ".join(await self.ready()) or "no ready model"
-            raise APIError(404, f"model {model[:60]!r} is not served here (served: {served})", "model",
-                           "model_not_found") from None
+            raise from_client_error(NotServed(f"model {model[:60]!r} is not served here (served: {served})")) \
+                from None
         info = self._infos[model] = info_from_config(model, config)
         return info
 
@@ -183,11 +188,11 @@ class Generation:
                 self.responses += 1
                 outputs = self.interface.outputs(result, len(self.prompts))
                 yield list(self.collected.add(outputs, 0.0, once))
-        except ClientError as exc:  # outputs the front cannot read
-            raise APIError(502, str(exc)) from None
+        except ClientError as exc:  # outputs the front cannot read (502)
+            raise from_client_error(exc) from None
         except grpc.RpcError as exc:
-            code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
             details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-            raise APIError(RPC_STATUS.get(code, 502), f"tritonserver at {self.upstream.url}: {details}") from None
+            error = error_class(exc)(f"tritonserver at {self.upstream.url}: {details}")
+            raise from_client_error(error) from None
         finally:
             call.cancel()  # a finished call ignores it; one in flight is cancelled on the server

@@ -112,6 +112,12 @@ class Window:
         earlier = self.before.value(family, self.model) if self.before else None
         return _delta(earlier, self.after.value(family, self.model))
 
+    def instances(self, family: str) -> dict[str, float]:
+        """A counter's change for each instance of the model (its ``instance`` label: one per device group), {}
+        when it has none."""
+        earlier = self.before.instances(family, self.model) if self.before else {}
+        return {i: value - earlier.get(i, 0.0) for i, value in self.after.instances(family, self.model).items()}
+
     def histogram(self, family: str) -> tuple[float, float] | None:
         """(sum, count) over the window."""
         later = self.after.histogram(family, self.model)

@@ -23,6 +23,10 @@ class ServerError(RuntimeError):
         return "\n".join([str(self), "--- tritonserver log (last lines) ---", *self.log_tail])
 
 
+class PortTaken(ServerError):
+    """tritonserver exited because a port it was to listen on was taken."""
+
+
 class StaleServerError(ServerError):
     """Servers a console that is gone left on this repository or these ports (``servers``)."""
 

@@ -19,11 +19,11 @@ _LOG_LINE = re.compile(r'^(?P<level>[IWE])\d{4} (?P<time>[\d:]+)[\d.]*\s+\d+ '
 _TABLE = re.compile(r"^\s*[+|]")  # Triton's tables (repository agents, backends, models, options), up to 230 columns
 _GETOPT_ERROR = re.compile(r"^\S*tritonserver: ")
 _TERMINATE = "terminate called after throwing"  # the C++ runtime's last words before abort()
+_PORT_TAKEN = re.compile(r"Socket '[^']*' already in use")  # "failed to start HTTP|GRPC|Metrics service: ..."
 HARMLESS = ("CudaDriverHelper", "pinned memory", "DCGM", "NVML", "CUDA driver", "cuda_memory_manager",
             "Unable to allocate pinned system memory", "GPU metrics")
 EXIT_EXPIRED = "Exit timeout expired"  # tritonserver stopped waiting for requests and models at shutdown
 NOISE_NOTE = "(CUDA/NVML/DCGM messages of a machine without a GPU are hidden: they are harmless)"
-EXPIRED_NOTE = "exit timeout expired while models unloaded: tritonserver ends now"
 LOADS = ("loading: ", "successfully loaded", "unloading: ", "successfully unloaded")
 KEPT = (*LOADS, "Started ", "Waiting for in-flight", "All models are stopped")
 LEVELS = {"E": "error: ", "W": "warning: ", "I": ""}
@@ -64,6 +64,11 @@ def exit_reason(lines: Sequence[str]) -> str:
     return lines[-1].strip() if lines else "no output"
 
 
+def port_taken(lines: Sequence[str]) -> bool:
+    """The log of a server that exited says a port it was to listen on was taken."""
+    return any(_PORT_TAKEN.search(line) for line in lines)
+
+
 def exit_cause(code: int, lines: Sequence[str]) -> str:
     """How a server that exited with ``code`` (negative: killed by that signal) ended, after its last log ``lines``:
     ``exited with code -6 (killed by SIGABRT: terminate called after throwing an instance of '...')``."""
@@ -80,15 +85,17 @@ def exit_cause(code: int, lines: Sequence[str]) -> str:
 
 def condensed(line: str, stamp: bool = True) -> str | None:
     """``line`` as a condensed log shows it (``HH:MM:SS message`` unless not ``stamp``), or None when it leaves it
-    out: Triton's tables, its other info lines and a GPU-less machine's noise. Lines that are not Triton's (the
-    console's own, a traceback's) are kept as they are."""
+    out: Triton's tables, its other info lines, a GPU-less machine's noise and the exit timeout that ends a normal
+    stop. Lines that are not Triton's (the console's own, a traceback's) are kept as they are."""
     match = _LOG_LINE.match(line)
     if match is None:
         return None if _TABLE.match(line) or not line.strip() else line
     level, source, msg = match["level"], match["file"], match["msg"].split("\\n", 1)[0].strip()
     if is_noise(msg) or not (level in "EW" or source == "triton_model.py" or msg.startswith(KEPT)):
         return None
-    shown = EXPIRED_NOTE if EXIT_EXPIRED in msg else LEVELS[level] + msg  # a normal stop's end, not an error
+    if EXIT_EXPIRED in msg:  # a normal stop's end, not an error: the console says the server stopped
+        return None
+    shown = LEVELS[level] + msg
     return f"{match['time']} {shown}" if stamp else shown
 
 

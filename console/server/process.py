@@ -24,7 +24,7 @@ from repo_gen.staging import leftovers
 
 from . import keys, logparse
 from .arguments import server_arguments
-from .errors import ServerError, StaleServerError
+from .errors import PortTaken, ServerError, StaleServerError
 from .health import ServerHandle
 from .locate import backend_directory, find_tritonserver, server_env, stub_for_python, wheel_root
 from .ports import free_ports, port_taken
@@ -205,8 +205,8 @@ class TritonServer:
         self._pick_ports()
         try:
             return self._launch(backend_dir, env, timeout)
-        except ServerError as exc:
-            if None not in self._requested or "already in use" not in str(exc):
+        except PortTaken:
+            if None not in self._requested:
                 raise
         self._pick_ports()  # a picked port was taken meanwhile: one more try with fresh ports
         return self._launch(backend_dir, env, timeout)

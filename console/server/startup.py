@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from . import logparse
-from .errors import ServerError
+from .errors import PortTaken, ServerError
 from .health import FAILED, ServerHandle
 from .serverlog import LOG_KEEP, ServerLog
 
@@ -24,8 +24,9 @@ def wait_started(proc: subprocess.Popen[str], handle: ServerHandle, log: ServerL
             failed = log.first_failure()  # an --exit-on-error=true given by hand: the first failure says why
             if failed:
                 raise ServerError(f"model '{failed[0]}' failed to load: {failed[1]}", log.tail(40))
-            reason = logparse.exit_reason(log.tail(LOG_KEEP))
-            raise ServerError(f"tritonserver exited with code {code}: {reason}", log.tail(40))
+            lines = log.tail(LOG_KEEP)
+            error = PortTaken if logparse.port_taken(lines) else ServerError
+            raise error(f"tritonserver exited with code {code}: {logparse.exit_reason(lines)}", log.tail(40))
         if handle.is_live():
             _check_loaded(handle, log, models)
             return

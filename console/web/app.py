@@ -7,6 +7,7 @@ the header and the Server tab follow the shared server controller through a time
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from console.clients import CONTROLS
-from console.core.controls import form_default
+from console.core.controls import TIMEOUT_RULE, form_default
 
 from . import files, views
 from .handlers import WebConsole
@@ -103,8 +104,8 @@ def _chat_tab() -> dict[str, Any]:
                                        elem_id=f"qc-control-{c.name.replace('_', '-')}")
                     for c in CONTROLS
                 }
-                view["timeout"] = gr.Textbox("", label="Timeout s", info="Whole call (blank: 600 KV / 6000 causal; "
-                                             "0: none).", placeholder="model default", elem_id="qc-timeout")
+                view["timeout"] = gr.Textbox("", label="Timeout s", info=f"Whole call: {TIMEOUT_RULE}.",
+                                             placeholder="model default", elem_id="qc-timeout")
             view["system"] = gr.Textbox("", label="System prompt (with the chat template)", lines=2)
             view["echo"] = gr.Checkbox(False, label="Show each prompt before its reply",
                                        elem_id="qc-echo")
@@ -188,7 +189,9 @@ class Served:
         return self.login.url(self.demo.share_url)
 
     def block(self) -> None:
-        self.demo.block_thread()
+        """Wait until Ctrl-C or SIGTERM (KeyboardInterrupt): not Gradio's wait, which catches it and says
+        "Keyboard interruption in main thread... closing server." on a clean stop."""
+        threading.Event().wait()
 
     def close(self) -> None:
         try:

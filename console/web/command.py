@@ -117,7 +117,7 @@ def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None
     except KeyboardInterrupt:
         pass
     finally:
-        controller.stop()
+        controller.stop(closing=True)
         if served is not None:
             served.close()  # the folder with it
         else:

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from console.clients import ClientError, Interface, ModelInfo, format_stats, interface_of
+from console.core.adapters import SERVER
 from console.core.controller import Snapshot
 from console.core.transcript import summary
 from console.core.turns import Turn, ending_mark
@@ -74,7 +75,7 @@ def status_markdown(snap: Snapshot) -> str:
     text = f"{PHASE_ICONS.get(snap.phase, '○')} **{md(snap.phase)}** · {md(snap.message)}"
     if snap.server is not None:
         text += f"  \n{md(snap.server.title())}"
-        if snap.server.server_template:
+        if snap.server.template_side() == SERVER:
             text += " · chat messages go to the server's chat template"
     if snap.phase in RESTART:
         text += f"  \n{md(RESTART[snap.phase])}"
@@ -116,12 +117,14 @@ def model_kind(info: ModelInfo) -> str:
 
 
 def model_table(snap: Snapshot) -> pd.DataFrame:
-    """The models table (MODEL_COLUMNS): state, interface and kind of each model the server reports."""
+    """The models table (MODEL_COLUMNS): state, interface and kind of each model the server reports; the reason
+    column says why a model failed, or a model's instances with their SoCs when it is served on device groups."""
     rows = []
     for row in snap.models:
         interface = interface_name(row.info) if row.info else ""
         kind = model_kind(row.info) if row.info and interface != "unsupported" else ""
-        rows.append([row.name, row.state or "not loaded", interface, kind, row.reason])
+        rows.append([row.name, row.state or "not loaded", interface, kind,
+                     row.reason or (row.info.instances if row.info else "")])
     return pd.DataFrame(rows, columns=MODEL_COLUMNS)
 
 

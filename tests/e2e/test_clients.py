@@ -10,17 +10,19 @@ import pytest
 from helpers import wait_for_log
 
 from console.clients import (
-    CANCELLED,
-    CONNECTION,
-    IDLE_TIMEOUT,
-    SERVER,
-    TIMEOUT,
+    Cancelled,
     ClientError,
     Failure,
     GenerationParams,
+    IdleTimeout,
+    NotServed,
+    Refused,
     Reply,
+    ServerFault,
     TextDelta,
+    Timeout,
     Timeouts,
+    Unreachable,
     generate,
     infer,
     model_info,
@@ -61,7 +63,7 @@ def test_model_info(embedded_server) -> None:
     assert not causal.decoupled and not causal.use_kv_cache and causal.default_timeout == 6000
     with pytest.raises(ClientError) as info:
         model_info(embedded_server.http_url, "nope", protocol="http")
-    assert info.value.kind == SERVER and "nope" in str(info.value)
+    assert isinstance(info.value, NotServed) and "nope" in str(info.value)
 
 
 def test_stream_batch_and_generate_agree(embedded_server) -> None:
@@ -108,7 +110,7 @@ def test_timeout_cancels_on_the_server(embedded_server, protocol: str) -> None:
         call = infer(embedded_server.grpc_url, "smollm2_kv", PROMPTS[:1], params, Timeouts(network=0.3), "grpc")
     t0 = time.monotonic()
     _, replies, failure = run(call)
-    assert not replies and failure is not None and failure.kind == TIMEOUT
+    assert not replies and failure is not None and failure.error is Timeout
     assert time.monotonic() - t0 < 5
     assert "network timeout" in failure.message and "0.3 s" in failure.message
     assert "cancelled on the server" in failure.message
@@ -121,7 +123,7 @@ def test_timeout_cancels_on_the_server(embedded_server, protocol: str) -> None:
 def test_http_timeout_says_the_server_goes_on(embedded_server) -> None:
     params = GenerationParams(max_tokens=40, request_id="t-timeout-http")
     failure = run(infer(embedded_server.http_url, "smollm2_kv", PROMPTS[:1], params, Timeouts(network=0.2)))[2]
-    assert failure is not None and failure.kind == TIMEOUT
+    assert failure is not None and failure.error is Timeout
     assert "0.2 s" in failure.message and "cannot cancel HTTP" in failure.message
     line = wait_for_log(embedded_server, "request t-timeout-http ", timeout=120)
     assert line is not None and "finish=length" in line  # Triton cannot cancel an HTTP request
@@ -132,7 +134,7 @@ def test_idle_timeout_and_cancel(embedded_server) -> None:
     call = stream(embedded_server.grpc_url, "smollm2_decoupled", PROMPTS[:1], params,
                   Timeouts(network=60, idle=0.01))  # the first response needs a prefill: longer than 10 ms
     failure = run(call)[2]
-    assert failure is not None and failure.kind == IDLE_TIMEOUT
+    assert failure is not None and failure.error is IdleTimeout
     assert "stream idle timeout" in failure.message and "0.01 s" in failure.message
     assert "finish=cancelled" in (wait_for_log(embedded_server, "request t-idle ") or "")
 
@@ -143,7 +145,7 @@ def test_idle_timeout_and_cancel(embedded_server) -> None:
         seen.append(event)
         if isinstance(event, TextDelta):
             call.cancel()  # a UI's stop key, here from the consuming thread
-    assert isinstance(seen[-1], Failure) and seen[-1].kind == CANCELLED
+    assert isinstance(seen[-1], Failure) and seen[-1].error is Cancelled
     assert "finish=cancelled" in (wait_for_log(embedded_server, "request t-cancel ") or "")
 
 
@@ -158,15 +160,15 @@ def test_abandoned_iteration_cancels(embedded_server) -> None:
 
 def test_errors_are_failures(embedded_server) -> None:
     failure = run(stream(embedded_server.grpc_url, "nope", PROMPTS))[2]
-    assert failure is not None and failure.kind == SERVER and "nope" in failure.message
+    assert failure is not None and failure.error is NotServed and "nope" in failure.message
     failure = run(stream(embedded_server.grpc_url, "smollm2_decoupled", ["   "]))[2]
-    assert failure is not None and failure.kind == SERVER and "empty" in failure.message
+    assert failure is not None and failure.error is ServerFault and "empty" in failure.message
     # a decoupled model with a stream switch answers a batch call once (the generate endpoint, stream=false)
     _, replies, failure = run(infer(embedded_server.http_url, "smollm2_decoupled", PROMPTS[:1],
                                     GenerationParams(max_tokens=4)))
     assert failure is None and replies[0].finish_reason == "length" and replies[0].stats.time_to_first_token is None
     failure = run(generate(embedded_server.http_url, "smollm2_kv", ["   "]))[2]
-    assert failure is not None and failure.kind == SERVER and "HTTP 400" in failure.message
+    assert failure is not None and failure.error is Refused and "HTTP 400" in failure.message
     with pytest.raises(ClientError, match="no prompt"):
         stream(embedded_server.grpc_url, "smollm2_decoupled", [])
 
@@ -181,11 +183,11 @@ def test_unreachable_server() -> None:
     ):
         t0 = time.monotonic()
         failure = run(call)[2]
-        assert failure is not None and failure.kind == CONNECTION, failure
+        assert failure is not None and failure.error is Unreachable, failure
         assert url in failure.message and time.monotonic() - t0 < 10
     with pytest.raises(ClientError) as info:
         model_info(url, "m")
-    assert info.value.kind == CONNECTION
+    assert isinstance(info.value, Unreachable)
 
 
 def test_server_dying_mid_stream(tmp_path: Path) -> None:
@@ -207,7 +209,7 @@ def test_server_dying_mid_stream(tmp_path: Path) -> None:
                 killed_at = time.monotonic()
         assert killed_at is not None and time.monotonic() - killed_at < 30
         failure = events[-1]
-        assert isinstance(failure, Failure) and failure.kind == CONNECTION, failure
+        assert isinstance(failure, Failure) and failure.error is Unreachable, failure
         assert failure.message.startswith(f"lost the connection to tritonserver at {server.grpc_url}")
         assert not any(isinstance(e, Reply) for e in events)
     finally:

@@ -20,7 +20,8 @@ from fleet_parts import Haproxy, Prometheus
 from helpers import cli, json_rows, tritonserver_pid, wait_until
 
 from console.fleet.query import Prometheus as PrometheusAPI
-from console.metrics import scrape
+from console.fleet.watch import watcher
+from console.metrics import rows, scrape
 from console.server import TritonServer
 
 MODEL = "smollm2_decoupled"
@@ -125,6 +126,8 @@ def test_the_bench_through_haproxy_spreads_over_all_three_and_prometheus_sums_th
     assert view["models"][MODEL]["tokens_per_s"] == pytest.approx(sum(v["tokens_per_s"] or 0.0
                                                                       for v in instances.values()), rel=0.01)
     assert view["down"] == []
+    shown = [row[0] for row in rows(watcher(fleet.prometheus.url).look().figures)]  # what the TUI and web show
+    assert MODEL in shown and sum(label.startswith(f"{MODEL} @ 127.0.0.1:") for label in shown) == SERVERS, shown
 
 
 def test_the_console_and_the_front_answer_through_haproxy(fleet: Fleet) -> None:

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from console.cli import main
-from console.clients import CANCELLED, Failure, GenerationParams, TextDelta, stream
+from console.clients import Cancelled, Failure, GenerationParams, TextDelta, stream
 
 PROMPTS = ["My name is", "Maroon bells"]
 STREAMING = ("vllm_model", "vllm_legacy", "ensemble")
@@ -110,7 +110,7 @@ def test_stop_cancels_every_request_of_a_fan_out(llm_server) -> None:
         seen.append(event)
         if isinstance(event, TextDelta):
             call.cancel()
-    assert isinstance(seen[-1], Failure) and seen[-1].kind == CANCELLED
+    assert isinstance(seen[-1], Failure) and seen[-1].error is Cancelled
 
 
 def test_bench_on_a_vllm_model(llm_server, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,18 +14,24 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import SESSION_MARK, marked_servers
+from helpers import SESSION_MARK, marked_servers, signalled
 
 from console.clients import GenerationParams, Timeouts, stream
 from console.clients.status import ask_status
 from console.core.controller import ServerController
 from console.server import StaleServerError, TritonServer
 from console.server.stale import find_servers
+from console.signals import INTERRUPTED
 from repo_gen.samples import write_samples
 
 pytestmark = pytest.mark.server
 MODEL = "smollm2_decoupled"
 ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = ["-c", "from console.entry import main; main()"]  # what the qaic-console script runs
+# a program started as `qaic-console serve ... &` in a script is: bash sets SIGINT to ignored, and Python keeps it
+SIGINT_IGNORED = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                  "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+IMPORTED = re.compile(r"^import time:.*\|\s+console\.(?!entry\b|signals\b)\w")  # a module the commands load
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +242,23 @@ def test_a_batch_call_whose_backend_dies_fails_within_seconds_naming_the_model(b
     assert type(failure).__name__ == "Failure", failure
     assert_backend_death_said(failure, model, crashed)
     assert noticed < 15, (noticed, failure)
+
+
+def test_serve_started_with_sigint_ignored_stops_on_sigint_and_says_only_that_it_stopped(repo: Path) -> None:
+    """Its signals are its own whatever it inherited; a clean stop ends calmly (no exit timeout, no error)."""
+    cmd = [*SIGINT_IGNORED, *PROGRAM, "serve", "--model-repository", str(repo)]
+    ready, out, err, code = signalled(cmd, lambda line: "press Ctrl-C to stop" in line, signal.SIGINT, "stdout",
+                                      ROOT)
+    lines = out.splitlines()
+    assert ready and code == 0 and "stopping tritonserver ..." in lines and lines[-1] == "stopped", out + err
+    assert not [line for line in lines if "expired" in line or "error:" in line] and "Traceback" not in err, out + err
+
+
+def test_ctrl_c_while_a_command_starts_ends_with_one_line_and_exit_code_130() -> None:
+    """A SIGINT while the command's modules load (each one's import time on stderr says how far it got); had it come
+    later, it would have landed while the embedded server starts: the same end."""
+    cmd = [sys.executable, "-X", "importtime", *PROGRAM, "--prompt", "Hi", "--max-tokens", "4"]
+    loaded, out, err, code = signalled(cmd, IMPORTED.match, signal.SIGINT, cwd=ROOT)
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert loaded and code == 130 and said[-1] == INTERRUPTED, (loaded, err[-3000:])
+    assert "Traceback" not in err and not out, err[-3000:]

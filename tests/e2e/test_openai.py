@@ -18,7 +18,7 @@ from helpers import LLAMA_MODEL, LlamaServer, cli, greedy_answer, json_rows, wai
 from tui_pilot import openai_app, run, table_rows, until
 
 from console.cli import main
-from console.clients import CANCELLED, Failure, GenerationParams, TextDelta
+from console.clients import Cancelled, Failure, GenerationParams, TextDelta
 from console.core.adapters import adapter_for
 from console.core.request import Settings, prepare
 
@@ -147,7 +147,7 @@ def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) ->
     assert isinstance(next(events), TextDelta)
     call.cancel()
     rest = list(events)
-    assert isinstance(rest[-1], Failure) and rest[-1].kind == CANCELLED, rest[-1]
+    assert isinstance(rest[-1], Failure) and rest[-1].error is Cancelled, rest[-1]
     assert "connection closed" in rest[-1].message
     wait_until(lambda: llama_server.text().count("Disconnected from client") > gone, 10,
              "llama.cpp's server to notice the client went away")

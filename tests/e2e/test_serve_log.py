@@ -53,3 +53,7 @@ def test_web_says_on_the_terminal_when_its_server_is_ready_and_stopped(echo_repo
     assert any(line.startswith("tritonserver ") and "started here (pid" in line for line in lines), lines
     assert any(line.startswith("tritonserver stopped") for line in lines), lines
     assert not [line for line in lines if "Traceback" in line or line.startswith("error:")], lines
+    # SIGTERM is a clean stop: said calmly (not Gradio's "Keyboard interruption in main thread...", nor the advice to
+    # start it again that the page gives after its Stop button)
+    assert code == 0 and lines[-1] == "tritonserver stopped", lines
+    assert not [line for line in lines if "interruption" in line or "expired" in line], lines

@@ -91,6 +91,7 @@ def test_the_manifests_validate_and_say_what_the_cluster_needs(repository: Path,
     assert triton["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "models"
     assert front["command"][:2] == ["qaic-console", "openai"] and "--no-api-key" not in front["command"]
+    assert front["command"][front["command"].index("--metrics-url") + 1] == "127.0.0.1:8002"  # its own pod's
     assert front["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "front-key"
     assert pod["metadata"]["labels"][POOL_LABEL] == "qaic-triton"
     assert written["deployment.yaml"]["spec"]["replicas"] == 2

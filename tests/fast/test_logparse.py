@@ -36,8 +36,7 @@ def test_the_condensed_log_keeps_what_matters_without_tables_or_noise() -> None:
         "16:38:02 Started GRPCInferenceService at 127.0.0.1:33931",
         "16:38:03 error: failed to load 'bad' version 1: Invalid argument: x",  # its first line
         "16:38:03 All models are stopped, unloading models",
-        f"16:38:06 {logparse.EXPIRED_NOTE}",  # a normal stop's end, not an error
-    ]
+    ]  # nor Triton's "Exit timeout expired. Exiting immediately.": a normal stop's end, which the console says
     assert logparse.condensed(RAW[0]) == logparse.NOISE_NOTE  # the views drop or caption it themselves
     assert [logparse.startup_line(line) for line in RAW[2:5]] == [
         "loading: smollm2_decoupled:1", None, "smollm2_decoupled: engine=cpu model=embedded type=kv_cache"]
@@ -48,3 +47,12 @@ def test_a_stop_that_ran_past_the_exit_timeout_is_a_normal_stop() -> None:
     assert logparse.stop_note(-9, RAW) == "", "killed after Triton's exit timeout ran out: stopped as asked"
     assert logparse.stop_note(1, RAW) == ""
     assert logparse.stop_note(-9, RAW[:5]) == " (exit code -9)"
+
+
+def test_a_port_taken_is_read_from_the_log_of_either_service() -> None:
+    taken = ['E1203 13:33:14.334941 25069 main.cc:257] "failed to start HTTP service: Unavailable - Socket '
+             '\'127.0.0.1:59265\' already in use "',
+             'E1203 13:33:14.377589 25093 main.cc:245] "failed to start GRPC service: Unavailable - Socket '
+             '\'127.0.0.1:59265\' already in use "']  # as tritonserver 2.51 writes them
+    assert all(logparse.port_taken(RAW + [line]) for line in taken)
+    assert not logparse.port_taken(RAW)

@@ -19,7 +19,7 @@ import pytest
 from helpers import wait_until
 from tritonclient.utils import InferenceServerException
 
-from console.clients.wire import GONE, WRONG_PORT, error_message
+from console.clients.failures import GONE, WRONG_PORT, error_message
 from console.core.supervisor import RETRIES, pauses
 from console.serve_command import SERVE_RISK
 from console.server import guard, keys, logparse

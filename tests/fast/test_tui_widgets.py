@@ -262,12 +262,15 @@ def test_footer_names_quit_and_the_generator() -> None:
 
     async def go() -> None:
         app = QaicConsoleApp()
+
+        def shown() -> str:
+            return " · ".join(text_of(key) for key in app.query(FooterKey))
+
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            shown = " · ".join(text_of(key) for key in app.query(FooterKey))
-            assert "^q Quit" in shown and "f9 Generate" in shown and "^g Raw log" in shown, shown
+            await until(pilot, lambda: "^q Quit" in shown(), 10, "the footer drawn")  # keys have no size before
+            assert "^q Quit" in shown() and "f9 Generate" in shown() and "^g Raw log" in shown(), shown()
             await pilot.press("f3")
-            await pilot.pause()
-            assert "^q Quit" in " · ".join(text_of(key) for key in app.query(FooterKey))
+            await until(pilot, lambda: "^q Quit" in shown(), 10, "the Stream pane's footer drawn")
+            assert "^q Quit" in shown()
 
     run(go)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from console.clients import CANCELLED, TIMEOUT, Failure, Reply, TextDelta, reply_stats
+from console.clients import Cancelled, Failure, Reply, TextDelta, Timeout, reply_stats
 from console.core.transcript import export, summary
 from console.core.turns import PREPARE_NOTE, STOPPED, Turn, batch_model_note, history, last_reply
 
@@ -50,7 +50,7 @@ def test_live_figures_and_a_stopped_reply_keeps_them() -> None:
     live = turn.figures(0, now=1.0)
     assert live.time_to_first_token == 0.5 and live.request_latency == 1.0
     assert live.output_token_throughput == pytest.approx(3 / 1.0)
-    turn.apply(Failure("cancelled after 0.8 s", "cancelled", 0.8))
+    turn.apply(Failure("cancelled after 0.8 s", Cancelled, 0.8))
     assert turn.done and turn.figures(0).request_latency == pytest.approx(0.8)
     row = turn.as_json()["replies"][0]
     assert row["finish_reason"] == "cancelled" and row["time_to_first_token_ms"] == 500.0 and row["text"] == "xxx"
@@ -62,7 +62,7 @@ def test_a_stopped_or_failed_reply_has_one_look_in_status_and_export() -> None:
     stopped = Turn("stream", "m", ["a"], "r4")
     for k, t in enumerate((0.5, 0.6, 0.7)):
         stopped.apply(TextDelta(0, "x", t, first=k == 0))
-    stopped.apply(Failure("cancelled after 0.8 s; request cancelled on the server", CANCELLED, 0.8))
+    stopped.apply(Failure("cancelled after 0.8 s; request cancelled on the server", Cancelled, 0.8))
     assert stopped.status(0).startswith("■ stopped · 3 tokens · ttft 500 ms")
     assert stopped.failure_line() == "■ stopped: cancelled after 0.8 s; request cancelled on the server"
     md = stopped.as_markdown()
@@ -70,7 +70,7 @@ def test_a_stopped_or_failed_reply_has_one_look_in_status_and_export() -> None:
 
     timed_out = Turn("stream", "m", ["a", "b"], "r5")
     timed_out.apply(TextDelta(1, "y", 0.2, first=True))
-    timed_out.apply(Failure("network timeout: m did not finish within 0.3 s", TIMEOUT, 0.3))
+    timed_out.apply(Failure("network timeout: m did not finish within 0.3 s", Timeout, 0.3))
     assert timed_out.status(0) == "✖ timeout" and not timed_out.cut_short(0)  # nothing came: no figures
     assert timed_out.status(1).startswith("✖ timeout · 1 tokens · ttft 200 ms") and timed_out.cut_short(1)
     assert timed_out.as_json()["replies"][1]["status"] == "✖ timeout"

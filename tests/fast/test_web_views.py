@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 from console.clients import (
-    CANCELLED,
     CONTROLS,
+    Cancelled,
     ClientError,
     Control,
     Failure,
     GenerationParams,
     ModelInfo,
     Reply,
+    ServerFault,
     Tensor,
     TextDelta,
     format_stats,
@@ -24,6 +25,7 @@ from console.clients import (
 )
 from console.core.adapters.triton import TritonAdapter
 from console.core.controller import ModelRow, ServerController, Snapshot
+from console.core.controls import settings_from_form
 from console.core.request import Exchange, Settings
 from console.core.turns import Turn
 from console.web import views
@@ -66,7 +68,7 @@ def test_markup_from_prompts_models_and_servers_stays_text() -> None:
     turn = Turn("batch", "m", ["<b>a</b>", "b"], "qc-1", echo=True)
     turn.sent_at = 1.0
     turn.apply(Reply(0, "<b>a</b>", "<script>x()</script>", "length", reply_stats([], 0.5, 10, streamed=False)))
-    turn.apply(Failure("<i>gone</i> **bold**", "server", 0.6))
+    turn.apply(Failure("<i>gone</i> **bold**", ServerFault, 0.6))
     shown = [m["content"] for m in views.messages([turn])]
     assert shown[0] == "[1/2] &lt;b&gt;a&lt;/b&gt;\n[2/2] b"
     assert shown[1].startswith("[1/2] &lt;b&gt;a&lt;/b&gt;&lt;script&gt;x()&lt;/script&gt;\n\n— length · 10 tokens")
@@ -124,7 +126,7 @@ def test_a_stopped_reply_is_one_bubble_with_its_figures_and_how_it_stopped() -> 
     turn.sent_at = 1.0
     for k, t in enumerate([0.2, 0.3, 0.4]):
         turn.apply(TextDelta(0, f"w{k} ", t, first=k == 0))
-    turn.apply(Failure("cancelled after 0.5 s; request cancelled on the server", CANCELLED, 0.5))
+    turn.apply(Failure("cancelled after 0.5 s; request cancelled on the server", Cancelled, 0.5))
     shown = [m["content"] for m in views.messages([turn])]
     assert len(shown) == 2, "the prompt and one answer: no separate bubble for the stop"
     assert shown[1].startswith("w0 w1 w2 \n\n— ■ stopped · 3 tokens · ttft 200 ms")
@@ -179,9 +181,12 @@ def test_models_table_names_each_interface_and_the_selector_fits_the_mode() -> N
     assert views.model_choices(snap.infos, "stream") == [("smollm2_decoupled", "smollm2_decoupled")]
 
 
-def test_form_controls_zero_is_a_value_blank_is_unset_errors_name_the_field() -> None:
-    from console.web.handlers import settings_from
+def settings_from(form: dict) -> Settings:
+    """The web chat form's settings, as its handler reads them."""
+    return settings_from_form(form, "Server tab")
 
+
+def test_form_controls_zero_is_a_value_blank_is_unset_errors_name_the_field() -> None:
     form = {"model": "m", "mode": "stream", "chat": True, "timeout": "", "seed": "0", "max_tokens": "16",
             "temperature": " ", "stop": "a|b"}
     settings = settings_from(form)
@@ -191,7 +196,7 @@ def test_form_controls_zero_is_a_value_blank_is_unset_errors_name_the_field() ->
                                 ("timeout", "soon", "Timeout")):
         with pytest.raises(ClientError, match=label):
             settings_from({**form, field: value})
-    with pytest.raises(ClientError, match="timeout must be >= 0"):
+    with pytest.raises(ClientError, match="Timeout s must be a number >= 0"):
         settings_from({**form, "timeout": "-1"})
 
 
@@ -206,7 +211,7 @@ def test_a_control_added_to_the_table_appears_in_the_page(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(params, "BY_NAME", {c.name: c for c in table})
     from console.web.app import build_app
-    from console.web.handlers import WebConsole, settings_from
+    from console.web.handlers import WebConsole
 
     page = build_app(WebConsole(ServerController(), tmp_path)).config
     fields = {c["props"].get("label"): c["props"] for c in page["components"] if c["props"].get("label")}

@@ -11,7 +11,7 @@ from console.clients import ClientError
 from console.metrics.scrape import metrics_endpoint
 from console.server.health import ServerHandle
 
-from .base import Adapter, Framed, States
+from .base import HERE, NONE, SERVER, Adapter, Framed, States
 from .openai import OpenAIAdapter
 from .triton import TritonAdapter
 
@@ -52,5 +52,5 @@ def started_here(handle: ServerHandle) -> Adapter:
     return TritonAdapter.of(handle)
 
 
-__all__ = ["APIS", "DEFAULT", "KINDS", "Adapter", "Framed", "States", "adapter_for", "api_help", "kind_of",
-           "started_here"]
+__all__ = ["APIS", "DEFAULT", "HERE", "KINDS", "NONE", "SERVER", "Adapter", "Framed", "States", "adapter_for",
+           "api_help", "kind_of", "started_here"]

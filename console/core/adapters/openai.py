@@ -100,7 +100,7 @@ class OpenAIAdapter(Adapter):
 
     def model_info(self, model: str, mode: str = "stream", protocol: str = "http", timeout: float = 10.0) -> ModelInfo:
         """The model ``model`` (empty: the first listed); ClientError naming the served ones when absent."""
-        return model_info(self.base, model)
+        return model_info(self.base, model, timeout)
 
     def listed_info(self, model: str) -> ModelInfo:
         return openai_info(model, self.listed.get(model))

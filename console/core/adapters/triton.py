@@ -1,8 +1,9 @@
 """Triton Inference Server: HTTP and gRPC endpoints, the repository's model states, client-side chat templates.
 
-The URL rule: both endpoints when both are given; a lone address is asked once which protocol it speaks (an
-HTTP request to a gRPC port gets no HTTP answer), and the other endpoint is Triton's neighbour (gRPC = HTTP + 1),
-said as guessed.
+The URL rule: both endpoints when both are given; a lone address is asked once, when the adapter is made, which
+protocol it speaks (an HTTP request to a gRPC port gets no HTTP answer), and the other endpoint is Triton's
+neighbour (gRPC = HTTP + 1), said as guessed. Its accessors (``url``, ``addresses``, ``metrics``, ``handle``)
+then only read what it holds: no network, no change.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from console.clients import (
     stream,
 )
 from console.clients.call import Probe
-from console.clients.errors import CONNECTION
+from console.clients.errors import Unreachable
+from console.clients.failures import answers_http, error_message
 from console.clients.status import ask_status
-from console.clients.wire import answers_http, error_message
 from console.server.health import ServerHandle
 from console.server.keys import key_for
 
@@ -45,9 +46,9 @@ def neighbour(url: str, step: int) -> str:
     return f"{host}:{int(port) + step}"
 
 
-def unreachable(url: str, exc: BaseException) -> ClientError:
+def unreachable(url: str, exc: BaseException) -> Unreachable:
     """The one line for a server that does not answer HTTP at ``url``."""
-    return ClientError(error_message(exc, url, "http"), CONNECTION)
+    return Unreachable(error_message(exc, url, "http"))
 
 
 def speaks_http(url: str, timeout: float = 3.0) -> bool:
@@ -69,53 +70,47 @@ class TritonAdapter(Adapter):
     note = "Connected to a tritonserver started elsewhere: its log is not shown here."
 
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None, metrics_url: str | None = None,
-                 lone: str | None = None, key: str = "") -> None:
+                 key: str = "", guessed: str = "") -> None:
         self.http_url, self.grpc_url, self.metrics_url = http_url, grpc_url, metrics_url
         self._key = key  # the restricted APIs' key of a server started here
-        self._lone = lone  # an address whose protocol is not known yet
-        self.guessed = ""  # the endpoint guessed as Triton's neighbour, said on connecting
+        self.guessed = guessed  # the endpoint guessed as Triton's neighbour, said on connecting
 
     @classmethod
     def at(cls, url: str, grpc_url: str | None = None) -> TritonAdapter:
-        """``url`` alone (either endpoint) or ``url`` as HTTP beside ``grpc_url``."""
+        """``url`` alone (either endpoint: asked which, :meth:`lone`) or ``url`` as HTTP beside ``grpc_url``."""
         if grpc_url and grpc_url.strip():
             return cls(normalize_url(url), normalize_url(grpc_url)) if url.strip() else cls.grpc_only(grpc_url)
-        return cls(lone=normalize_url(url))
+        return cls.lone(normalize_url(url))
+
+    @classmethod
+    def lone(cls, address: str) -> TritonAdapter:
+        """An address asked once which protocol it speaks; the other endpoint is its neighbour. Unreachable when
+        nothing answers there."""
+        if speaks_http(address):
+            grpc = neighbour(address, 1)
+            return cls(address, grpc, guessed=f"gRPC guessed at {grpc} (the HTTP port + 1: give it if streaming fails)")
+        http = neighbour(address, -1)
+        return cls(http, address, guessed=f"{address} is the gRPC endpoint; HTTP guessed at {http} (the gRPC port - 1)")
 
     @classmethod
     def grpc_only(cls, grpc_url: str) -> TritonAdapter:
         """Only the gRPC endpoint given: HTTP is its neighbour below."""
         grpc = normalize_url(grpc_url)
-        adapter = cls(neighbour(grpc, -1), grpc)
-        adapter.guessed = f"HTTP guessed at {adapter.http_url} (the gRPC port - 1)"
-        return adapter
+        http = neighbour(grpc, -1)
+        return cls(http, grpc, guessed=f"HTTP guessed at {http} (the gRPC port - 1)")
 
     @classmethod
     def of(cls, handle: ServerHandle) -> TritonAdapter:
         """The server a :class:`ServerHandle` reaches (one started here: its ports and key are known)."""
         return cls(handle.http_url, handle.grpc_url, handle.metrics_url, key=handle.key)
 
-    def _resolve(self) -> None:
-        """Ask a lone address which protocol it speaks; the other endpoint is its neighbour."""
-        lone, self._lone = self._lone, None
-        if lone is None:
-            return
-        if speaks_http(lone):
-            self.http_url, self.grpc_url = lone, neighbour(lone, 1)
-            self.guessed = f"gRPC guessed at {self.grpc_url} (the HTTP port + 1: give it if streaming fails)"
-        else:
-            self.grpc_url, self.http_url = lone, neighbour(lone, -1)
-            self.guessed = f"{lone} is the gRPC endpoint; HTTP guessed at {self.http_url} (the gRPC port - 1)"
-
     @property
     def handle(self) -> ServerHandle:
-        self._resolve()
         return ServerHandle(self.http_url or "", self.grpc_url, self.metrics_url,
                             self._key or key_for(self.http_url or ""))
 
     def url(self, mode: str, protocol: str = "http") -> tuple[str, str]:
         self.check_mode(mode)
-        self._resolve()
         grpc = mode == "stream" or (mode == "batch" and protocol == "grpc")
         url, name = (self.grpc_url, "gRPC") if grpc else (self.http_url, "HTTP")
         if not url:
@@ -126,10 +121,6 @@ class TritonAdapter(Adapter):
         """The metrics port given or known (a server started here), else Triton's neighbour: the HTTP port + 2."""
         if self.metrics_url:
             return self.metrics_url, ""
-        try:
-            self._resolve()
-        except ClientError as exc:
-            return None, str(exc)
         if not self.http_url:
             return None, "no HTTP endpoint to guess the metrics port from: give --metrics-url"
         host, _, port = self.http_url.rpartition(":")
@@ -139,7 +130,6 @@ class TritonAdapter(Adapter):
                 "guessed at the HTTP port + 2, Triton's default layout: give --metrics-url if it is elsewhere")
 
     def addresses(self) -> list[tuple[str, str]]:
-        self._resolve()
         rows = [("HTTP", self.http_url or "-"), ("gRPC", self.grpc_url or "-")]
         return rows + ([("metrics", self.metrics_url)] if self.metrics_url else [])
 
@@ -153,15 +143,14 @@ class TritonAdapter(Adapter):
         try:
             return handle.describe_version(timeout=timeout)
         except http.client.HTTPException as exc:
-            raise ClientError(f"{handle.http_url} does not answer HTTP ({type(exc).__name__}): is it tritonserver's "
-                              "gRPC port? (HTTP is usually the gRPC port - 1, e.g. 8000)", CONNECTION) from None
+            raise Unreachable(error_message(exc, handle.http_url, "http")) from None
         except (OSError, ValueError) as exc:
             raise self._with_guess(unreachable(handle.http_url, exc)) from None
 
     def _with_guess(self, exc: ClientError) -> ClientError:
         """A connection error that also says which endpoint was guessed (the guess may be what is wrong)."""
-        if exc.kind == CONNECTION and self.guessed:
-            return ClientError(f"{exc} ({self.guessed})", exc.kind)
+        if isinstance(exc, Unreachable) and self.guessed:
+            return Unreachable(f"{exc} ({self.guessed})")
         return exc
 
     def describe(self, timeout: float = 5.0) -> str:

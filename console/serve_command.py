@@ -85,7 +85,7 @@ def _print_ready(controller: ServerController) -> None:
 def serve(model_repository: Path | None, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
           stop_stale: bool, python_env: Path | None, backends: tuple[Path, ...], openai_port: int | None,
-          api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], raw_log: bool,
+          api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None, raw_log: bool,
           extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
@@ -104,7 +104,7 @@ def serve(model_repository: Path | None, models: tuple[str, ...], http_port: int
     if warning:
         click.echo(warning, err=True)
     try:
-        beside = Beside(openai_port, host, api_key, no_api_key, tokenizers)
+        beside = Beside(openai_port, host, api_key, no_api_key, tokenizers, tool_parser)
     except ClientError as exc:
         fail(str(exc))
 

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible app (FastAPI): ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/health``,
+"""The OpenAI-compatible app (FastAPI): ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``,
+``/v1/responses`` (:mod:`.responses`), ``/health``,
 ``/version``, ``/metrics`` (:mod:`.metrics_route`) and vLLM's tokenizer routes (:mod:`.tokenize_routes`), in front of
 one tritonserver.
 
@@ -32,6 +33,7 @@ from .metrics_route import FrontMetrics, Measured, render
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .tokenize_routes import Lengths, tokenize_router
 from .tokenizers import Tokenizers
+from .toolcalls import Call, Parser, Reader
 from .upstream import Generation, Upstream
 from .wire import EventStream, Gone, read_body, unless_gone
 
@@ -47,6 +49,7 @@ class Front:
     api_key: str | None = None
     tokenizers: Tokenizers = field(default_factory=Tokenizers)
     metrics_url: str | None = None
+    tool_parser: str | None = None  # --tool-call-parser: the format of every model's tool calls (None: its template's)
     upstream: Upstream = field(init=False)
     metrics: FrontMetrics = field(init=False)
     lengths: Lengths = field(init=False)
@@ -60,9 +63,10 @@ class Front:
 class Answer:
     """One request's answer to the client, built from one :class:`Generation`."""
 
-    def __init__(self, front: Front, job: mapping.Job, generation: Generation) -> None:
+    def __init__(self, front: Front, job: mapping.Job, generation: Generation, parser: Parser | None = None) -> None:
         self.front, self.job, self.generation = front, job, generation
         self.shape = Shape(job)
+        self.reader = Reader(job.tools, parser) if job.tools is not None and job.tools.active and parser else None
 
     async def counts(self) -> dict[str, int | None]:
         """``usage``: the model's counts, else the front's tokenizer's."""
@@ -77,13 +81,26 @@ class Answer:
 
     @property
     def finish(self) -> str:
-        return finish_reason(self.generation.value("finish_reason"))
+        reason = finish_reason(self.generation.value("finish_reason"))
+        return "tool_calls" if reason == "stop" and self.reader is not None and self.reader.calls else reason
 
-    async def whole(self) -> dict[str, Any]:
+    def read(self, piece: str, last: bool = False) -> tuple[str, list[dict[str, Any]]]:
+        """The content of the answer's next ``piece`` (or of its end) and the tool calls' new stream entries."""
+        if self.reader is None:
+            return piece, []
+        return self.reader.end() if last else self.reader.feed(piece)
+
+    async def outcome(self) -> tuple[str, list[Call]]:
+        """The whole answer: its content and its tool calls."""
         async for _ in self.generation.pieces():
             pass
         text = (self.generation.prompt if self.job.echo else "") + self.generation.text
-        return self.shape.whole(text, self.finish, await self.counts(), self.generation.tokens())
+        return self.reader.whole(text) if self.reader is not None else (text, [])
+
+    async def whole(self) -> dict[str, Any]:
+        text, calls = await self.outcome()
+        return self.shape.whole(text, self.finish, await self.counts(), self.generation.tokens(),
+                                [call.openai() for call in calls] or None)
 
     async def stream(self, request: Request, headers: dict[str, str]) -> Response:
         pieces = self.generation.pieces()
@@ -99,11 +116,16 @@ class Answer:
         try:
             if self.job.echo:
                 yield shape.chunk(self.generation.prompt)
-            yield shape.chunk(first, first=True, tokens=tokens())
+            text, calls = self.read(first)
+            yield shape.chunk(text, first=True, tokens=tokens(), calls=calls)
             async for piece in pieces:
                 new = tokens()
-                if piece or new:
-                    yield shape.chunk(piece, tokens=new)
+                text, calls = self.read(piece)
+                if text or new or calls:
+                    yield shape.chunk(text, tokens=new, calls=calls)
+            text, calls = self.read("", last=True)
+            if text or calls:
+                yield shape.chunk(text, calls=calls)
             yield shape.chunk("", finish=self.finish, tokens=tokens())
             if self.job.include_usage:
                 yield shape.usage_chunk(await self.counts())
@@ -116,6 +138,7 @@ class Answer:
 
 def create_app(front: Front) -> FastAPI:
     """The app serving ``front``."""
+    from . import responses  # its answers are Answers
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -175,15 +198,16 @@ def create_app(front: Front) -> FastAPI:
         info = await front.upstream.info(model)
         return model_card(info, await front.lengths.of(info.name))
 
-    async def answer(request: Request, chat: bool) -> Any:
-        job = mapping.parse(await read_body(request), chat)
+    async def answer(request: Request, job: mapping.Job, kind: type[Answer] = Answer) -> Any:
+        """``job``'s answer, whole or streamed: a completion, or a chat in the shapes of ``kind``."""
         info = await front.upstream.named(job.model)
         job.model = info.name
         params = mapping.check_model(job, interface_of(info)).replace(request_id=new_request_id())
-        if chat:
-            prompt = await front.tokenizers.chat_prompt(info, job.messages)
-            result: Answer | Completion = Answer(front, job, front.upstream.generate(info, prompt, params,
-                                                                                     info.default_timeout))
+        if job.chat:
+            prompt = await front.tokenizers.chat_prompt(info, job.messages, job.tools)
+            parser = await front.tokenizers.tool_parser(info, front.tool_parser) if job.tools is not None else None
+            generation = front.upstream.generate(info, prompt, params, info.default_timeout)
+            result: Answer | Completion = kind(front, job, generation, parser)
         else:
             result = Completion(front, job, info, params)
         headers = {"x-request-id": params.request_id}  # the Triton request's id (its log names it)
@@ -198,7 +222,7 @@ def create_app(front: Front) -> FastAPI:
 
     @v1.post("/completions")
     async def completions(request: Request) -> Any:
-        return await answer(request, chat=False)
+        return await answer(request, mapping.parse(await read_body(request), chat=False))
 
     @v1.post("/embeddings")
     async def embeddings() -> Response:
@@ -208,7 +232,11 @@ def create_app(front: Front) -> FastAPI:
 
     @v1.post("/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        return await answer(request, chat=True)
+        return await answer(request, mapping.parse(await read_body(request), chat=True))
+
+    @v1.post("/responses")
+    async def create_response(request: Request) -> Any:
+        return await answer(request, responses.job(await read_body(request)), responses.ResponseAnswer)
 
     app.include_router(v1)
     return app

@@ -77,13 +77,17 @@ class Shape:
         return chat_logprobs(tokens) if self.chat else completion_logprobs(tokens, self.sent, text)
 
     def chunk(self, text: str, first: bool = False, finish: str | None = None,
-              tokens: list[dict[str, Any]] | None = None) -> bytes:
-        """One stream event carrying ``text`` (``first``: the chat answer's role too; ``finish``: its end)."""
+              tokens: list[dict[str, Any]] | None = None, calls: list[dict[str, Any]] | None = None) -> bytes:
+        """One stream event carrying ``text`` (``first``: the chat answer's role too; ``finish``: its end;
+        ``calls``: tool calls' ``delta.tool_calls`` entries)."""
         logprobs = self._logprobs(tokens, text)
         self.sent += len(text)
         if self.chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": text} if first else (
-                {"content": text} if text else {})
+            calls_only = self.job.tools is not None and self.job.tools.forced  # content null, as OpenAI sends it
+            delta: dict[str, Any] = {"role": "assistant", "content": text or (None if calls_only else "")} \
+                if first else ({"content": text} if text else {})
+            if calls:
+                delta["tool_calls"] = calls
             choice = {"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
             choice = {"index": self.index, "text": text, "logprobs": logprobs, "finish_reason": finish}
@@ -94,15 +98,18 @@ class Shape:
         """The stream's last event when ``stream_options.include_usage``: no choices, the usage."""
         return sse({**self.head(True), "choices": [], "usage": counts})
 
-    def choice(self, text: str, finish: str, tokens: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """This choice whole, in an answer that is not streamed."""
+    def choice(self, text: str, finish: str, tokens: list[dict[str, Any]] | None = None,
+               calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """This choice whole, in an answer that is not streamed (``calls``: its ``message.tool_calls``)."""
         logprobs = self._logprobs(tokens, text)
         if self.chat:
-            return {"index": self.index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-                    "finish_reason": finish}
+            message: dict[str, Any] = {"role": "assistant", "content": text or None if calls else text}
+            if calls:
+                message["tool_calls"] = calls
+            return {"index": self.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
         return {"index": self.index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
     def whole(self, text: str, finish: str, counts: dict[str, int | None],
-              tokens: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+              tokens: list[dict[str, Any]] | None = None, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The one answer of a request that is not streamed."""
-        return {**self.head(False), "choices": [self.choice(text, finish, tokens)], "usage": counts}
+        return {**self.head(False), "choices": [self.choice(text, finish, tokens, calls)], "usage": counts}

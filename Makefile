@@ -1,5 +1,5 @@
 # The two quick-start commands: `make run` and `make test` (see README.md).
-.PHONY: run test test-fast test-peers lint bench
+.PHONY: run test test-fast test-peers lint bench docs
 
 run:
 	@scripts/setup.sh
@@ -8,11 +8,15 @@ run:
 test:
 	@scripts/setup.sh --test
 	@.venv/bin/ruff check .
+	@.venv/bin/lint-imports --no-cache  # the layers (pyproject.toml [tool.importlinter])
+	@.venv/bin/mypy console/core console/clients  # [tool.mypy]: front/ and backend_model/ join once they pass
 	@.venv/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-fast:
 	@scripts/setup.sh --test
 	@.venv/bin/ruff check .
+	@.venv/bin/lint-imports --no-cache
+	@.venv/bin/mypy console/core console/clients
 	@.venv/bin/python -m pytest -q tests/fast $(PYTEST_ARGS)
 
 # The peer tier, outside `make test`: real vLLM in its own venv (built once by scripts/setup-vllm.sh).
@@ -27,3 +31,8 @@ lint:
 bench:
 	@scripts/setup.sh
 	@.venv/bin/qaic-console bench report
+
+# The documentation site (mkdocs-material, strict: a broken link or anchor fails) into site/.
+docs:
+	@scripts/setup.sh --test
+	@NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict

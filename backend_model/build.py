@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import compile_config, cpu_support, specializations
+from . import compile_config, cpu_support, devices, specializations
 from .contract import Dims, SessionError
 from .engine import Engine
 from .models import EMBEDDED, Progress, eos_ids, load_config, load_pretrained, load_tokenizer
@@ -36,7 +36,8 @@ class BackendSettings:
     aic_binary_dir: str = ""
     hf_model_name: str = EMBEDDED
     precision: str = "fp32"
-    device_ids: list[int] | None = None
+    device_ids: list[int] | None = None  # the SoCs this instance opens (its device group)
+    instance: int = 0  # which instance of the model this is (Triton's instance name, devices.instance_index)
     cpu_threads: int = 0  # 0: automatic (threads.choose_threads)
     cpu_models: int = 1  # CPU model instances of the server, for the automatic thread count
     prefix_caching: bool = True  # a prompt that starts as a slot's last one prefills only the rest (Engine)
@@ -44,8 +45,11 @@ class BackendSettings:
     compile: dict[str, Any] = field(default_factory=lambda: compile_config.validate({}))
 
     @classmethod
-    def from_model_dir(cls, model_dir: str | Path, parameters: dict[str, str]) -> BackendSettings:
-        """Read Triton's string parameters and ``<model_dir>/compile_config.json`` (defaults if absent)."""
+    def from_model_dir(cls, model_dir: str | Path, parameters: dict[str, str],
+                       instance_name: str = "") -> BackendSettings:
+        """Read Triton's string parameters and ``<model_dir>/compile_config.json`` (defaults if absent); the
+        instance Triton named (``args["model_instance_name"]``) takes its device group, which must hold the SoCs
+        the QPC runs on."""
         path = Path(model_dir) / "compile_config.json"
         compiled = compile_config.load(path) if path.is_file() else compile_config.validate({})
         if compiled["onnx_path"]:  # a relative graph path belongs to the model folder
@@ -56,7 +60,10 @@ class BackendSettings:
         kv = parameters.get("use_kv_cache", "true").strip().lower()
         if kv not in BOOLEANS:
             raise SessionError(f"parameter use_kv_cache must be true or false, got {kv!r}")
-        devices = parameters.get("device_ids", "").strip()
+        try:
+            group, instance = devices.group_of(parameters, instance_name, compiled)
+        except devices.DeviceError as exc:
+            raise SessionError(str(exc)) from None
         threads = parameters.get("cpu_threads", "0").strip() or "0"
         reuse = parameters.get("enable_prefix_caching", "true").strip().lower() or "true"
         if reuse not in BOOLEANS:
@@ -73,7 +80,8 @@ class BackendSettings:
             aic_binary_dir=parameters.get("aic_binary_dir", "").strip(),
             hf_model_name=parameters.get("hf_model_name", "").strip() or EMBEDDED,
             precision=parameters.get("precision", "fp32").strip() or "fp32",
-            device_ids=[int(d) for d in devices.split(",")] if devices else None,
+            device_ids=group,
+            instance=instance,
             cpu_threads=int(threads),
             prefix_caching=reuse in TRUE,
             speculative_tokens=int(drafts),

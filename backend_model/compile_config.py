@@ -6,6 +6,7 @@ Defaults are QEfficient's compile defaults; they apply when a key (or the whole 
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import stat
@@ -24,6 +25,7 @@ SCHEMA: dict[str, tuple[type, Any, Any, str]] = {
     "mxint8_kv_cache": (bool, False, lambda v: True, "true or false"),
     "aic_enable_depth_first": (bool, False, lambda v: True, "true or false"),
     "mos": (int, -1, lambda v: v == -1 or 1 <= v <= 16, "-1 or an integer in [1, 16]"),
+    "num_devices": (int, 1, lambda v: 1 <= v <= 64, "an integer in [1, 64] (the SoCs one QPC is tensor-sliced across)"),
 }
 KEYS = tuple(SCHEMA)
 MAX_BYTES = 64 * 1024  # a compile config is a few hundred bytes; a model's config.json a few kilobytes
@@ -41,9 +43,9 @@ def validate(raw: Any, source: str = "compile config") -> dict[str, Any]:
         raise CompileConfigError(f"{source}: must be a JSON object, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(SCHEMA))
     if unknown:
-        raise CompileConfigError(
-            f"{source}: unknown key {unknown[0]!r} (supported: {', '.join(KEYS)})"
-        )
+        like = difflib.get_close_matches(str(unknown[0]).lower().replace("-", "_"), KEYS, n=1, cutoff=0.7)
+        guess = f"did you mean {like[0]!r}? " if like else ""
+        raise CompileConfigError(f"{source}: unknown key {unknown[0]!r} ({guess}supported: {', '.join(KEYS)})")
     out: dict[str, Any] = {}
     for key, (typ, default, check, rule) in SCHEMA.items():
         if key not in raw or raw[key] is None:

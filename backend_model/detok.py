@@ -83,7 +83,7 @@ def max_prompt_bytes(tokenizer, table: list[bytes] | None, ctx_len: int) -> int 
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     longest = longest_token_bytes(tokenizer, table) if backend is not None else None
-    if longest is None:
+    if backend is None or longest is None:
         return None
     return ctx_len * longest * (1 if backend.normalizer is None else UTF8_SHRINK)
 

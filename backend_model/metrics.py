@@ -44,6 +44,7 @@ METRICS = (
     Spec("qaic_num_requests_running", GAUGE, "Sequences (prompts) in the engine's slots."),
     Spec("qaic_num_requests_waiting", GAUGE, "Sequences (prompts) queued for a free slot."),
     Spec("qaic_slots", GAUGE, "Slots the engine decodes together (full_batch_size, else batch_size)."),
+    Spec("qaic_ctx_len", GAUGE, "Positions one sequence's context holds, prompt and reply (vLLM's max_model_len)."),
     Spec("qaic_kv_cache_used_positions", GAUGE, "KV cache positions holding a live sequence's tokens."),
     Spec("qaic_kv_cache_usage_perc", GAUGE, "Fraction of the KV cache (slots x ctx_len positions) in use; 1 = full."),
     Spec("qaic_prompt_tokens_total", COUNTER,
@@ -226,6 +227,7 @@ def engine_gauges(engine: Any) -> dict[str, float]:
         "qaic_num_requests_running": float(sum(not s.filler for s in live)),
         "qaic_num_requests_waiting": float(len(engine.queue)),
         "qaic_slots": float(dims.slots),
+        "qaic_ctx_len": float(dims.ctx_len),
         "qaic_kv_cache_used_positions": float(used),
         "qaic_kv_cache_usage_perc": used / float(dims.slots * dims.ctx_len),
     }

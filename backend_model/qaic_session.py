@@ -88,6 +88,7 @@ class QaicSession:
         """A causal QPC takes the whole left-padded sequence [batch, seq_len] with its mask."""
         logits = np.zeros((rows, 1, self.dims.vocab), dtype=np.float32)
         width, batch = self.dims.prefill_seq_len, self.dims.batch_size
+        assert self.history is not None, "a causal QPC keeps its token history"
         for r, seq in self.history.feed(inputs):
             if len(seq) > width:
                 raise ValueError(f"sequence of {len(seq)} tokens exceeds the QPC's seq_len {width}")

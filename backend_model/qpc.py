@@ -8,6 +8,7 @@ lazily, by :func:`open_session`, and only when a QPC must be loaded.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -76,6 +77,22 @@ def specializations_of(program: Path, root: Path | None = None) -> list[dict[str
                 return specializations.read(path)
             except ValueError as exc:
                 raise SessionError(str(exc)) from None
+    return None
+
+
+def num_devices_of(aic_binary_dir: str | Path) -> int | None:
+    """The SoCs a QPC was compiled to run on (tensor slicing), from the multi-device partition config QEfficient's
+    compile writes beside ``specializations.json`` (``mdp_ts_<N>.json``: the devices of its partition); None when
+    there is none (a one-SoC compile writes none)."""
+    root = Path(aic_binary_dir).expanduser()
+    qpc = find_qpc(root)
+    for folder in dict.fromkeys([qpc, qpc.parent, root]):
+        for path in sorted(folder.glob("mdp_ts_*.json")):
+            try:
+                config = json.loads(path.read_text(encoding="utf-8"))
+                return len(config["partitions"][0]["devices"])
+            except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+                raise SessionError(f"{path}: not a multi-device partition config ({type(exc).__name__})") from None
     return None
 
 

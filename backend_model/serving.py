@@ -92,6 +92,13 @@ class Serving:
             self.live[id(req)] = req
         self.engine.enqueue(req.seqs)
 
+    def wait_admitted(self, req: Request) -> None:
+        """Return once every sequence of ``req`` has a slot or has ended. A model of several instances holds
+        Triton's ``execute`` until then: an instance whose execute returned at once would look idle to Triton and
+        take every request (measured: 13 of 16 streams on one of two instances), so each takes what it can start."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopping or all(s.slot >= 0 or s.finished for s in req.seqs))
+
     def find(self, key: str) -> Request | None:
         """The live request with this transport id, if any."""
         with self._cond:
@@ -129,7 +136,7 @@ class Serving:
                 if up.logprobs:
                     posted.logprobs.setdefault(index, []).extend(up.logprobs)
             self._stepped = True
-            self._cond.notify()
+            self._cond.notify_all()  # the response thread, and an execute waiting for its request's slots
 
     # -- the response thread ------------------------------------------------------------------
     def _response_loop(self) -> None:

@@ -66,7 +66,8 @@ def build(batch_size: int, prefill_seq_len: int, ctx_len: int, full_batch_size: 
         exec_batch = full_batch_size if prefill_seq_len == 1 else 1
         prefill = {"batch_size": exec_batch, "seq_len": prefill_seq_len, "ctx_len": ctx_len,
                    "full_batch_size": full_batch_size, "full_batch_exec_size": exec_batch}
-        decode = {"batch_size": full_batch_size, "seq_len": 1, "ctx_len": ctx_len, "full_batch_size": full_batch_size}
+        decode: dict[str, int] | None = {"batch_size": full_batch_size, "seq_len": 1, "ctx_len": ctx_len,
+                                         "full_batch_size": full_batch_size}
     else:
         prefill = {"batch_size": batch_size, "seq_len": prefill_seq_len, "ctx_len": ctx_len}
         decode = None if prefill_seq_len == 1 else {"batch_size": batch_size, "seq_len": 1, "ctx_len": ctx_len}

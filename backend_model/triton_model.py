@@ -123,14 +123,19 @@ class TritonPythonModel:
         self.name = args["model_name"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-        settings = BackendSettings.from_model_dir(args["model_repository"], params)
+        instance = args.get("model_instance_name", "")  # NAME_0_<i>: the i-th instance (Triton 2.51, measured)
+        settings = BackendSettings.from_model_dir(args["model_repository"], params, instance)
         if not settings.cpu_threads:  # automatic: share the CPUs with the server's other CPU models
             settings.cpu_models = served_cpu_models(args["model_repository"], card=qaic_available())
         self.engine, description = self.build(settings)
-        _log("info", f"{self.name}: {description} decoupled={self.decoupled}")
-        labels = {"model": self.name, "version": str(args.get("model_version", ""))}  # as Triton's own metrics
+        devices = ",".join(map(str, settings.device_ids)) if settings.device_ids is not None else "none"
+        _log("info", f"{self.name}: {description} decoupled={self.decoupled} instance={settings.instance} "
+                     f"devices={devices}")
+        labels = {"model": self.name, "version": str(args.get("model_version", "")),  # as Triton's own metrics
+                  "instance": str(settings.instance)}
         self.metrics = publish(pb_utils, self.engine, labels, _log)
         self.serving = Serving(self.engine, TritonResponder(self.engine.token_texts), _log, self.name)
+        self.instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
 
     def build(self, settings: BackendSettings) -> tuple[Engine, str]:
         """The engine and its one-line description (a subclass may serve another engine)."""
@@ -143,7 +148,10 @@ class TritonPythonModel:
                 if inputs.status_of is not None:
                     self._status(request, inputs)
                     continue
-                self.serving.submit(*parse(request, inputs, self.engine, self.decoupled))
+                parsed = parse(request, inputs, self.engine, self.decoupled)
+                self.serving.submit(*parsed)
+                if self.instances > 1:  # Triton hands the next request to an instance that can start it
+                    self.serving.wait_admitted(parsed[0])
             except BadRequest as exc:
                 self._refuse(request, str(exc), invalid=True)
                 continue

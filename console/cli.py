@@ -12,12 +12,14 @@ import click
 
 from console.bench.cli import bench_group
 from console.clients import ClientError
-from console.core.adapters import APIS, Adapter, adapter_for, api_help
-from console.core.controls import click_options, params_from_options
+from console.core.adapters import APIS, MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for, api_help
+from console.core.controls import TIMEOUT_DEFAULTS, click_options, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.eval.cli import eval_group
-from console.front import openai_command
+from console.extras import missing
+from console.fleet.deploy import deploy_group
+from console.front.command import openai_command
 from console.headless import Output
 from console.headless import run as run_headless
 from console.metrics.command import metrics_command
@@ -30,6 +32,7 @@ from console.tui.command import tui
 from console.twin.cli import check, onnx_group
 from console.web.command import web
 from repo_gen.cli import repo_group
+from repo_gen.samples import CAUSAL_CPU_SPEED
 
 # --------------------------------------------------------------------------- headless
 
@@ -44,14 +47,12 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="stream: gRPC, token by token; batch: one inference response; generate: the HTTP "
                           "generate endpoint."),
         click.option("--model", default=None,
-                     help="Model name (default: smollm2_decoupled for stream, smollm2_kv otherwise; an "
-                          "OpenAI-compatible server's first model). Causal models recompute every token: on a CPU "
-                          "they are slow (about 5 tok/s here); ask for few tokens (--max-tokens 16), or 0 for the "
-                          "server's default (32 tokens on a CPU)."),
+                     help=f"Model name (default: {MODEL_DEFAULT_HELP}). Causal models recompute every token: "
+                          f"on a CPU they are slow ({CAUSAL_CPU_SPEED}); ask for few tokens (--max-tokens 16), or 0 "
+                          "for the server's default (32 tokens on a CPU)."),
         click.option("--url", default=None,
-                     help="host:port of a running tritonserver (its HTTP or its gRPC endpoint: the other one is its "
-                          "neighbour port), or the base URL of an OpenAI-compatible server (http://host:port/v1); "
-                          "without it the embedded model is served for the run."),
+                     help=URL_HELP + "; without it the embedded model is served for the run (it takes a while: "
+                          "serve it once with `qaic-console serve` and pass --url)."),
         click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
                      help=api_help("--url")),
         click.option("--http-url", default=None, help="host:port of the server's HTTP endpoint."),
@@ -59,8 +60,7 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,
                      help="Batch mode transport; over gRPC a timeout also cancels the request on the server."),
         click.option("--timeout", type=float, default=None,
-                     help="Network timeout in s for the whole call (default: 600 for KV-cache models, "
-                          "6000 for causal ones; 0 disables)."),
+                     help=f"Network timeout in s for the whole call (default: {TIMEOUT_DEFAULTS}; 0 disables)."),
         click.option("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, show_default=True,
                      help="Stream mode: seconds without a response before giving up (0 disables)."),
         click_options(),
@@ -119,18 +119,24 @@ def _headless(values: dict[str, Any]) -> int:
         return 143
 
 
-class Console(click.Group):
-    """The ``qaic-console`` group: a Ctrl-C that no command answered ends with one line and exit code 130 (not
-    click's ``Aborted!`` and exit code 1)."""
+class Commands(click.Group):
+    """The command group: a command whose optional part is not installed ends with the line that installs it; a
+    Ctrl-C that no command answered ends with one line and exit code 130 (not click's ``Aborted!`` and 1)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             interrupted()
+        except ModuleNotFoundError as exc:
+            line = missing(exc)
+            if line is None:
+                raise
+            fail(line)
 
 
-@click.group(cls=Console, invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+@click.group(cls=Commands, invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="qaic-console", message="qaic-console %(version)s")
 @headless_options
 @click.pass_context
 def main(ctx: click.Context, **values: Any) -> None:
@@ -187,8 +193,7 @@ def export_artifacts(directory: Path, force: bool) -> None:
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
-@click.option("--url", required=True,
-              help="host:port of the server's HTTP endpoint, or an OpenAI-compatible server's http://host:port/v1.")
+@click.option("--url", required=True, help=URL_HELP + ".")
 def models(url: str) -> None:
     """List the models a running server serves: state, interface, modes, type, ignored controls."""
     from console.served import format_models, served_models
@@ -212,3 +217,4 @@ main.add_command(openai_command, "openai")
 main.add_command(metrics_command, "metrics")
 main.add_command(serve, "serve")
 main.add_command(eval_group, "eval")
+main.add_command(deploy_group, "deploy")

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from backend_model import models
+from backend_model import devices, models
 from console import server
 
 OK, FAIL, WARN, INFO, UNKNOWN = "ok", "FAIL", "warn", "info", "unknown"
@@ -77,6 +77,21 @@ def check_qaicrt() -> Row:
     return _importable("qaicrt", "not installed: no Cloud AI 100 runtime, CPU backend only")
 
 
+def check_devices() -> list[Row]:
+    """The Cloud AI 100 SoCs ``qaic-util -q`` lists, one row each (QID, status, PCI address, board serial, DRAM,
+    NSPs, networks active); one row saying why there are none."""
+    found, where = devices.query()
+    if not found:
+        return [("qaic devices", INFO, where)]
+    boards = len({d.board_serial for d in found})
+    rows = [("qaic devices", OK, f"{len(found)} SoC{'s' * (len(found) != 1)} on {boards} board serial"
+                                 f"{'s' * (boards != 1)} ({where})")]
+    for d in found:
+        busy = d.status != devices.READY or (d.nsp_free is not None and d.nsp_free != d.nsp_total)
+        rows.append((f"  QID {d.qid}", WARN if busy else OK, d.summary()))
+    return rows
+
+
 def check_embedded_package() -> Row:
     name = "embedded model"
     try:
@@ -120,13 +135,14 @@ def check_hf_token() -> Row:
     return ("HF token configured", INFO, "yes" if hf_token_configured() else "no")
 
 
-CHECKS: tuple[Callable[[], Row], ...] = (
+CHECKS: tuple[Callable[[], Row | list[Row]], ...] = (
     check_python,
     check_tritonserver,
     check_server_version,
     check_stub,
     check_qefficient,
     check_qaicrt,
+    check_devices,
     check_embedded_package,
     check_embedded_prepared,
     check_ports,
@@ -136,8 +152,12 @@ CHECKS: tuple[Callable[[], Row], ...] = (
 
 def run_doctor() -> tuple[list[Row], bool]:
     """All checks as ``(check, status, detail)`` rows, and whether nothing essential failed."""
-    rows = [check() for check in CHECKS]
+    rows = [row for check in CHECKS for row in _rows(check())]
     return rows, all(status != FAIL for _, status, _ in rows)
+
+
+def _rows(found: Row | list[Row]) -> list[Row]:
+    return found if isinstance(found, list) else [found]
 
 
 def format_rows(rows: list[Row]) -> str:

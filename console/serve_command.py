@@ -7,12 +7,14 @@ from pathlib import Path
 
 import click
 
+from backend_model import devices
 from console.clients import ClientError
 from console.core.controller import ServerController
 from console.core.supervisor import Supervisor
 from console.front.command import Beside, front_options
 from console.server import logparse
-from console.server.embedded import START_TIMEOUT
+from console.server.embedded import DEFAULT_MODELS, START_TIMEOUT
+from console.server.errors import repository_not_found
 from console.server.ports import beyond_loopback
 from console.signals import Terminated, signals_raise
 from console.terminal import CONTEXT_SETTINGS, fail
@@ -21,22 +23,40 @@ SERVE_RISK = (", without a login: whoever reaches its ports can send inference r
               "(its repository API stays this console's)")
 
 
+def _check_groups(repository: Path, models: tuple[str, ...]) -> None:
+    """The device groups of the models served, checked before anything starts: against qaic-util's SoCs and each
+    other (refused: a SoC missing, not Ready, busy or in two models' groups; warned: a group across board serials)."""
+    from repo_gen.inspection import device_review, list_models
+
+    folders = [m for m in list_models(repository) if not models or m.name in models]
+    if not any(m.device_groups for m in folders):
+        return
+    try:
+        for line in device_review(folders, devices.query()):
+            click.echo(line, err=True)
+    except devices.DeviceError as exc:
+        fail(f"device groups: {exc}")
+
+
 def _print_ready(controller: ServerController) -> None:
     snap, server = controller.poll(), controller.server
     click.echo(snap.message)
     for row in snap.models:
         click.echo(f"  model {row.name}: {row.state or 'not loaded'}{f' ({row.reason})' if row.reason else ''}")
+        if row.info is not None and row.info.instances:
+            click.echo(f"    {row.info.instances}")
     click.echo(f"  binary  {server.binary if server else '?'}")
     for label, address in snap.server.addresses() if snap.server else ():
         click.echo(f"  {label:<7} {address}")
-    click.echo("press Ctrl-C to stop")
 
 
 @click.command("serve", context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True})
-@click.option("--model-repository", "model_repository", required=True, type=click.Path(path_type=Path),
-              help="Triton model repository directory.")
+@click.option("--model-repository", "model_repository", default=None, type=click.Path(path_type=Path),
+              help="Triton model repository directory (default: the embedded SmolLM2 samples, as web and headless "
+                   "serve them).")
 @click.option("--model", "models", multiple=True,
-              help="Load only this model (repeatable; default: every model of the repository).")
+              help="Load only this model (repeatable; default: every model of the repository, or the embedded stream "
+                   "and batch samples).")
 @click.option("--http-port", type=int, default=None, help="HTTP port (default: a free one).")
 @click.option("--grpc-port", type=int, default=None, help="gRPC port (default: a free one).")
 @click.option("--metrics-port", type=int, default=None, help="Metrics port (default: a free one).")
@@ -62,10 +82,10 @@ def _print_ready(controller: ServerController) -> None:
               help="Print tritonserver's log as it writes it (default: condensed to errors, warnings, model loads, "
                    "the backend's own lines and the services' addresses, without its wide tables).")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
+def serve(model_repository: Path | None, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
           stop_stale: bool, python_env: Path | None, backends: tuple[Path, ...], openai_port: int | None,
-          api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], raw_log: bool,
+          api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None, raw_log: bool,
           extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
@@ -76,13 +96,15 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
     tritonserver as they are, e.g.
     `qaic-console serve --model-repository llm_model_dir -- --log-info=false`.
     """
-    if not model_repository.is_dir():
-        fail(f"model repository not found: {model_repository}")
+    if model_repository is not None and not model_repository.is_dir():
+        fail(repository_not_found(model_repository))
+    if model_repository is None and not models:
+        models = DEFAULT_MODELS
     warning = beyond_loopback(host, "tritonserver's HTTP, gRPC and metrics ports", SERVE_RISK)
     if warning:
         click.echo(warning, err=True)
     try:
-        beside = Beside(openai_port, host, api_key, no_api_key, tokenizers)
+        beside = Beside(openai_port, host, api_key, no_api_key, tokenizers, tool_parser)
     except ClientError as exc:
         fail(str(exc))
 
@@ -91,6 +113,7 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
         if shown is not None:
             click.echo(shown)
 
+    _check_groups(model_repository, models)
     controller = ServerController(on_log=on_log)
     supervisor = Supervisor(controller, click.echo)
     try:
@@ -102,7 +125,8 @@ def serve(model_repository: Path, models: tuple[str, ...], http_port: int | None
             if snap.phase == "failed":
                 fail(snap.message)
             _print_ready(controller)
-            beside.start(controller.server.grpc_url, click.echo)
+            beside.start(controller.server.grpc_url, click.echo, controller.server.handle.metrics_url)
+            click.echo("press Ctrl-C to stop")  # last: what comes after it is the log
             fail(supervisor.run())
     except ClientError as exc:  # the OpenAI-compatible API cannot listen
         fail(str(exc))

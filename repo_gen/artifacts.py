@@ -25,8 +25,8 @@ from .writer import BACKEND_PACKAGE, ENTRY_NAME, SKIPPED, TEMPLATE_NAME, TEMPLAT
 PACKAGE = Path(__file__).resolve().parent
 RELEASE = PACKAGE / "llm-models"  # the entry script and the sample clients (package data)
 GENERATOR_MODULES = ("__init__.py", "command.py", "memory.py", "samples.py", "spec.py", "staging.py", "writer.py")
-SHARED_BACKEND_MODULES = ("__init__.py", "compile_config.py", "controls.py", "cpu_support.py", "errors.py",
-                          "parameters.py", "qpc.py", "specializations.py")
+SHARED_BACKEND_MODULES = ("__init__.py", "compile_config.py", "controls.py", "cpu_support.py", "devices.py",
+                          "errors.py", "parameters.py", "qpc.py", "specializations.py")
 LLM_MODELS, BACKEND_DIR = "llm-models", "qaic_backend_python"
 
 

@@ -22,7 +22,7 @@ from backend_model.parameters import precision_label
 from . import command
 from .command import DEFAULT_OUT, INPUT_ERRORS
 from .inspection import ModelFolder, list_models
-from .samples import EMBEDDED_SAMPLES, SEED_SAMPLES, write_samples
+from .samples import CAUSAL_CPU_SPEED, EMBEDDED_SAMPLES, SEED_SAMPLES, write_samples
 from .staging import leftovers
 
 __all__ = ["format_table", "repo_group"]
@@ -86,13 +86,51 @@ def _errors(writing: Path | None = None) -> Iterator[None]:
 # --------------------------------------------------------------------------- repo gen
 
 
-@click.command("gen", context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True,
-                                        "allow_interspersed_args": False, "help_option_names": []},
+GEN_PROG = "qaic-console repo gen"
+
+
+class ArgparseCommand(click.Command):
+    """``repo gen``: its flags are the seed's generator's argparse parser (one parser, shared with the release
+    artifacts); its ``--help`` is laid out as every other command's."""
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "--model_name NAME [OPTIONS]")
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text(command.parser(GEN_PROG, DEFAULT_OUT, None).description or "")
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for action in command.parser(GEN_PROG, DEFAULT_OUT, None)._actions:
+            if action.option_strings and action.dest != "help":
+                takes = action.nargs != 0
+                value = f"[{'|'.join(action.choices)}]" if action.choices else action.dest.upper()
+                names = ", ".join(action.option_strings) + (f" {value}" if takes else "")
+                rows.append((names, (action.help or "") + (" [required]" if action.required else "")))
+        rows.append(("-h, --help", "Show this message and exit."))
+        with formatter.section("Options"):
+            formatter.write_dl(rows)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_paragraph()
+        for line in command.epilog().splitlines():
+            formatter.write(f"  {line}\n" if line else "\n")
+
+
+@click.command("gen", cls=ArgparseCommand,
+               context_settings={**CONTEXT_SETTINGS, "ignore_unknown_options": True,
+                                 "allow_interspersed_args": False, "help_option_names": []},
                add_help_option=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def gen(args: tuple[str, ...]) -> None:
-    """Write <output_dir>/<model_name>/ (the seed's generate_llm_model_repo.py; --help lists its flags)."""
-    sys.exit(command.main(list(args), prog="qaic-console repo gen"))
+@click.pass_context
+def gen(ctx: click.Context, args: tuple[str, ...]) -> None:
+    """Write <output_dir>/<model_name>/ (the seed's generate_llm_model_repo.py, its flags as written)."""
+    if {"-h", "--help"} & set(args[: args.index("--")] if "--" in args else args):
+        click.echo(ctx.get_help())
+        return
+    sys.exit(command.main(list(args), prog=GEN_PROG))
 
 
 # --------------------------------------------------------------------------- repo samples
@@ -105,7 +143,13 @@ def gen(args: tuple[str, ...]) -> None:
               default=DEFAULT_OUT, show_default=True, help="Model repository to write into.")
 @click.option("--force", is_flag=True, help="Replace existing model folders.")
 def samples(embedded: bool, output_dir: Path, force: bool) -> None:
-    """Write the seed's four sample models (or, with --embedded, the embedded ones)."""
+    """Write the seed's sample models (or, with --embedded, the embedded SmolLM2 ones); the list below says which
+    are which.
+
+    The seed is Qualcomm's Triton example for Cloud AI 100 that qaic-console grew from: its
+    generate_llm_model_repo.py, its four sample models (mistral_7b, mistral_decoupled, starcoder_15b,
+    starcoder_decoupled: they need a card or their Hugging Face weights) and its sample clients.
+    """
     with _errors():
         written = write_samples(EMBEDDED_SAMPLES if embedded else SEED_SAMPLES, output_dir, force=force)
     for path in written:
@@ -123,9 +167,9 @@ def _kind(model: ModelFolder) -> str:
 
 def format_table(models: list[ModelFolder]) -> str:
     """A plain, aligned table: one row per model."""
-    header = ("MODEL", "TYPE", "DECOUPLED", "COMPILE", "PRECISION", "SOURCE", "VALID")
+    header = ("MODEL", "TYPE", "MODES", "COMPILE", "PRECISION", "SOURCE", "VALID")
     rows = [header] + [
-        (m.name, _kind(m), {True: "yes", False: "no", None: "?"}[m.decoupled], m.compile_summary(),
+        (m.name, _kind(m), m.modes, m.compile_summary(),
          precision_label(m.precision) if m.precision else "?", m.source,
          "yes" if m.valid else "no: " + "; ".join(m.problems))
         for m in models
@@ -134,17 +178,21 @@ def format_table(models: list[ModelFolder]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
 
 
-@click.command("list", cls=OneLineCommand, context_settings=CONTEXT_SETTINGS)
+LIST_HELP = f"""Show each model of DIRECTORY (default llm_model_dir): type, modes, source, dimensions, validity.
+
+The modes are how a model answers, as the consoles say it: stream (a decoupled model: token by token over gRPC),
+batch (one response), or stream+batch (decoupled with a stream switch, as the bundled backend's).
+Hidden folders (a killed generator run's leftovers) are not models: each is named on stderr.
+
+Exit code 1 when a model would not load. Causal models recompute the whole sequence at every token:
+on the CPU they are very slow ({CAUSAL_CPU_SPEED}); prefer kv_cache models there.
+"""
+
+
+@click.command("list", cls=OneLineCommand, context_settings=CONTEXT_SETTINGS, help=LIST_HELP)
 @click.argument("directory", default=DEFAULT_OUT, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="One JSON array (every field, compile config with defaults).")
 def list_command(directory: Path, as_json: bool) -> None:
-    """Show each model of DIRECTORY (default llm_model_dir): type, mode, source, dimensions, validity.
-
-    Hidden folders (a killed generator run's leftovers) are not models: each is named on stderr.
-
-    Exit code 1 when a model would not load. Causal models recompute the whole sequence at every token:
-    on the CPU they are very slow (about 1 token/s for the embedded one); prefer kv_cache models there.
-    """
     with _errors():
         models = list_models(directory)
     for line in leftovers(directory):

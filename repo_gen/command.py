@@ -123,6 +123,11 @@ def parser(prog: str, default_output: Path | str, default_backend: Path | None) 
     _flag(p, "cpu_threads", type=_threads,
           help="CPU engine: threads for this model. Default 0: automatic, all CPUs but one (left to the server and "
                "its clients) shared by the CPU models the server loads; the model's log line says how many.")
+    _flag(p, "device_groups", metavar="QIDS;QIDS",
+          help="One model instance per group of Cloud AI 100 SoCs (QIDs as qaic-util -q lists them), e.g. "
+               "\"0,1,2,3;4,5,6,7\": two instances of four SoCs each. A group holds the QPC's num_devices SoCs "
+               "(compile config num_devices, default 1); checked against qaic-util -q when it is here. Without a "
+               "card each instance runs its own CPU engine.")
     return p
 
 
@@ -145,7 +150,7 @@ def generate(args: argparse.Namespace, default_backend: Path | None) -> Path:
         args.model_name, args.output_dir, python_backend_dir=backend_dir, force=args.force, note=note,
         aic_binary_dir=args.aic_binary_dir, compile_config_path=args.compile_config_path,
         hf_model_name=args.hf_model_name, model_type=args.model_type, decoupled=args.decoupled, engine=args.engine,
-        precision=args.precision, cpu_threads=args.cpu_threads)
+        precision=args.precision, cpu_threads=args.cpu_threads, device_groups=args.device_groups)
     if args.hf_model_name == "":
         note(f"note: --hf_model_name given without a value: using {spec.hf_model_name or 'none'}")
     if spec.aic_binary_dir and not spec.hf_model_name:
@@ -155,7 +160,8 @@ def generate(args: argparse.Namespace, default_backend: Path | None) -> Path:
         note(told)
     mode = "decoupled" if spec.decoupled else "batch"
     source = spec.aic_binary_dir or spec.hf_model_name or "embedded"
-    print(f"wrote {written} ({spec.model_type}, {mode}, source {source})", flush=True)
+    groups = f", instances {spec.instances} on device groups {spec.device_groups}" if spec.device_groups else ""
+    print(f"wrote {written} ({spec.model_type}, {mode}, source {source}{groups})", flush=True)
     return written
 
 

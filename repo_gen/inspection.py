@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend_model import compile_config, specializations
+from backend_model import compile_config, devices, specializations
 from backend_model.errors import SessionError
 from backend_model.parameters import BOOLEANS, ENGINES, PRECISIONS, TRUE
 
@@ -25,10 +25,13 @@ class ModelFolder:
     path: str
     model_type: str = "?"
     decoupled: bool | None = None
+    modes: str = "?"  # how it answers, as the consoles say it: stream (decoupled), batch, or stream+batch
     source: str = "?"
     engine: str = ""
     precision: str = ""
     compile: dict[str, Any] | None = None
+    device_groups: str = ""  # "0,1;2,3": one instance per group
+    instances: int = 1  # instance_group's count
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -60,6 +63,7 @@ def inspect_model(folder: Path) -> ModelFolder:
     info = ModelFolder(folder.name, str(folder))
     _read_config(folder, info)
     _read_compile(folder, info)
+    info.problems += _group_problems(info)
     if info.engine == "onnx":
         info.problems += _onnx_problems(folder, info)
     if info.engine == "cpu" and info.source.startswith("hf ") and info.compile is not None:
@@ -83,9 +87,13 @@ def _read_config(folder: Path, info: ModelFolder) -> None:
         return
     params = {k: v.string_value for k, v in config.parameters.items()}
     info.decoupled = config.model_transaction_policy.decoupled
+    switch = any(i.name == "stream" and i.data_type == _model_config_pb2().TYPE_BOOL for i in config.input)
+    info.modes = ("stream+batch" if switch else "stream") if info.decoupled else "batch"
     info.engine = params.get("engine", "auto") or "auto"
     info.precision = params.get("precision", "fp32") or "fp32"
     info.source = _source(params)
+    info.device_groups = params.get(devices.PARAMETER, "").strip()
+    info.instances = sum(group.count or 1 for group in config.instance_group) or 1
     kv = params.get("use_kv_cache", "").strip().lower()
     if kv in BOOLEANS:
         info.model_type = "kv_cache" if kv in TRUE else "causal"
@@ -141,6 +149,39 @@ def _onnx_problems(folder: Path, info: ModelFolder) -> list[str]:
     except SessionError as exc:
         return [f"onnx_path: {exc}"]
     return []
+
+
+def _group_problems(info: ModelFolder) -> list[str]:
+    """Device groups the backend would refuse: unreadable, not one per instance, or not the QPC's num_devices."""
+    try:
+        groups = devices.parse_groups(info.device_groups)
+        if groups and len(groups) != info.instances:
+            return [f"device_groups {info.device_groups} has {len(groups)} groups for {info.instances} instances"]
+        if groups and info.compile is not None:
+            qpc = info.source[4:] if info.source.startswith("qpc ") else ""
+            devices.check_size(groups, *devices.compiled_devices(qpc, info.compile))
+    except (devices.DeviceError, SessionError) as exc:
+        return [str(exc)]
+    return []
+
+
+def device_review(models: list[ModelFolder], listed: tuple[list[devices.Device], str]) -> list[str]:
+    """The device groups of the models a server loads, against the SoCs ``listed`` (:func:`devices.query`) and each
+    other: DeviceError when a SoC is in two models' groups, or missing, not Ready or busy; the warnings and notes."""
+    owner: dict[int, str] = {}
+    notes: list[str] = []
+    for model in models:
+        groups = devices.parse_groups(model.device_groups) if model.valid else []
+        for qid in (q for group in groups for q in group):
+            if qid in owner:
+                raise devices.DeviceError(f"QID {qid} is in device groups of both {owner[qid]} and {model.name}: "
+                                          "a SoC serves one instance")
+            owner[qid] = model.name
+        if groups and listed[0]:
+            notes += [f"{model.name}: {line}" for line in devices.check_devices(groups, listed[0])]
+    if owner and not listed[0]:
+        notes.append(f"note: device groups not checked against the SoCs ({listed[1]})")
+    return notes
 
 
 def _read_compile(folder: Path, info: ModelFolder) -> None:

@@ -4,7 +4,8 @@ A KV-cache model allocates ``2 (K and V) × layers × KV heads × head_dim × ct
 (rows: full_batch_size, else batch_size); a causal model keeps no cache. Where the model runs sets the bytes per
 value and what must hold them: the CPU engine (fp32 values; bf16 at bf16 precision) or the ONNX twin (fp32) in
 this machine's memory; a card (fp16, mxint8 with mxint8_kv_cache; mxfp6 weights with mxfp6_matmul) in one Cloud
-AI 100 device (16 GB on a Standard card, 32 GB on a Pro, and on each of an Ultra's four). A QPC already
+AI 100 device (16 GB on a Standard card, 32 GB on a Pro, and on each of an Ultra's four) — or, compiled with
+``num_devices`` N (tensor slicing), 1/N of the weights and of the cache (split by KV heads) on each of N. A QPC already
 compiled fixed its own memory, and a model whose config.json is not here (:func:`~.spec.local_config`: a hub
 name missing from the local Hugging Face cache) cannot be estimated: neither is checked.
 
@@ -14,12 +15,13 @@ Standard library only, and Python 3.8: the release artifacts' generator imports 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from backend_model import compile_config
+from backend_model import compile_config, devices
 
 from .writer import ModelSpec, RepoError
 
@@ -32,6 +34,8 @@ UNGATED = ("gpt2", "gpt_bigcode", "gpt_neox", "gptj", "falcon", "opt", "bloom", 
 CPU_WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
 CARD = "a Cloud AI 100 card"
 CARD_MOST, CARD_LEAST = 32e9, 16e9  # bytes of one Cloud AI 100 device: Pro (and each of an Ultra's), Standard
+SERVER_SOCS = 16  # the most SoCs a server carries: the count tried when qaic-util is not here to say
+UNSPLIT = "activations and each SoC's program not counted"
 
 
 @dataclass(frozen=True)
@@ -44,14 +48,18 @@ class Estimate:
     formats: str  # the weights' and the cache's formats, in words
     shape: str  # "ctx_len 131072 × full_batch_size 1024"
     rows: str  # the key that sets the cache's rows: full_batch_size or batch_size
+    socs: int = 1  # SoCs the card's share is for (num_devices: weights split N ways, the cache by KV heads)
+    split: str = ""  # how the cache splits when the KV heads do not divide by ``socs``
 
     @property
     def total(self) -> float:
         return self.weights + self.kv_cache
 
     def __str__(self) -> str:
-        return (f"{self.shape} needs about {size(self.total)} on {self.place} (weights {size(self.weights)} + static "
-                f"KV cache {size(self.kv_cache)}, {self.formats})")
+        where = f"each of {self.socs} SoCs of {self.place}" if self.socs > 1 else self.place
+        split = f"; {self.split}" if self.split else ""
+        return (f"{self.shape} needs about {size(self.total)} on {where} (weights {size(self.weights)} + static "
+                f"KV cache {size(self.kv_cache)}, {self.formats}{split})")
 
 
 def size(count: float) -> str:
@@ -67,8 +75,9 @@ def _first(config: Mapping[str, Any], *keys: str) -> int | None:
     return value if value is None or value > 0 else None
 
 
-def _shape(config: Mapping[str, Any]) -> tuple[float, int] | None:
-    """(parameters, cache values per token and row) of a decoder-only model, or None when its config is not one."""
+def _shape(config: Mapping[str, Any]) -> tuple[float, int, int] | None:
+    """(parameters, cache values per token and row, KV heads) of a decoder-only model, or None when its config is
+    not one."""
     hidden = _first(config, "hidden_size", "n_embd", "d_model")
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
     heads = _first(config, "num_attention_heads", "n_head")
@@ -81,7 +90,7 @@ def _shape(config: Mapping[str, Any]) -> tuple[float, int] | None:
     mlp = (2 if config.get("model_type") in UNGATED else 3) * hidden * inner
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return float(embeddings + layers * (attention + mlp)), 2 * layers * kv_heads * head_dim
+    return float(embeddings + layers * (attention + mlp)), 2 * layers * kv_heads * head_dim, kv_heads
 
 
 def on_card(spec: ModelSpec) -> bool:
@@ -103,22 +112,43 @@ def _formats(spec: ModelSpec, c: dict[str, Any]) -> tuple[str, str, float, str, 
     return ("the CPU engine", spec.precision, CPU_WEIGHT_BYTES[spec.precision], *cache)
 
 
-def estimate(spec: ModelSpec, config: Mapping[str, Any] | None) -> Estimate | None:
+def estimate(spec: ModelSpec, config: Mapping[str, Any] | None, num_devices: int | None = None) -> Estimate | None:
     """The memory ``spec``'s compile config asks where it runs, from its model's ``config`` (the embedded model's
-    when ``spec`` names it); None without one."""
+    when ``spec`` names it); on a card, per SoC of ``num_devices`` (default: the compile config's): the weights
+    split N ways, the cache by KV heads (the largest share when they do not divide). None without a config."""
     if spec.hf_model_name in ("", "embedded"):
         config = EMBEDDED_CONFIG
     shape = _shape(config) if config is not None else None
     if shape is None:
         return None
-    params, per_token = shape
+    params, per_token, kv_heads = shape
     c = compile_config.validate(spec.compile)
     rows = "full_batch_size" if c["full_batch_size"] else "batch_size"
     tokens = c["ctx_len"] * c[rows] if spec.model_type == "kv_cache" else 0
     place, weight_format, weight_bytes, cache_format, cache_bytes = _formats(spec, c)
-    return Estimate(params * weight_bytes, tokens * per_token * cache_bytes, place,
-                    f"{weight_format} weights, {cache_format} cache", f"ctx_len {c['ctx_len']} × {rows} {c[rows]}",
-                    rows)
+    socs = (num_devices or c["num_devices"]) if place == CARD else 1
+    heads = math.ceil(kv_heads / socs)
+    split = f"{kv_heads} KV heads do not split {socs} ways: {heads} on one SoC" if kv_heads % socs else ""
+    return Estimate(params * weight_bytes / socs, tokens * per_token * cache_bytes * heads / kv_heads, place,
+                    f"{weight_format} weights, {cache_format} cache" + (f", {UNSPLIT}" if socs > 1 else ""),
+                    f"ctx_len {c['ctx_len']} × {rows} {c[rows]}", rows, socs, split)
+
+
+def smallest_socs(spec: ModelSpec, config: Mapping[str, Any] | None, most: float, socs: int) -> int | None:
+    """The smallest num_devices up to ``socs`` whose share of the model fits in ``most`` bytes per SoC, or None."""
+    for n in range(1, socs + 1):
+        found = estimate(spec, config, n)
+        if found is not None and found.total <= most:
+            return n
+    return None
+
+
+def machine_socs() -> tuple[int, str]:
+    """(SoCs to try, where that count comes from): the SoCs qaic-util lists here, else :data:`SERVER_SOCS`."""
+    found, _ = devices.query()
+    if found:
+        return len(found), f"the {len(found)} SoCs qaic-util lists here"
+    return SERVER_SOCS, f"{SERVER_SOCS} SoCs (the most a server carries; no qaic-util here to count them)"
 
 
 def machine_memory() -> tuple[float, float] | None:
@@ -142,10 +172,11 @@ def _bounds(found: Estimate, machine: tuple[float, float] | None) -> tuple[tuple
 
 
 def check(spec: ModelSpec, note: Note, config: Mapping[str, Any] | None,
-          machine: tuple[float, float] | None = None) -> None:
+          machine: tuple[float, float] | None = None, socs: tuple[int, str] | None = None) -> None:
     """Refuse (RepoError) a compile config whose memory cannot fit where the model runs; warn (``note``) when it
     is tight. ``config``: the model's config.json, when it is here; ``machine``: this machine's (total, available)
-    bytes (default: read)."""
+    bytes (default: read); ``socs``: the SoCs a card's refusal may suggest, and whence (default: qaic-util's).
+    On a card, a refusal names the smallest num_devices that fits, or says that none up to the machine's does."""
     found = estimate(spec, config)
     if found is None or (spec.aic_binary_dir and found.place == CARD):
         return
@@ -153,6 +184,14 @@ def check(spec: ModelSpec, note: Note, config: Mapping[str, Any] | None,
     if bounds is None:
         return
     (most, beyond), (tight, beside) = bounds
+    if found.total > most and found.place == CARD:
+        count, whence = socs or machine_socs()
+        fits = smallest_socs(spec, config, most, count)
+        if fits is None:
+            raise RepoError(f"compile config: {found}, more than {beyond}, and it fits on no SoC count up to "
+                            f"{whence}: lower ctx_len or {found.rows}")
+        raise RepoError(f"compile config: {found}, more than {beyond}: set num_devices {fits} (the smallest that "
+                        f"fits, of {whence}) and device groups of {fits}, or lower ctx_len or {found.rows}")
     if found.total > most:
         raise RepoError(f"compile config: {found}, more than {beyond}: lower ctx_len or {found.rows}")
     if found.total > tight:

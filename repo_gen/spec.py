@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from backend_model import compile_config, cpu_support
+from backend_model import compile_config, cpu_support, devices
 from backend_model.errors import SessionError
 from backend_model.qpc import find_qpc, model_type_of
 
@@ -81,6 +81,7 @@ def resolve_spec(
     engine: str | None = None,
     precision: str | None = None,
     cpu_threads: int | None = None,
+    device_groups: str | None = None,
     note: Note = _quiet,
 ) -> ModelSpec:
     """Flags over a sample's defaults (or the template's); the model type may come from the QPC
@@ -104,7 +105,29 @@ def resolve_spec(
         engine=engine or base.engine,
         precision=precision or base.precision,
         cpu_threads=base.cpu_threads if cpu_threads is None else cpu_threads,
+        device_groups=_groups(device_groups) if device_groups is not None else base.device_groups,
     )
+
+
+def _groups(text: str) -> str:
+    """--device-groups as written into the model ('' when none); RepoError naming what is wrong."""
+    try:
+        return devices.format_groups(devices.parse_groups(text))
+    except devices.DeviceError as exc:
+        raise RepoError(f"--device-groups: {exc}") from None
+
+
+def check_groups(spec: ModelSpec, note: Note, listed: tuple[list[devices.Device], str] | None = None) -> None:
+    """The device groups against the QPC's num_devices and the SoCs qaic-util lists (``listed``: default, read
+    now): RepoError when they cannot serve, the warnings said."""
+    if not spec.device_groups:
+        return
+    try:
+        sized = devices.compiled_devices(spec.aic_binary_dir, compile_config.validate(spec.compile))
+        for line in devices.review(devices.parse_groups(spec.device_groups), sized, listed or devices.query()):
+            note(line)
+    except devices.DeviceError as exc:
+        raise RepoError(f"--device-groups: {exc}") from None
 
 
 def local_config(hf_model_name: str) -> dict[str, Any] | None:
@@ -166,6 +189,7 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
     if python_backend_dir is not None:
         check_backend_dir(python_backend_dir)
     spec = resolve_spec(model_name, note=note, **fields)
+    check_groups(spec, note)
     _check_cpu(spec, note)
     memory.check(spec, note, local_config(spec.hf_model_name))
     return spec, write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force, progress=note)

@@ -20,7 +20,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, Callable
 
-from backend_model import compile_config, specializations
+from backend_model import compile_config, devices, specializations
 from backend_model.controls import CONTROLS
 from backend_model.errors import SessionError
 from backend_model.parameters import ENGINES, PRECISIONS
@@ -61,9 +61,17 @@ class ModelSpec:
     engine: str = "auto"
     precision: str = "fp32"
     cpu_threads: int = 0  # 0: automatic (backend_model.threads)
+    device_groups: str = ""  # "0,1;2,3": one model instance per group, each opening its SoCs
+
+    @property
+    def instances(self) -> int:
+        """Model instances: one per device group, else one."""
+        return len(devices.parse_groups(self.device_groups)) or 1
 
     def parameters(self) -> dict[str, str]:
+        groups = {devices.PARAMETER: self.device_groups} if self.device_groups else {}
         return {
+            **groups,
             "use_kv_cache": "true" if self.model_type == "kv_cache" else "false",
             "engine": self.engine,
             "aic_binary_dir": self.aic_binary_dir,
@@ -127,10 +135,10 @@ def render_config(spec: ModelSpec, template: Path | None = None) -> str:
     text = (template or TEMPLATES / TEMPLATE_NAME).read_text(encoding="utf-8")
     try:
         return Template(text).substitute(name=spec.model_name, decoupled_block=decoupled, parameters=params,
-                                         control_inputs=control_inputs())
+                                         control_inputs=control_inputs(), instances=spec.instances)
     except (KeyError, ValueError) as exc:
         raise RepoError(f"config template {template}: cannot fill it in ({exc!r}); it may use $name, "
-                        "$decoupled_block, $control_inputs and $parameters") from None
+                        "$decoupled_block, $control_inputs, $instances and $parameters") from None
 
 
 def _block(text: str, keyword: str) -> str:

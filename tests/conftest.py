@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fake_server import FakeServer, registered
 from helpers import SESSION_MARK, LlamaServer, marked_servers
 
 ECHO_CONFIG = """\
@@ -110,6 +111,13 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def fake_server(monkeypatch: pytest.MonkeyPatch) -> FakeServer:
+    """A fake server at the adapter seam (``tests/fake_server.py``), reached at its ``fake://`` URL by any front end
+    for this test: it plays the replies the test queues and records every request and cancel."""
+    return registered(FakeServer(), monkeypatch)
 
 
 PEERS = Path(__file__).with_name("peers")

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -15,10 +16,12 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 
 from console.bench.llama_cpp import LLAMA_MODEL as LLAMA_MODEL  # the tests' name for the GGUF's alias
 from console.bench.llama_cpp import LlamaCppServer
 
+ROOT = Path(__file__).resolve().parents[1]
 SESSION_MARK = "QAIC_TEST_SESSION"
 SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server",
                 "vllm.entrypoints", "VLLM::")  # vLLM's OpenAI server; its engine and workers name themselves VLLM::
@@ -225,3 +228,54 @@ class Listener:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def json_lines(result: Result) -> list[dict]:
+    """The JSON object of each line of a command's stdout (whether it succeeded or not)."""
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result: Result, *needles: str) -> None:
+    """The command failed (exit 1) with exactly one ``error:`` line holding every needle, and no traceback."""
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in errors[0]
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+# what a copy of the tree for building the wheel leaves out (local state, not the project)
+LOCAL = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", "llm_model_dir",
+         "bench-results", "out")
+
+
+def wheel_in_fresh_venv(tmp: Path) -> Path:
+    """The wheel built from this tree, installed without its dependencies into a fresh venv under ``tmp``; its
+    python."""
+    source = tmp / "source"  # a copy: setuptools leaves build/ behind, and reuses a stale one
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(*LOCAL))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", "-w", str(tmp / "dist")],
+                           cwd=source, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (tmp / "dist").glob("qaic_console-*.whl")
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", str(tmp / "venv")], check=True, timeout=300)
+    python = tmp / "venv" / "bin" / "python"
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], capture_output=True,
+                          text=True, timeout=600, env=outside_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    return python
+
+
+def outside_env() -> dict[str, str]:
+    """This process's environment without PYTHON* variables (a PYTHONPATH to the tree would shadow an install)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+
+
+def site_packages(python: Path) -> Path:
+    """The site-packages folder of ``python``'s environment."""
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([str(python), "-c", where], capture_output=True, text=True, check=True,
+                               env=outside_env()).stdout.strip())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -60,6 +61,38 @@ async def openai_app(base_url: str, export_dir: Path, timeout: float = 60.0) -> 
         await until(pilot, lambda: pane.serving and pane.infos, timeout, "the connection")
         assert app.server_pane.snapshot.server.kind == "openai"
         yield app, pilot, pane
+
+
+async def ready(pilot, pane, max_tokens: int, chat: bool = True) -> None:
+    """Wait until ``pane`` is connected, then set its max tokens and chat-template mode."""
+    await until(pilot, lambda: pane.serving and pane.infos, what="the connection")
+    pane.controls.set_value("max_tokens", str(max_tokens))
+    pane.controls.set_value("chat", str(chat))
+
+
+async def say(pilot, pane, text: str, timeout: float = 120.0) -> None:
+    """Type ``text`` in the pane's prompt, press Enter and wait for the reply to finish."""
+    pane.focus_prompt()
+    await pilot.press(*text, "enter")
+    await until(pilot, lambda: pane.turns and pane.exchange is None, timeout, f"a reply to {text!r}")
+
+
+@asynccontextmanager
+async def stream_pane(http_url: str, grpc_url: str | None, export_dir: Path, max_tokens: int,
+                      chat: bool = True) -> AsyncIterator[tuple]:
+    """(app, pilot, its Stream pane) connected to the server at ``http_url`` (and ``grpc_url``), ready to send."""
+    from console.tui.app import QaicConsoleApp
+
+    app = QaicConsoleApp(http_url=http_url, grpc_url=grpc_url, export_dir=export_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        stream = app.chat("stream")
+        await ready(pilot, stream, max_tokens, chat)
+        yield app, pilot, stream
+
+
+def exported(folder: Path) -> tuple[str, dict]:
+    """The Markdown and the JSON of the transcript exported into ``folder``."""
+    return next(folder.glob("*.md")).read_text(), json.loads(next(folder.glob("*.json")).read_text())
 
 
 def steady(*keys: str) -> Callable[[object], Awaitable[None]]:

@@ -75,7 +75,11 @@ class Web:
         self.page.get_by_role("tab", name=name).click()
 
     def fill(self, control: str, value: str) -> None:
-        self.page.locator(f"#qc-control-{control} input, #qc-control-{control} textarea").first.fill(value)
+        """Type ``value`` into a control's field (opening the Controls panel, closed at first, when it is)."""
+        field = self.page.locator(f"#qc-control-{control} input, #qc-control-{control} textarea").first
+        if not field.is_visible():
+            self.page.locator("#qc-controls").get_by_text("Controls (blank").click()
+        field.fill(value)
 
     def mode(self, mode: str) -> None:
         label = {"stream": "Stream · gRPC, token by token", "batch": "Batch · HTTP, one response"}[mode]

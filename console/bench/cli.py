@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from console.clients import ClientError
-from console.core.adapters import APIS, api_help
+from console.core.adapters import APIS, MODEL_DEFAULT_HELP, URL_HELP, api_help
 from console.core.controls import click_options
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.signals import INTERRUPTED
@@ -38,6 +38,8 @@ def _run(options: BenchOptions) -> int:
         plot_formats(options.plots)
         if options.api != "auto" and not options.url:
             raise ClientError(f"--api {options.api} needs --url (the server's address)")
+        if options.prometheus and not options.url:
+            raise ClientError("--prometheus needs --url (the servers that Prometheus scrapes)")
         if options.url:
             return bench.execute(options.url, metrics_urls=options.metrics_url)
         model = options.model or EMBEDDED_DEFAULTS[options.mode]
@@ -58,23 +60,24 @@ def _run(options: BenchOptions) -> int:
 
 @click.group(name="bench", invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
 @click.option("--url", multiple=True,
-              help="host:port of a running tritonserver (gRPC for stream, HTTP for batch), or an OpenAI-compatible "
-                   "server's base URL (http://host:port/v1); repeat to spread the load round-robin over servers of "
-                   "one kind. Without it the embedded model is served for the run.")
+              help=URL_HELP + "; repeat to spread the load round-robin over servers of one kind. Without it the "
+                   "embedded model is served for the run.")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
               help=api_help("--url"))
 @click.option("--metrics-url", multiple=True,
               help="The --url server's metrics page (host:port or a URL; one per --url, in order), when it is not "
                    "where its kind has it (Triton reached by URL: the HTTP port + 2; OpenAI-compatible: /metrics "
                    "beside /v1). Each level reports the server's side from it.")
+@click.option("--prometheus", default=None,
+              help="A Prometheus that scrapes every server behind --url (a load balancer's, a Service's): each "
+                   "level's server side is read from it (the fleet's sums, each instance's tokens/s, the servers "
+                   "down) instead of the --url server's own metrics page.")
 @click.option("--compare-url", multiple=True,
               help="Another server (Triton host:port or http://host:port/v1) loaded with the same requests at each "
                    "level and reported beside the first, with ratios (repeatable).")
 @click.option("--compare-model", default=None,
-              help="Model of the --compare-url servers (default: each server's own default: an OpenAI-compatible "
-                   "server's first model, Triton's embedded sample).")
-@click.option("--model", default=None, help="Model (default: smollm2_decoupled for stream, smollm2_kv for batch; "
-                                            "an OpenAI-compatible server's first model).")
+              help="Model of the --compare-url servers (default: each server's own, as for --model).")
+@click.option("--model", default=None, help=f"Model (default: {MODEL_DEFAULT_HELP}).")
 @click.option("--mode", type=click.Choice(MODES), default="stream", show_default=True,
               help="stream: gRPC decoupled, one response per step; batch: one response per request.")
 @click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,

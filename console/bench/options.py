@@ -18,6 +18,7 @@ class BenchOptions:
     url: tuple[str, ...] = ()
     api: str = "auto"
     metrics_url: tuple[str, ...] = ()
+    prometheus: str | None = None
     compare_url: tuple[str, ...] = ()
     compare_model: str | None = None
     model: str | None = None

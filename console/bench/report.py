@@ -23,7 +23,10 @@ Measured in one run on the embedded model, side by side, as ratios (absolute fig
   full_batch_size 16 (target <= 0.3 ms);
 * ``served_zero_cost_16_tokens_per_s``: streamed tokens/s arriving at the console client from 16
   streams of a served zero-cost model: the real backend glue and loop, no compute (the host cost a
-  card would see; target >= 5,000); the OpenAI-compatible front's ratios: ``front_report.py``.
+  card would see; target >= 5,000); the OpenAI-compatible front's ratios: ``front_report.py``;
+* ``instances_2_over_1_16_streams``: 16 streams against the embedded model served as two instances (device
+  groups ``0;1``) ÷ as one, one engine thread each, every answer equal to its prompt's alone (target >= 1.4;
+  ``instances.py``).
 
 Context only (no target): ``matmul_ceiling_{precision}_1_tokens_per_s``, one sequence's tokens/s if
 a decode step did nothing but its matmuls (the kernels' ceiling on this machine and threads); the card
@@ -66,6 +69,7 @@ TARGETS = {  # key -> (comparison, threshold)
     "speculation_repetitive_over_plain_1": (">=", 1.3),
     "loop_overhead_ms": ("<=", 0.3),
     "served_zero_cost_16_tokens_per_s": (">=", 5000.0),
+    "instances_2_over_1_16_streams": (">=", 1.4),
     **FRONT_TARGETS,  # the OpenAI-compatible front (front_report.py)
 }
 
@@ -295,10 +299,11 @@ def run_report(opts: ReportOptions | None = None, progress: Progress = print) ->
     report.context.update(tokens_per_measurement=opts.tokens, repeats=opts.repeats, cpus=os.cpu_count(),
                           load_average_start=[round(x, 2) for x in os.getloadavg()])
     t0 = time.perf_counter()
+    from .instances import instances_section
     from .llama_cpp import llama_section
 
     for section in (precision_section, llama_section, chat_section, speculation_section, zero_cost_section,
-                    front_section, twin_section):
+                    instances_section, front_section, twin_section):
         section(report, opts, progress)
     report.context["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report.context["seconds"] = round(time.perf_counter() - t0, 1)
@@ -326,6 +331,7 @@ def format_report(report: Report) -> str:
         "speculation_repetitive_over_plain_1": "repetitive prompts, 1 seq: prompt lookup ÷ none",
         "loop_overhead_ms": "loop host overhead per decode step, ms (16 slots)",
         "served_zero_cost_16_tokens_per_s": "served zero-cost model, 16 streams, tokens/s at the client",
+        "instances_2_over_1_16_streams": "2 model instances (device groups 0;1) ÷ 1, 16 streams, 1 thread each",
         **FRONT_LABELS,
     }
     rows = []

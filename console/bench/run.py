@@ -15,6 +15,7 @@ import click
 from console.clients import ClientError
 from console.core.adapters import adapter_for
 from console.core.request import Settings, read_info
+from console.extras import needs
 
 from .load import LevelResult, Runner, Target
 from .options import BenchOptions
@@ -152,19 +153,25 @@ class BenchRun:
                 "levels": [c if c is not None else r for c, r in self.levels()],
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
+    def server_side(self, target: Target, first: bool) -> Any:
+        """Where a level's server figures come from: each server's own metrics, before and after a level; for the
+        --url load with --prometheus, that Prometheus (every server behind the URL)."""
+        from .fleet_side import FleetSide
+        from .server_view import ServerSide
+
+        return FleetSide(target, self.options.prometheus) if first and self.options.prometheus else ServerSide(target)
+
     def execute(self, urls: tuple[str, ...], grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> int:
         """Run every level on the servers ``urls`` name (``grpc_url``: their gRPC endpoint, ``metrics_urls``: their
         metrics pages, when known)."""
         from .display import ProgressBar
         from .results import build_document, side_by_side, summarize
-        from .server_view import ServerSide
-
         levels = self.levels()
         sides = self.sides(urls, grpc_url, metrics_urls)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
         runners = [Runner(side.target, self.requests(embedded), self.options.turns) for side in sides]
         slo = Slo.parse(self.options.slo, self.options.mode)
-        views = [ServerSide(side.target) for side in sides]  # each server's own metrics, before and after a level
+        views = [self.server_side(side.target, first=i == 0) for i, side in enumerate(sides)]
         for side, runner, view in zip(sides, runners, views):
             if self.options.warmup:
                 self.progress(f"warm-up: {self.options.warmup} requests" + (f" to {side.name}" if len(sides) > 1
@@ -230,6 +237,6 @@ class BenchRun:
         formats = plot_formats(self.options.plots)
         if formats:
             if "png" in formats and not have_matplotlib():
-                to_stderr("warning: matplotlib is not installed: no PNG plots (pip install matplotlib)")
+                to_stderr(f"warning: no PNG plots: {needs('bench', 'matplotlib')}")
             paths += write_plots(document, out, formats)
         self.progress("wrote " + ", ".join(str(p) for p in paths))

@@ -3,8 +3,9 @@ sampled during it.
 
 Each level's summary gets ``server``: Triton's queue and compute time per request, the backend's slot wait (all slots
 taken) and step wait (a slot free, the engine busy with its current step), time to first token, prefill (TTFT less
-both waits: the prompt's own prefill), prefill chunk, decode step and time per
-output token, the mean slot occupancy of a decode step and its tokens, the tokens/s the server counted; for a
+both waits: the prompt's own prefill), prefill chunk, decode step and time per output token, the mean slot occupancy
+of a decode step and its tokens, the tokens/s the server counted (and, for a model of several instances, its tokens by
+instance: ``tokens_by_instance``, from the metrics' ``instance`` label); for a
 streamed level, where the client's TTFT went (``ttft_breakdown_ms``: queue, prefill, and the rest: network, reading
 and tokenising the request, responses). ``note`` says where the figures come from, or why there are none. And
 ``card``: qaic-util's mean power, peak temperature, NSP and memory use, and tokens per joule when power is known
@@ -38,6 +39,7 @@ LABELS = {  # the console's and the HTML page's table
     "step_wait_ms": "step wait ms",
     "ttft_ms": "TTFT ms", "prefill_ms": "prefill ms", "decode_step_ms": "step ms", "tpot_ms": "TPOT ms",
     "mean_occupancy": "occupancy", "tokens_per_step": "tok/step", "tokens_per_s": "tok/s",
+    "tokens_by_instance": "tokens by instance",
 }
 
 
@@ -62,6 +64,7 @@ class ServerSide:
         self.model = target.model
         self.urls: list[str] = []
         self.notes: list[str] = []
+        self.guesses: dict[str, str] = {}  # a page's URL: how it was guessed (said beside it, once)
         seen = set()
         for server in target.servers:
             url, how = server.metrics()
@@ -71,7 +74,7 @@ class ServerSide:
                 seen.add(_same_place(url))
                 self.urls.append(url)
                 if how:
-                    self.notes.append(f"{url}: {how}")
+                    self.guesses[url] = how
         self._before: Scrape | None = None
         self._card = CardSampler()
 
@@ -112,26 +115,35 @@ class ServerSide:
             if counted is None or counted >= expected or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)  # the backend publishes its counts within a second of a sequence's end
-        figures = window.figures().values
         notes = list(self.notes)
         if counted is not None and counted < expected:
             notes.append(f"the server had counted {counted:g} of the level's {expected} requests after "
                          f"{CATCH_UP_S:g} s")
-        ttft, queue = figures.get("ttft_ms"), figures.get("queue_ms")
         family = window.present(RATES["tokens_per_s"])
         generated = window.counter(family) if family else None
-        values = {**figures, "prefill_ms": ttft - queue if ttft is not None and queue is not None else None,
-                  "tokens_per_s": generated / level.duration if generated is not None and level.duration > 0
-                  else None}
-        out: dict[str, Any] = {"note": "; ".join([f"metrics: {after.url}", *notes]),
-                               **{name: _round(values.get(name)) for name in FIGURES}}
-        client = summary.get("time_to_first_token", {}).get("avg")
-        if client is not None and ttft is not None:
-            queued = (figures.get("triton_queue_ms") or 0.0) + (queue or 0.0)
-            prefill = values["prefill_ms"] or 0.0
-            out["ttft_breakdown_ms"] = {"queue": _round(queued), "prefill": _round(prefill),
-                                        "network": _round(max(client - queued - prefill, 0.0))}
+        where = f"metrics: {after.url}" + (f" ({self.guesses[after.url]})" if after.url in self.guesses else "")
+        out = level_figures(window.figures().values, generated, level.duration,
+                            "; ".join([where, *notes]), summary)
+        split = window.instances(family) if family else {}  # a model of several instances: each one's tokens
+        out["tokens_by_instance"] = " · ".join(f"{i}: {n:g}" for i, n in split.items()) or None
         return out
+
+
+def level_figures(figures: dict[str, float | None], generated: float | None, duration: float, note: str,
+                  summary: dict[str, Any]) -> dict[str, Any]:
+    """A level's ``server`` figures from the server's over the level (``generated``: the tokens it counted), and
+    where the client's time to first token went."""
+    ttft, queue = figures.get("ttft_ms"), figures.get("queue_ms")
+    values = {**figures, "prefill_ms": ttft - queue if ttft is not None and queue is not None else None,
+              "tokens_per_s": generated / duration if generated is not None and duration > 0 else None}
+    out: dict[str, Any] = {"note": note, **{name: _round(values.get(name)) for name in FIGURES}}
+    client = summary.get("time_to_first_token", {}).get("avg")
+    if client is not None and ttft is not None:
+        queued = (figures.get("triton_queue_ms") or 0.0) + (queue or 0.0)
+        prefill = values["prefill_ms"] or 0.0
+        out["ttft_breakdown_ms"] = {"queue": _round(queued), "prefill": _round(prefill),
+                                    "network": _round(max(client - queued - prefill, 0.0))}
+    return out
 
 
 def _finished(window: Window) -> float | None:

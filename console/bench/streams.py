@@ -15,11 +15,13 @@ from .capacity import run_together
 from .engine import BENCH_PROMPTS, Timed
 
 
-def timed_streams(open_call: Callable[[str], Iterable[Any]], concurrency: int, timeout: float = 600.0) -> Timed:
+def timed_streams(open_call: Callable[[str], Iterable[Any]], concurrency: int, timeout: float = 600.0,
+                  texts: list[str] | None = None) -> Timed:
     """``concurrency`` streamed calls at once (``open_call(prompt)``, the bench prompts in turn): the output
-    tokens of their replies over the wall time from their common start."""
-    prompts = (BENCH_PROMPTS * (concurrency // len(BENCH_PROMPTS) + 1))[:concurrency]
+    tokens of their replies over the wall time from their common start (``texts``: filled with the replies)."""
+    prompts = bench_prompts(concurrency)
     counts = [0] * concurrency
+    answers = [""] * concurrency
     errors: list[str] = []
     barrier = threading.Barrier(concurrency + 1)
 
@@ -28,7 +30,7 @@ def timed_streams(open_call: Callable[[str], Iterable[Any]], concurrency: int, t
         barrier.wait(timeout)
         for event in call:
             if isinstance(event, Reply):
-                counts[i] = event.stats.output_tokens or 0
+                counts[i], answers[i] = event.stats.output_tokens or 0, event.text
             elif isinstance(event, Failure):
                 errors.append(f"stream {i}: {event.kind}: {event.message}")
         if not counts[i] and not errors:
@@ -37,13 +39,21 @@ def timed_streams(open_call: Callable[[str], Iterable[Any]], concurrency: int, t
     seconds, _ = run_together(one, concurrency, barrier, timeout)
     if errors:
         raise RuntimeError("; ".join(errors))
+    if texts is not None:
+        texts[:] = answers
     return Timed(sum(counts), seconds)
 
 
-def triton_streams(url: str, concurrency: int, tokens: int, model: str, timeout: float = 600.0) -> Timed:
-    """``concurrency`` concurrent console gRPC streams of ``tokens`` tokens each."""
+def bench_prompts(count: int) -> list[str]:
+    """The bench prompts in turn, ``count`` of them."""
+    return (BENCH_PROMPTS * (count // len(BENCH_PROMPTS) + 1))[:count]
+
+
+def triton_streams(url: str, concurrency: int, tokens: int, model: str, timeout: float = 600.0,
+                   texts: list[str] | None = None) -> Timed:
+    """``concurrency`` concurrent console gRPC streams of ``tokens`` tokens each (``texts``: their replies)."""
     params, timeouts = GenerationParams(max_tokens=tokens), Timeouts(network=timeout)
-    return timed_streams(lambda prompt: stream(url, model, [prompt], params, timeouts), concurrency, timeout)
+    return timed_streams(lambda prompt: stream(url, model, [prompt], params, timeouts), concurrency, timeout, texts)
 
 
 def openai_streams(base_url: str, concurrency: int, tokens: int, model: str, timeout: float = 600.0) -> Timed:

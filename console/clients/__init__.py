@@ -26,6 +26,7 @@ from .errors import (
     Refused,
     ServerFault,
     Timeout,
+    Unexpected,
     Unreachable,
 )
 from .events import (
@@ -74,6 +75,7 @@ __all__ = [
     "Refused",
     "ServerFault",
     "Timeout",
+    "Unexpected",
     "Unreachable",
     "Call",
     "ClientError",

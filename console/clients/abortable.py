@@ -38,7 +38,10 @@ class Abortable:
         finally:
             with self._lock:
                 self._running = None
-            loop.close()
+            try:
+                _finish(loop)
+            finally:
+                loop.close()
 
     def abort(self) -> None:
         """Cancel the coroutine (from any thread): its connection closes; a coroutine not started never runs."""
@@ -48,3 +51,15 @@ class Abortable:
             loop, task = running
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing left to cancel
                 loop.call_soon_threadsafe(task.cancel)
+
+
+def _finish(loop: asyncio.AbstractEventLoop) -> None:
+    """What the request left on its loop, ended before the loop closes, as :func:`asyncio.run` ends it: tasks its
+    libraries started (a connection's cleanup) cancelled and awaited, async generators closed. A loop closed with a
+    task pending logs "Task was destroyed but it is pending!" when the task is collected."""
+    rest = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in rest:
+        task.cancel()
+    if rest:
+        loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())

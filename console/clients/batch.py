@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -95,7 +95,7 @@ class BatchCall(Call):
         threading.Thread(target=self._work, args=(running, ask, backstop), name="qc-batch", daemon=True).start()
         return running.abort, _nothing
 
-    def _work(self, running: Abortable, ask: Callable[[float], Awaitable[Outputs]], timeout: float) -> None:
+    def _work(self, running: Abortable, ask: Callable[[float], Coroutine[Any, Any, Outputs]], timeout: float) -> None:
         """The helper thread: the HTTP request on an event loop of its own (aiohttp). Not tritonclient's gevent
         client: a call the caller gave up on left that daemon thread waiting, and gevent's libev loop, woken by the
         answer as the process exited, called into the finalized interpreter and crashed it (exit 139)."""

@@ -18,7 +18,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,13 +132,13 @@ class Call:
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
-    def __iter__(self) -> Iterator[Event]:
+    def __iter__(self) -> Generator[Event, None, None]:
         if self._used:
             raise RuntimeError("a Call can be iterated once")
         self._used = True
         return self._events()
 
-    def _events(self) -> Iterator[Event]:
+    def _events(self) -> Generator[Event, None, None]:
         t0 = time.perf_counter()
         if self._cancel.is_set():  # cancelled before it was sent: send nothing
             yield Failure("cancelled before it was sent", Cancelled, 0.0)

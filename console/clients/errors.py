@@ -40,6 +40,12 @@ class Cancelled(ClientError):
     kind = "cancelled"
 
 
+class Unexpected(ClientError):
+    """Something else went wrong in the console on the way (a chat template that fails to load ...)."""
+
+    kind = "error"
+
+
 class Unreachable(ClientError):
     """The server cannot be reached, or went away during the request."""
 

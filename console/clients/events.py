@@ -108,6 +108,13 @@ class ModelInfo:
         return {True: "kv_cache", False: "causal", None: "-"}[self.use_kv_cache]
 
     @property
+    def instances(self) -> str:
+        """A model served on device groups: each instance with its SoCs (``instance 0: QIDs 0,1 · instance 1: QIDs
+        2,3``; every instance loads or the model fails, so they share its state); '' for any other model."""
+        groups = [g.strip() for g in self.parameters.get("device_groups", "").split(";") if g.strip()]
+        return " · ".join(f"instance {i}: QIDs {group}" for i, group in enumerate(groups))
+
+    @property
     def embedded(self) -> bool:
         """Serves the embedded SmolLM2 (its tokenizer is local)."""
         return self.hf_model_name == "embedded"

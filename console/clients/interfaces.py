@@ -212,10 +212,11 @@ class Interface:
         out: Outputs = {"text_output": output_list(result, self.text_name, n, texts=True)}
         for ours, theirs in self.extra_outputs.items():
             out[ours] = output_list(result, theirs, n, texts=ours in ("finish_reason", "logprobs"))
-        if out.get("finish_reason"):
-            out["finish_reason"] = [self.reason(r) for r in out["finish_reason"]]
-        if out.get("logprobs"):
-            out["logprobs"] = [entries(v) for v in out["logprobs"]]
+        reasons, logprobs = out.get("finish_reason"), out.get("logprobs")
+        if reasons:
+            out["finish_reason"] = [self.reason(r) for r in reasons]
+        if logprobs:
+            out["logprobs"] = [entries(v) for v in logprobs]
         return out
 
     def parse_generate(self, data: dict[str, Any], n: int) -> Outputs:

@@ -103,8 +103,8 @@ class StreamCall(Call):
         except ClientError as exc:
             yield Failure.of(exc, time.perf_counter() - t0)
         except Exception as exc:  # tritonclient raises on a stream that is no longer valid
-            exc = self._reported_error() or exc  # the callback got the real reason
-            yield Failure.of(wire_error(exc, self.url, "gRPC"), time.perf_counter() - t0)
+            error = self._reported_error() or exc  # the callback got the real reason
+            yield Failure.of(wire_error(error, self.url, "gRPC"), time.perf_counter() - t0)
         finally:
             client.stop_stream(cancel_requests=True)  # bounded; a no-op for a finished request
             client.close()

@@ -18,8 +18,9 @@ from .failures import error_class, mapped
 
 PROTOCOLS = ("http", "grpc")
 MAX_NAME = 255  # a model name is a folder name
-_NUMPY = {"BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
-          **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
+_NUMPY: dict[str, type[np.generic]] = {
+    "BOOL": np.bool_, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+    **{f"{s}INT{b}": np.dtype(f"{s.lower()}int{b}").type for s in ("", "U") for b in (8, 16, 32, 64)}}
 
 
 def normalize_url(url: str) -> str:

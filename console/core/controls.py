@@ -1,8 +1,9 @@
 """The controls table (:data:`console.clients.CONTROLS`) as click options and as form values.
 
 Every front end builds its controls here: the CLI's options (:func:`click_options`), the TUI's text
-fields and the web's boxes (:func:`form_default`, :func:`params_from_form`). Each value is checked
-once, where it comes in, by its row's rule (the click callback returns the checked value).
+fields and the web's boxes (:func:`form_default`, :func:`params_from_form`), and a chat form's settings
+(:func:`settings_from_form`, with the timeout's rule :data:`TIMEOUT_RULE`). Each value is checked once, where it
+comes in, by its row's rule (the click callback returns the checked value).
 """
 
 from __future__ import annotations
@@ -12,11 +13,16 @@ from typing import Any, TypeVar
 
 import click
 
-from console.clients import CONTROLS, ClientError, Control, GenerationParams
+from console.clients import CAUSAL_TIMEOUT, CONTROLS, KV_TIMEOUT, ClientError, Control, GenerationParams
 from console.clients.params import check, parse
+
+from .request import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 CLICK_TYPES = {bool: click.BOOL, str: str}  # numbers: click's own int and float
+TIMEOUT_DEFAULTS = f"{KV_TIMEOUT:g} s for KV-cache models, {CAUSAL_TIMEOUT:g} s for causal ones"
+TIMEOUT_RULE = f"a number >= 0 (blank: the model's default, {KV_TIMEOUT:g} s KV / {CAUSAL_TIMEOUT:g} s causal; 0: none)"
+NO_MODEL = "no model chosen: start a server or connect to one ({where})"
 
 
 def _checker(control: Control) -> Callable[[click.Context, click.Parameter, Any], Any]:
@@ -70,3 +76,30 @@ def params_from_form(fields: Mapping[str, Any]) -> GenerationParams:
         value = fields.get(control.name)
         values[control.name] = parse(control, value) if isinstance(value, str) else check(control, value)
     return GenerationParams.from_checked(values)
+
+
+def timeout_seconds(text: str) -> float | None:
+    """A form's Timeout field as seconds (blank: None, the model's default); ClientError saying what is wrong."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ClientError(f"Timeout s: {text[:40]!r} is not a number") from None
+    if not seconds >= 0:
+        raise ClientError(f"Timeout s must be {TIMEOUT_RULE}, got {text}")
+    return seconds
+
+
+def settings_from_form(form: Mapping[str, Any], where: str) -> Settings:
+    """The Settings of a chat form: ``model``, ``mode``, ``timeout``, ``chat``, ``system``, ``tokenizer``, ``echo``
+    and one value per control (text or values); ClientError naming the first bad field (``where``: where a server is
+    started or connected, said when no model is chosen)."""
+    if not form.get("model"):
+        raise ClientError(NO_MODEL.format(where=where))
+    params = params_from_form({c.name: form.get(c.name) for c in CONTROLS})
+    return Settings(form["model"], mode=form.get("mode") or "stream", params=params,
+                    timeout=timeout_seconds(str(form.get("timeout") or "")), chat=None if form.get("chat") else False,
+                    system=form.get("system") or "", tokenizer=(form.get("tokenizer") or "").strip(),
+                    echo=bool(form.get("echo")))

@@ -4,14 +4,20 @@
 server's adapter frame the prompts (the chat template applied here, or chat messages for a server that
 applies it itself; the history only for a single prompt), picks the timeouts, and returns the call ready to
 iterate. Headless, the TUI, the web UI and the bench all send through it, to any kind of server.
+
+A UI's send is an :class:`Exchange`: it runs in a thread of its own and hands each step (:class:`Sent`, every
+event, :data:`DONE`) to the UI, which folds it into the turn on its own thread (:meth:`Exchange.fold`): pushed to
+a callback (:meth:`Exchange.start`, e.g. Textual's ``post_message``) or pulled frame by frame (:meth:`Exchange.frames`,
+e.g. a Gradio generator). A turn is only ever touched by the UI's thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +29,12 @@ from console.clients import (
     GenerationParams,
     ModelInfo,
     Timeouts,
+    Unexpected,
     interface_of,
     new_request_id,
 )
 
-from .adapters import Adapter
+from .adapters import HERE, Adapter
 from .template import Progress
 from .turns import Turn, history
 
@@ -122,7 +129,7 @@ def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history
         if not chat:
             progress(f"note: {info.name} has no chat template here (a tokenizer folder gives it one): the prompt "
                      "goes as typed")
-    if chat and not server.server_template:
+    if chat and server.template_side(info, settings.tokenizer) == HERE:
         progress(f"applying the chat template of {info.name} ...")
     framed = server.frame(prompts, info, chat=chat, system=settings.system,
                           tokenizer=settings.tokenizer, history=history if len(prompts) == 1 else (),
@@ -140,9 +147,25 @@ def read_info(server: Adapter, settings: Settings) -> ModelInfo:
     return server.model_info(settings.model, settings.mode, settings.protocol)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """The request went out: what :meth:`Prepared.begin` records on the turn."""
+
+    prepared: Prepared
+
+
+class Done:
+    """The exchange is over (a failure was handed over before, as an event)."""
+
+
+DONE = Done()
+Step = Sent | Event | Done
+Deliver = Callable[[Step], None]
+
+
 class Exchange:
-    """One send from a UI: prepare, call, fold every event into the turn; :meth:`cancel` from any thread,
-    also before the call exists (while the chat template loads)."""
+    """One send from a UI: prepare, call, hand every step to the UI; :meth:`cancel` from any thread, also before the
+    call exists (while the chat template loads)."""
 
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
@@ -167,25 +190,81 @@ class Exchange:
         if call is not None:
             call.cancel()
 
+    def fold(self, step: Step) -> None:
+        """Fold one step into the turn (on the thread that owns the turn)."""
+        if isinstance(step, Sent):
+            step.prepared.begin(self.turn)
+        elif not isinstance(step, Done):
+            self.turn.apply(step)
+
     def run(self, server: Adapter, settings: Settings, earlier: Sequence[Turn] = (),
-            info: ModelInfo | None = None, on_event: Callable[[Event], None] | None = None) -> Turn:
-        """Send and fold every event into the turn (``on_event`` sees each one too); the turn."""
-        turn = self.turn
+            info: ModelInfo | None = None, deliver: Deliver | None = None) -> Turn:
+        """Send, handing :class:`Sent` and every event to ``deliver`` (default: :meth:`fold`, in this thread)."""
+        deliver = deliver or self.fold
         try:
-            prepared = prepare(server, settings, turn.prompts, history(earlier, settings.mode), info,
-                               turn.request_id)
+            prepared = prepare(server, settings, self.turn.prompts, history(earlier, settings.mode), info,
+                               self.turn.request_id)
         except ClientError as exc:
-            events: Iterable[Event] = [Failure.of(exc)]
+            events = _failed(exc)
         else:
-            prepared.begin(turn)
+            deliver(Sent(prepared))
             with self._lock:
                 self.call = prepared.call
                 if self.cancelled:
                     prepared.call.cancel()
-            events = prepared.call
-        with contextlib.closing(iter(events)) as stream_:  # closing an unfinished call cancels it
+            events = iter(prepared.call)
+        with contextlib.closing(events) as stream_:  # closing an unfinished call cancels it
             for event in stream_:
-                turn.apply(event)
-                if on_event is not None:
-                    on_event(event)
-        return turn
+                deliver(event)
+        return self.turn
+
+    def start(self, server: Adapter, settings: Settings, earlier: Sequence[Turn], info: ModelInfo | None,
+              deliver: Deliver) -> threading.Thread:
+        """:meth:`run` in a thread of its own, then :data:`DONE`; whatever the call did not turn into a Failure event
+        (a chat template that fails to load ...) is handed over as one."""
+        def work() -> None:
+            try:
+                self.run(server, settings, earlier, info, deliver)
+            except Exception as exc:  # the thread's end: readable, and the UI keeps working
+                said = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+                deliver(Failure(said, type(exc) if isinstance(exc, ClientError) else Unexpected))
+            finally:
+                deliver(DONE)
+
+        thread = threading.Thread(target=work, name="qc-exchange", daemon=True)
+        thread.start()
+        return thread
+
+    def frames(self, server: Adapter, settings: Settings, earlier: Sequence[Turn], info: ModelInfo | None,
+               every: float) -> Iterator[bool]:
+        """:meth:`start`, folding the steps in the caller's thread: one item at least every ``every`` s while it
+        runs (False), then True once it is over. Closing the iterator before the end cancels the exchange."""
+        steps: queue.Queue[Step] = queue.Queue()
+        self.start(server, settings, earlier, info, steps.put)
+        over = False
+        try:
+            while not over:
+                over = self._fold_waiting(steps, every)
+                yield over
+        finally:
+            if not over:
+                self.cancel()
+
+    def _fold_waiting(self, steps: queue.Queue[Step], wait: float) -> bool:
+        """Fold the steps that come within ``wait`` s (then those already queued); whether DONE came."""
+        try:
+            step = steps.get(timeout=wait)
+        except queue.Empty:
+            return False
+        while not isinstance(step, Done):
+            self.fold(step)
+            try:
+                step = steps.get_nowait()
+            except queue.Empty:
+                return False
+        return True
+
+
+def _failed(exc: ClientError) -> Generator[Event, None, None]:
+    """The one event of a send that could not be made (a generator: closed as a call's events are)."""
+    yield Failure.of(exc)

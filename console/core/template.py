@@ -1,4 +1,8 @@
-"""Chat templates: the model's tokenizer (transformers) turns a conversation into the prompt text."""
+"""Chat templates: the model's tokenizer (transformers) turns a conversation into the prompt text.
+
+The tokenizers are loaded once per folder (:func:`chat_tokenizer`); a console loads a model's ahead of its first
+chat send with a :class:`Warmup`, which keeps each one's state for a status line.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from console.clients import ClientError, ModelInfo
 _CACHE: dict[str, Any] = {}
 _LOCK = threading.Lock()
 Progress = Callable[[str], None]
+Key = tuple[str, str]  # (model, tokenizer folder: '' for the model's own)
+LOADING, READY = "loading", "ready"
 
 
 def _quiet(_: str) -> None:
@@ -26,9 +32,12 @@ def tokenizer_folder(tokenizer: str | None, info: ModelInfo, progress: Progress 
             raise ClientError(f"tokenizer folder {tokenizer} does not exist")
         return path
     if info.embedded:
-        from backend_model.models import prepare_embedded
+        from backend_model.models import ModelSourceError, prepare_embedded
 
-        return prepare_embedded(progress=progress)  # at once when already prepared
+        try:
+            return prepare_embedded(progress=progress)  # at once when already prepared
+        except ModelSourceError as exc:  # the embedded model's package is not installed here
+            raise ClientError(str(exc)) from None
     own = Path(info.hf_model_name).expanduser() if info.hf_model_name else None
     if own is not None and own.is_absolute() and own.is_dir():  # the model's weights are a local folder
         return own
@@ -75,3 +84,46 @@ def chat_prompts(prompts: Sequence[str], info: ModelInfo, *, system: str | None 
     tok = chat_tokenizer(tokenizer, info, progress)
     return [tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             for messages in chat_messages(prompts, system=system, history=history)]
+
+
+class Warmup:
+    """Chat templates loaded in a thread ahead of a model's first chat send: the state of each (model, tokenizer)
+    key, LOADING, READY or why it could not be loaded; ``on_change(key)`` is called (from the loading thread) when
+    one is loaded or fails."""
+
+    def __init__(self, on_change: Callable[[Key], None] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._state: dict[Key, str] = {}
+        self._on_change = on_change
+
+    def state(self, key: Key) -> str | None:
+        return self._state.get(key)
+
+    def mark(self, key: Key, state: str) -> None:
+        with self._lock:
+            self._state[key] = state
+
+    def clear(self) -> None:
+        """Forget the states (the models changed; loaded tokenizers stay in the cache)."""
+        with self._lock:
+            self._state.clear()
+
+    def warm(self, info: ModelInfo, tokenizer: str = "") -> None:
+        """Load ``info``'s chat template (``tokenizer``: a folder given for it) in a thread, unless known already;
+        the caller checked that it is applied here (:meth:`~.adapters.Adapter.template_side`)."""
+        key = (info.name, tokenizer)
+        with self._lock:
+            if key in self._state:
+                return
+            self._state[key] = LOADING
+        threading.Thread(target=self._load, args=(key, info), name="qc-template", daemon=True).start()
+
+    def _load(self, key: Key, info: ModelInfo) -> None:
+        try:
+            chat_tokenizer(key[1] or None, info)
+            state = READY
+        except Exception as exc:  # said in the status; the send says it again
+            state = str(exc) if isinstance(exc, ClientError) else repr(exc)
+        self.mark(key, state)
+        if self._on_change is not None:
+            self._on_change(key)

@@ -8,14 +8,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from console.clients import ClientError
 
-from .app import Front, create_app
-from .tokenizers import Tokenizers
+from .toolcalls import PARSERS
+
+if TYPE_CHECKING:  # the app imports FastAPI: a command imports it when it serves
+    from .app import Front
 
 KEY_ENV = "QAIC_CONSOLE_API_KEY"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -50,6 +52,9 @@ def front_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tokenizer", "tokenizers", multiple=True, metavar="[MODEL=]FOLDER",
                      help="Local tokenizer folder for the chat template (and token counts) of MODEL, or of every "
                           "model (repeatable; the embedded models have their own)."),
+        click.option("--tool-call-parser", "tool_parser", type=click.Choice(sorted(PARSERS)), default=None,
+                     help="The format of the models' tool calls (default: the one their chat template names, else "
+                          "hermes, the form the front asks for when the template renders no tools)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -62,6 +67,8 @@ class FrontServer:
 
     def __init__(self, front: Front, host: str, port: int) -> None:
         import uvicorn
+
+        from .app import create_app
 
         self.front, self.host, self.port = front, host, port
         config = uvicorn.Config(create_app(front), host=host, port=port, log_level="warning", access_log=False,
@@ -96,8 +103,12 @@ class FrontServer:
 
 
 def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
-                 tokenizers: Sequence[str]) -> FrontServer:
-    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers)), host, port)
+                 tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None
+                 ) -> FrontServer:
+    from .app import Front
+    from .tokenizers import Tokenizers
+
+    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers), metrics_url, tool_parser), host, port)
 
 
 class Beside:
@@ -105,18 +116,19 @@ class Beside:
     Its options are checked when made (ClientError), before the server starts."""
 
     def __init__(self, port: int | None, host: str, api_key: str | None, no_api_key: bool,
-                 tokenizers: Sequence[str]) -> None:
+                 tokenizers: Sequence[str], tool_parser: str | None = None) -> None:
         from console.server.ports import port_in_use
 
-        self.port, self.host, self.tokenizers = port, host, tokenizers
+        self.port, self.host, self.tokenizers, self.tool_parser = port, host, tokenizers, tool_parser
         self.key = api_key_for(host, api_key, no_api_key) if port is not None else None
         if port is not None and port_in_use(port):
             raise ClientError(f"--openai-port {port} is in use: give a free port")
         self.server: FrontServer | None = None
 
-    def start(self, triton_grpc: str, say: Callable[[str], None]) -> None:
+    def start(self, triton_grpc: str, say: Callable[[str], None], metrics_url: str | None = None) -> None:
         if self.port is not None:
-            self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers)
+            self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers, metrics_url,
+                                       self.tool_parser)
             self.server.start()
             say(f"  OpenAI  {self.server.base_url}")
 
@@ -132,12 +144,16 @@ class Beside:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address the API listens on (0.0.0.0 exposes it: then an API key is asked for).")
 @click.option("--port", type=int, default=9000, show_default=True, help="Port the API listens on.")
+@click.option("--metrics-url", default=None,
+              help="tritonserver's metrics page (its models' figures on /metrics; default: the HTTP port + 2).")
 @front_options
-def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, api_key: str | None,
-                   no_api_key: bool, tokenizers: tuple[str, ...]) -> None:
-    """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /health) in front of a
-    running tritonserver's LLM models, e.g. `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
+def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, metrics_url: str | None,
+                   api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None) -> None:
+    """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /tokenize,
+    /detokenize, /tokenizer_info, /metrics, /health) in front of a running tritonserver's LLM models, e.g.
+    `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
     from console.core.adapters.triton import TritonAdapter
+    from console.metrics.scrape import metrics_endpoint
     from console.server.ports import port_in_use
 
     try:
@@ -147,9 +163,11 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
         if not url and not grpc_url:
             raise ClientError("give --url (the tritonserver's address)")
         triton = TritonAdapter.at(url or "", grpc_url)
+        triton.metrics_url = metrics_endpoint(metrics_url) if metrics_url else None
         grpc, _ = triton.url("stream")
+        page, _ = triton.metrics()
+        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser)  # its libraries before serving
         click.echo(triton.connect())
-        server = front_server(grpc, host, port, key, tokenizers)
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

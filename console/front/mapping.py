@@ -2,12 +2,14 @@
 
 Each field is checked once, before anything is sent: a control by its row of the controls schema
 (``backend_model.controls``, named by the field), the switches by their type. Fields a Triton LLM has no
-control for are taken at their no-op value only (``n`` = 1, penalties 0, no ``logit_bias``, no tools), a few
-that change nothing here are accepted and ignored, and any other field is refused, as OpenAI's API does.
+control for are taken at their no-op value only (penalties 0, no ``logit_bias``), a few that change nothing
+here are accepted and ignored, and any other field is refused, as OpenAI's API does. A completions ``prompt`` is one or
+more texts or token-id lists; ``n`` (with ``best_of`` equal to it) asks for that many answers to each.
 ``logprobs``/``top_logprobs`` become the ``logprobs`` control, ``response_format`` and vLLM's ``guided_*`` and
 ``structured_outputs`` the ``structured_outputs`` control (vLLM's names: ``{"json": schema}``, ``{"regex": ...}``).
 Which controls a given model lacks is the model's interface's to say (:func:`check_model`); those two need the
-model's own input of that name (and a ``logprobs`` output), not one that only carries them.
+model's own input of that name (and a ``logprobs`` output), not one that only carries them. A chat's ``tools``
+are :mod:`.tools`' to check; a ``tool_choice`` that forces a call sets the ``structured_outputs`` control.
 """
 
 from __future__ import annotations
@@ -20,26 +22,28 @@ from backend_model.errors import BadRequest
 from console.clients import GenerationParams, Interface
 from console.clients import params as offered
 
+from . import tools as tool_fields
 from .errors import APIError, bad_request
 
 CONTROL_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
                   "seed": "seed", "stop": "stop", "repetition_penalty": "repetition_penalty",
                   "min_tokens": "min_tokens"}  # field -> control (top_k and after: vLLM's extensions)
-NO_OP = {"n": 1, "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "suffix": "",
-         "tools": [], "functions": []}  # fields accepted at this value only
-IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "tool_choice", "function_call",
-           "prompt_cache_key", "safety_identifier")
+NO_OP = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "suffix": "",
+         "functions": []}  # fields accepted at this value only
+IGNORED = ("user", "metadata", "store", "service_tier", "function_call", "prompt_cache_key", "safety_identifier")
 SWITCHES = ("model", "stream", "stream_options", "logprobs", "ignore_eos", "max_completion_tokens")
 GUIDED = {"guided_json": ("json", (dict, str), "a JSON schema"), "guided_regex": ("regex", str, "a regular expression"),
           "guided_choice": ("choice", list, "a list of strings"),
           "structured_outputs": ("", dict, "an object")}  # vLLM's fields -> the control's kind ("": the whole of it)
 STRUCTURED = ("response_format", *GUIDED)
-COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "prompt", "echo"}
-CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "messages", "top_logprobs"}
+COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "prompt", "echo", "n", "best_of"}
+CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, *tool_fields.FIELDS, "messages",
+               "top_logprobs", "n"}
 FORMATS = ("text", "json_object", "json_schema")
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MAX_LOGPROBS = 20
 COMPLETIONS_MAX_TOKENS = 16  # the API's default for /v1/completions (chat: the model's own)
+MAX_SEQUENCES = 256  # prompts x n in one request (the bundled backend's most prompts a request)
 
 
 @dataclass
@@ -49,7 +53,9 @@ class Job:
     model: str
     chat: bool
     prompt: str = ""
-    messages: list[dict[str, str]] = field(default_factory=list)
+    prompts: list[str | list[int]] = field(default_factory=list)  # completions: texts or token ids
+    n: int = 1  # answers per prompt
+    messages: list[dict[str, Any]] = field(default_factory=list)
     controls: dict[str, Any] = field(default_factory=dict)  # checked, the set ones
     fields: dict[str, str] = field(default_factory=dict)  # control -> the field that gave it
     stream: bool = False
@@ -57,6 +63,7 @@ class Job:
     echo: bool = False
     logprobs: int | None = None  # alternatives per token; None: no logprobs asked
     structured: str = ""  # the field that asked for structured output, "" for none
+    tools: tool_fields.Tools | None = None  # the tools offered (chat), None for none
 
 
 def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -78,18 +85,38 @@ def _control(job: Job, name: str, value: Any, control: str) -> None:
         job.controls[control] = checked
 
 
-def _prompt(body: dict[str, Any]) -> str:
+def _ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+
+
+def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
+    """``prompt``: a string, a list of strings, a list of token ids or a list of lists of token ids."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1:
-        prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and not all(isinstance(p, str) for p in prompt):
-        raise bad_request("prompt must be text: this server takes no token ids", "prompt")
-    if isinstance(prompt, list):
-        raise bad_request(f"prompt must be one string: this server completes one prompt per request (got "
-                          f"{len(prompt)}); send each as its own request", "prompt")
-    if not isinstance(prompt, str) or not prompt:
-        raise bad_request("prompt must be a non-empty string", "prompt")
-    return prompt
+    prompts = [prompt] if isinstance(prompt, str) or _ids(prompt) else prompt
+    what = "a non-empty string, a list of them, a list of token ids or a list of such lists"
+    if not isinstance(prompts, list) or not prompts:
+        raise bad_request(f"prompt must be {what}", "prompt")
+    for i, one in enumerate(prompts):
+        if not (isinstance(one, str) and one) and not _ids(one):
+            raise bad_request(f"prompt {i + 1} of {len(prompts)} is neither a non-empty string nor a non-empty list "
+                              f"of token ids (prompt must be {what})", "prompt")
+    return prompts
+
+
+def _n(body: dict[str, Any], job: Job) -> None:
+    n = _typed(body, "n", int, "an integer from 1")
+    best = _typed(body, "best_of", int, "an integer equal to n")
+    job.n = 1 if n is None else n
+    if job.n < 1:
+        raise bad_request(f"n must be an integer from 1, got {job.n}", "n")
+    if best is not None and best != job.n:
+        raise bad_request(f"best_of must equal n ({job.n}) here: the served models rank no candidates", "best_of")
+    if job.chat and job.n != 1:
+        raise bad_request("n must be 1 on /v1/chat/completions here (/v1/completions takes more)", "n")
+    if job.n * max(len(job.prompts), 1) > MAX_SEQUENCES:
+        raise bad_request(f"{len(job.prompts)} prompts x n {job.n} is over the {MAX_SEQUENCES} answers one request "
+                          "may ask for", "n")
 
 
 def _content(message: dict[str, Any], where: str) -> str:
@@ -107,7 +134,7 @@ def _content(message: dict[str, Any], where: str) -> str:
     raise bad_request(f"{where}: content must be a string or a list of text parts", "messages")
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list", "messages")
@@ -116,7 +143,10 @@ def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
         where = f"message {i + 1} of {len(messages)}"
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise bad_request(f"{where}: role must be one of {', '.join(ROLES)}", "messages")
-        out.append({"role": ROLES[message["role"]], "content": _content(message, where)})
+        role = ROLES[message["role"]]
+        calls_only = role == "assistant" and message.get("content") is None and message.get("tool_calls")
+        content = "" if calls_only else _content(message, where)
+        out.append({"role": role, "content": content, **tool_fields.history_fields({**message, "role": role}, where)})
     return out
 
 
@@ -171,9 +201,7 @@ def parse(body: Any, chat: bool) -> Job:
             raise bad_request(f"{name} is not supported here (only {NO_OP[name]!r}): the served models have no "
                               "such control", name)
     model = _typed(body, "model", str, "a model name (GET /v1/models lists them)")
-    if not model:
-        raise bad_request("model is required (GET /v1/models lists them)", "model")
-    job = Job(model, chat)
+    job = Job(model or "", chat)  # none: the one model served (Upstream.named)
     job.stream = bool(_typed(body, "stream", bool, "true or false"))
     options = _typed(body, "stream_options", dict, "an object")
     if options is not None and not job.stream:
@@ -181,16 +209,21 @@ def parse(body: Any, chat: bool) -> Job:
     job.include_usage = bool(_typed(options or {}, "include_usage", bool, "true or false"))
     if chat:
         job.messages = _messages(body)
+        job.tools = tool_fields.parse(body)
     else:
-        job.prompt = _prompt(body)
+        job.prompts = _prompts(body)
         job.echo = bool(_typed(body, "echo", bool, "true or false"))
+    _n(body, job)
     _logprobs(body, job)
-    if job.echo and job.logprobs is not None:
-        raise bad_request("echo with logprobs is not supported: the prompt's tokens are not scored here", "echo")
     if job.logprobs is not None:
         _control(job, "top_logprobs" if chat and body.get("top_logprobs") is not None else "logprobs", job.logprobs,
                  "logprobs")
     job.structured, spec = _structured(body)
+    forced = job.tools.grammar() if job.tools is not None else None
+    if forced is not None and spec is not None:
+        raise bad_request(f"give {job.structured} or a tool_choice that forces a call, not both", job.structured)
+    if forced is not None:
+        job.structured, spec = "tool_choice", forced
     if spec is not None:
         _control(job, job.structured, spec, "structured_outputs")
     for name, control in {**CONTROL_FIELDS, "max_completion_tokens": "max_tokens"}.items():

@@ -15,7 +15,9 @@ from typing import Any
 from console.clients import ClientError, ModelInfo
 from console.core.template import chat_tokenizer
 
+from . import tools as tool_fields
 from .errors import bad_request
+from .toolcalls import Parser, parser_for
 
 
 class Tokenizers:
@@ -38,8 +40,10 @@ class Tokenizers:
         """The model's tokenizer; ClientError when it has none here."""
         return await asyncio.to_thread(chat_tokenizer, self.folder(info), info)
 
-    async def chat_prompt(self, info: ModelInfo, messages: list[dict[str, str]]) -> str:
-        """The conversation as the model's chat template renders it, ready for the assistant's answer."""
+    async def chat_prompt(self, info: ModelInfo, messages: list[dict[str, Any]],
+                          tools: tool_fields.Tools | None = None) -> str:
+        """The conversation (and its tools) as the model's chat template renders it, ready for the assistant's
+        answer."""
         try:
             tokenizer = await self.load(info)
         except ClientError as exc:
@@ -47,12 +51,22 @@ class Tokenizers:
                               "raw prompts", "messages") from None
 
         def render() -> str:
-            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return tool_fields.render(tokenizer, messages, tools)
 
         try:
             return await asyncio.to_thread(render)
         except Exception as exc:  # the template's own refusal (e.g. roles that do not alternate)
             raise bad_request(f"the chat template of {info.name} refused the messages: {exc}", "messages") from None
+
+    async def tool_parser(self, info: ModelInfo, given: str | None) -> Parser:
+        """The parser of the model's tool calls: ``given`` (``--tool-call-parser``), else its template's format."""
+        if given:
+            return parser_for("", given)
+        try:
+            template = (await self.load(info)).chat_template
+        except ClientError:
+            template = ""
+        return parser_for(template if isinstance(template, str) else "")
 
     async def count(self, info: ModelInfo, text: str) -> int | None:
         """``text``'s tokens by the model's tokenizer; None when the front has none for it."""

@@ -11,7 +11,7 @@ Triton cancels the request: the bundled backend frees its slot at the next step.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -27,6 +27,7 @@ from console.clients import (
     info_from_config,
     interface_of,
 )
+from console.clients.events import TextDelta
 from console.clients.failures import error_class, error_message
 from console.clients.stream import Collected
 from console.clients.wire import MAX_NAME
@@ -102,6 +103,16 @@ class Upstream:
             infos.append(info)
         return infos
 
+    async def named(self, model: str) -> ModelInfo:
+        """The model a request names; none named: the one model served, else 400 naming the served ones."""
+        if model:
+            return await self.info(model)
+        served = await self.models()
+        if len(served) != 1:
+            names = ", ".join(info.name for info in served) or "none"
+            raise APIError(400, f"model is required unless exactly one model is served (served: {names})", "model")
+        return served[0]
+
     async def info(self, model: str) -> ModelInfo:
         """A served model's config (read once while it stays ready); 404 naming the served ones when absent."""
         if model in self._infos:
@@ -119,41 +130,58 @@ class Upstream:
         info = self._infos[model] = info_from_config(model, config)
         return info
 
-    def generate(self, info: ModelInfo, prompt: str, params: GenerationParams, timeout: float | None) -> Generation:
-        return Generation(self, info, prompt, params, timeout)
+    def generate(self, info: ModelInfo, prompts: str | Sequence[str], params: GenerationParams,
+                 timeout: float | None) -> Generation:
+        return Generation(self, info, prompts, params, timeout)
 
 
 class Generation:
-    """One request for one prompt: iterate :meth:`pieces` for the new text of each response (and :meth:`tokens` for
-    the log-probability entries that came since), then read the finish reason and the token counts the model sent."""
+    """One request for one prompt or several (the model's batch): iterate :meth:`deltas` for each response's new text
+    per prompt, or :meth:`pieces` for the first prompt's (and :meth:`tokens` for the log-probability entries that came
+    since), then read the finish reasons and the token counts the model sent."""
 
-    def __init__(self, upstream: Upstream, info: ModelInfo, prompt: str, params: GenerationParams,
+    def __init__(self, upstream: Upstream, info: ModelInfo, prompts: str | Sequence[str], params: GenerationParams,
                  timeout: float | None) -> None:
-        self.upstream, self.info, self.prompt, self.params, self.timeout = upstream, info, prompt, params, timeout
+        self.upstream, self.info, self.params, self.timeout = upstream, info, params, timeout
+        self.prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         self.interface = interface_of(info)
-        self.collected = Collected(self.interface, [prompt])
+        self.collected = Collected(self.interface, self.prompts)
         self.responses = 0
-        self.taken = 0  # log-probability entries :meth:`tokens` gave
+        self.taken = [0] * len(self.prompts)  # log-probability entries :meth:`tokens` gave, per prompt
+
+    @property
+    def prompt(self) -> str:
+        return self.prompts[0]
 
     @property
     def text(self) -> str:
         return self.collected.texts[0]
 
-    def value(self, name: str) -> Any:
-        return self.collected.value(name, 0)
+    def value(self, name: str, i: int = 0) -> Any:
+        return self.collected.value(name, i)
 
-    def tokens(self) -> list[dict[str, Any]] | None:
-        """The ``logprobs`` entries that came since the last call (None: the model sent none)."""
+    def tokens(self, i: int = 0) -> list[dict[str, Any]] | None:
+        """Prompt ``i``'s ``logprobs`` entries that came since the last call (None: the model sent none)."""
         if self.collected.logprobs is None:
             return None
-        new = self.collected.logprobs[0][self.taken:]
-        self.taken += len(new)
+        new = self.collected.logprobs[i][self.taken[i]:]
+        self.taken[i] += len(new)
         return new
 
     async def pieces(self) -> AsyncIterator[str]:
-        """The new text of each response (empty when a step decoded no whole character); APIError on failure."""
+        """The first prompt's new text of each response (empty when a step decoded no whole character); APIError on
+        failure."""
+        deltas = self.deltas()
         try:
-            inputs = self.interface.inputs(aio, [self.prompt], self.params, streaming=True)
+            async for new in deltas:
+                yield "".join(d.text for d in new if d.index == 0)
+        finally:
+            await deltas.aclose()
+
+    async def deltas(self) -> AsyncIterator[list[TextDelta]]:
+        """Each response's new text, per prompt; APIError on failure."""
+        try:
+            inputs = self.interface.inputs(aio, self.prompts, self.params, streaming=True)
         except ClientError as exc:
             raise from_client_error(exc) from None
         request = {"model_name": self.info.name, "inputs": inputs, "request_id": self.params.request_id or ""}
@@ -168,8 +196,8 @@ class Generation:
                 if error is not None:
                     raise upstream_error(error.message() or "the model failed", answered=bool(self.text))
                 self.responses += 1
-                outputs = self.interface.outputs(result, 1)
-                yield "".join(d.text for d in self.collected.add(outputs, 0.0, once))
+                outputs = self.interface.outputs(result, len(self.prompts))
+                yield list(self.collected.add(outputs, 0.0, once))
         except ClientError as exc:  # outputs the front cannot read (502)
             raise from_client_error(exc) from None
         except grpc.RpcError as exc:

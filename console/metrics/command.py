@@ -9,28 +9,63 @@ import time
 import click
 
 from console.clients import ClientError
-from console.core.adapters import APIS, adapter_for, api_help
+from console.core.adapters import APIS, URL_HELP, adapter_for, api_help
 
 from .figures import HEADER, rows
 from .qaic import card_line, query
 from .watch import Look, MetricsWatch
 
 
-def render(look: Look, card: str) -> str:
-    """Where the metrics are, the per-model table, and the card."""
+def render(look: Look, card: str | None) -> str:
+    """Where the metrics are, the per-model table, and the card (None: a fleet's, not read here)."""
     from console.bench.display import table
 
     lines = [look.note]
     if look.ok:
         lines.append(table(HEADER, rows(look.figures)) if look.figures else "no model reports metrics there")
-    lines.append(f"card: {card}")
+    if card is not None:
+        lines.append(f"card: {card}")
     return "\n".join(lines)
+
+
+def as_json(look: Look, card: str | None) -> str:
+    """One JSON object: the models' figures (a fleet's: in total, per instance, and the servers down)."""
+    document: dict[str, object] = {"url": look.url, "note": look.note,
+                                   "models": {f.model: f.values for f in look.figures if not f.instance}}
+    if card is None:
+        instances: dict[str, dict[str, object]] = {}
+        for f in look.figures:
+            if f.instance:
+                instances.setdefault(f.model, {})[f.instance] = f.values
+        document.update(instances=instances, down=list(look.down))
+    else:
+        document["card"] = card
+    return json.dumps(document)
+
+
+def follow_fleet(prometheus: str, window: str, interval: float, watch: bool, json_: bool) -> None:
+    """The fleet's table from a Prometheus, once or every ``interval`` until Ctrl-C."""
+    from console.fleet.watch import FleetWatch
+
+    follow = FleetWatch(prometheus, window, min_interval=0.0)
+    try:
+        while True:
+            look = follow.look()
+            if not look.ok:
+                click.echo(f"error: {look.note}", err=True)
+                sys.exit(1)
+            click.echo(as_json(look, None) if json_ else render(look, None) + ("\n" if watch else ""))
+            if not watch:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
 
 
 @click.command("metrics", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", default=None,
-              help="The server: tritonserver's HTTP host:port (its metrics are guessed at the HTTP port + 2), or an "
-                   "OpenAI-compatible server's http://host:port/v1 (guessed at /metrics beside /v1).")
+              help=URL_HELP + ". Its metrics are guessed at tritonserver's HTTP port + 2, or at /metrics "
+                   "beside /v1.")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True, help=api_help("--url"))
 @click.option("--metrics-url", default=None,
               help="The metrics page itself (host:port or a URL), when it is not where --url's server is guessed "
@@ -39,12 +74,22 @@ def render(look: Look, card: str) -> str:
               help="Seconds between the two scrapes the rates are measured over (and between tables with --watch).")
 @click.option("--watch", is_flag=True, help="Print a fresh table every --interval until Ctrl-C.")
 @click.option("--json", "json_", is_flag=True, help="Print each table as one JSON object (figures per model).")
+@click.option("--prometheus", default=None,
+              help="A Prometheus that scrapes every server (host:port or a URL): the fleet's figures per model, in "
+                   "total and per instance (its instance or pod label), and the servers it cannot scrape, instead "
+                   "of one server's page.")
+@click.option("--window", default="1m", show_default=True,
+              help="With --prometheus: the range the rates and means are taken over (a PromQL duration).")
 def metrics_command(url: str | None, api: str, metrics_url: str | None, interval: float, watch: bool,
-                    json_: bool) -> None:
+                    json_: bool, prometheus: str | None, window: str) -> None:
     """Per model: requests/s, Triton's queue and compute time per request, the backend's slot wait, time to first
-    token and decode step, slots in use, requests waiting and tokens/s; and the QAIC card's telemetry."""
+    token and decode step, slots in use, requests waiting and tokens/s; and the QAIC card's telemetry. With
+    --prometheus, the same for a fleet of servers."""
+    if prometheus:
+        follow_fleet(prometheus, window, interval, watch, json_)
+        return
     if not url and not metrics_url:
-        raise click.UsageError("give --url (the server) or --metrics-url (its metrics page)")
+        raise click.UsageError("give --url (the server), --metrics-url (its metrics page) or --prometheus (a fleet)")
     try:
         server = adapter_for(url, api) if url else None
     except ClientError as exc:
@@ -58,8 +103,7 @@ def metrics_command(url: str | None, api: str, metrics_url: str | None, interval
             look = follow.look(server, metrics_url or "")
             devices, note = query()
             if json_:
-                click.echo(json.dumps({"url": look.url, "note": look.note, "card": card_line(devices, note),
-                                       "models": {f.model: f.values for f in look.figures}}))
+                click.echo(as_json(look, card_line(devices, note)))
             else:
                 click.echo(render(look, card_line(devices, note)) + ("\n" if watch else ""))
             if not watch:

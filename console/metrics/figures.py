@@ -61,12 +61,18 @@ HEADER = ("model", *(label for _, label in COLUMNS))
 @dataclass(frozen=True)
 class Figures:
     """One model's figures over a window of ``seconds`` (None: since the server started) ending ``at``
-    (``time.monotonic()``)."""
+    (``time.monotonic()``); ``instance``: the one server of a fleet they are of ("": the model as a whole)."""
 
     model: str
     values: dict[str, float | None]
     seconds: float | None = None
     at: float = 0.0
+    instance: str = ""
+
+    @property
+    def label(self) -> str:
+        """The model, or the model on one instance, as a table names it."""
+        return f"{self.model} @ {self.instance}" if self.instance else self.model
 
     def __getitem__(self, name: str) -> float | None:
         return self.values.get(name)
@@ -105,6 +111,12 @@ class Window:
     def counter(self, family: str) -> float | None:
         earlier = self.before.value(family, self.model) if self.before else None
         return _delta(earlier, self.after.value(family, self.model))
+
+    def instances(self, family: str) -> dict[str, float]:
+        """A counter's change for each instance of the model (its ``instance`` label: one per device group), {}
+        when it has none."""
+        earlier = self.before.instances(family, self.model) if self.before else {}
+        return {i: value - earlier.get(i, 0.0) for i, value in self.after.instances(family, self.model).items()}
 
     def histogram(self, family: str) -> tuple[float, float] | None:
         """(sum, count) over the window."""
@@ -167,4 +179,4 @@ def cell(figures: Figures, name: str) -> str:
 
 def rows(figures: Sequence[Figures]) -> list[list[str]]:
     """The table's rows (:data:`HEADER` is its header)."""
-    return [[f.model, *(cell(f, name) for name, _ in COLUMNS)] for f in figures]
+    return [[f.label, *(cell(f, name) for name, _ in COLUMNS)] for f in figures]

@@ -1,109 +1,53 @@
-"""The QAIC card's telemetry from ``qaic-util -q``: status, NSPs in use, memory, temperature and power per device.
+"""The QAIC card's telemetry from ``qaic-util -q``: status, NSPs in use, memory, networks, temperature and power.
 
-``qaic-util -q`` lists each device (``QID n``) with one ``Key:Value`` per line below it; Qualcomm's documentation
-shows that layout with its ``Status``, ``MHI ID`` and ``PCI Address`` lines (and names ``Nsp``, ``temperature`` and
-``power`` as keywords to grep for), but no sample of the telemetry lines themselves. So those are read by keyword
-(the first number on a line whose key names ``nsp``/``dram``/``temp``/``power``) and every reading says
+The devices are read by :mod:`backend_model.devices` from ``qaic-util -q`` as it really prints (published outputs
+of Platform SDK 1.5 and 1.6): ``Dram Total/Free``, ``Nsp Total/Free`` and ``Networks Active`` are its own lines.
+Those SDKs print no power or temperature; newer ones may (``-t``), and no sample of them was found, so a power or
+temperature line is read by keyword (the first number on a line whose key names ``power``/``temp``) and said
 :data:`UNVERIFIED` until checked on a card. The tool is run without a shell; no card here means "no card".
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 import threading
 from dataclasses import dataclass, field
 
-TOOL = "qaic-util"
-TOOL_PATH = "/opt/qti-aic/tools/qaic-util"
-UNVERIFIED = ("unverified: qaic-util's power, temperature, memory and NSP lines are read by keyword (Qualcomm's "
-              "documentation shows no sample of them)")
+from backend_model.devices import Device, parse, query
+
+__all__ = ["UNVERIFIED", "CardReading", "CardSampler", "Device", "card_line", "parse", "query"]
+UNVERIFIED = ("unverified: the power and temperature lines are read by keyword (no published qaic-util output "
+              "shows them)")
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 SAMPLE_S = 1.0
 
 
-def _number(text: str) -> float | None:
-    found = NUMBER.search(text)
-    return float(found.group()) if found else None
+def _keyword(device: Device, word: str) -> float | None:
+    """The first number of the first field whose key holds ``word`` (case-insensitive): power, temperature."""
+    for key, text in device.fields.items():
+        found = NUMBER.search(text) if word in key.lower() else None
+        if found:
+            return float(found.group())
+    return None
 
 
-@dataclass(frozen=True)
-class Device:
-    """One device (``QID``) as ``qaic-util -q`` lists it: its ``Key:Value`` lines, and what is read from them."""
-
-    qid: int
-    fields: dict[str, str]
-
-    def _find(self, *words: str) -> float | None:
-        """The first number of the first field whose key holds every one of ``words`` (case-insensitive)."""
-        for key, text in self.fields.items():
-            if all(w in key.lower() for w in words):
-                number = _number(text)
-                if number is not None:
-                    return number
-        return None
-
-    @property
-    def status(self) -> str:
-        return self.fields.get("Status", "unknown")
-
-    @property
-    def nsp_in_use(self) -> float | None:
-        """NSPs taken by loaded programs, as a fraction of the device's (the nearest to a utilization qaic-util
-        gives)."""
-        total, free = self._find("nsp", "total"), self._find("nsp", "free")
-        return (total - free) / total if total and free is not None else None
-
-    @property
-    def memory_in_use(self) -> float | None:
-        total, free = self._find("dram", "total"), self._find("dram", "free")
-        return (total - free) / total if total and free is not None else None
-
-    @property
-    def temperature_c(self) -> float | None:
-        return self._find("temp")
-
-    @property
-    def power_w(self) -> float | None:
-        return self._find("power")
+def power_w(device: Device) -> float | None:
+    return _keyword(device, "power")
 
 
-def parse(text: str) -> list[Device]:
-    """The devices of a ``qaic-util -q`` output (lines before the first ``QID`` are ignored)."""
-    devices: list[Device] = []
-    fields: dict[str, str] | None = None
-    for line in text.splitlines():
-        stripped = line.strip()
-        head = re.fullmatch(r"QID\s+(\d+)", stripped)
-        if head:
-            fields = {}
-            devices.append(Device(int(head.group(1)), fields))
-        elif fields is not None and ":" in stripped:
-            key, _, value = stripped.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    return devices
+def temperature_c(device: Device) -> float | None:
+    return _keyword(device, "temp")
 
 
-def find_tool() -> str | None:
-    """``qaic-util`` on PATH or where the Platform SDK installs it."""
-    return shutil.which(TOOL) or (TOOL_PATH if os.access(TOOL_PATH, os.X_OK) else None)
+def nsp_in_use(device: Device) -> float | None:
+    """NSPs taken by loaded programs, as a fraction of the device's (the nearest to a utilization qaic-util gives)."""
+    total, free = device.nsp_total, device.nsp_free
+    return (total - free) / total if total and free is not None else None
 
 
-def query(timeout: float = 10.0) -> tuple[list[Device], str]:
-    """The devices now and a note ("no card: ..." when there is none to read)."""
-    tool = find_tool()
-    if tool is None:
-        return [], "no card: qaic-util not found"
-    try:
-        done = subprocess.run([tool, "-q"], capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [], f"no card reading: {tool} -q failed ({type(exc).__name__})"
-    devices = parse(done.stdout)
-    if not devices:
-        return [], f"no card: {tool} -q listed no device (exit code {done.returncode})"
-    return devices, UNVERIFIED
+def memory_in_use(device: Device) -> float | None:
+    total, free = device.dram_total_mb, device.dram_free_mb
+    return (total - free) / total if total and free is not None else None
 
 
 @dataclass
@@ -165,23 +109,27 @@ class CardSampler:
         readings = self._readings
         if not readings:
             return CardReading(self._note)
-        powers = [sum(p for p in (d.power_w for d in devices) if p is not None) for devices in readings
-                  if any(d.power_w is not None for d in devices)]
-        temps = [t for devices in readings for t in (d.temperature_c for d in devices) if t is not None]
-        nsp = [u for devices in readings for u in (d.nsp_in_use for d in devices) if u is not None]
-        memory = [u for devices in readings for u in (d.memory_in_use for d in devices) if u is not None]
+        powers = [sum(p for p in map(power_w, devices) if p is not None) for devices in readings
+                  if any(power_w(d) is not None for d in devices)]
+        temps = [t for devices in readings for t in map(temperature_c, devices) if t is not None]
+        nsp = [u for devices in readings for u in map(nsp_in_use, devices) if u is not None]
+        memory = [u for devices in readings for u in map(memory_in_use, devices) if u is not None]
         return CardReading(self._note, len(readings), _mean(powers), max(temps) if temps else None, _mean(nsp),
                            _mean(memory), sorted({d.status for d in readings[-1]}))
 
 
 def card_line(devices: list[Device], note: str) -> str:
-    """The devices in one line (``QID 0 Ready · NSPs 50% · 41 W · 55 °C``), or why there are none."""
+    """The devices in one line (``QID 0 Ready · NSPs 50% · DRAM 20% · 1 network``, power and temperature when
+    qaic-util prints them, labelled unverified), or why there are none."""
     if not devices:
         return note
-    parts = []
+    parts, unverified = [], False
     for d in devices:
-        figures = [f"NSPs {d.nsp_in_use:.0%}" if d.nsp_in_use is not None else "",
-                   f"{d.power_w:g} W" if d.power_w is not None else "",
-                   f"{d.temperature_c:g} °C" if d.temperature_c is not None else ""]
+        nsp, memory, power, temp = nsp_in_use(d), memory_in_use(d), power_w(d), temperature_c(d)
+        unverified = unverified or power is not None or temp is not None
+        figures = [f"NSPs {nsp:.0%}" if nsp is not None else "", f"DRAM {memory:.0%}" if memory is not None else "",
+                   f"{d.networks_active} network{'s' * (d.networks_active != 1)}"
+                   if d.networks_active is not None else "",
+                   f"{power:g} W" if power is not None else "", f"{temp:g} °C" if temp is not None else ""]
         parts.append(" · ".join([f"QID {d.qid} {d.status}", *filter(None, figures)]))
-    return f"{'; '.join(parts)} ({note})"
+    return f"{'; '.join(parts)} ({note}{'; ' + UNVERIFIED if unverified else ''})"

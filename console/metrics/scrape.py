@@ -47,6 +47,7 @@ class Scrape:
     values: dict[tuple[str, str], float] = field(default_factory=dict)  # (family, model) -> counter/gauge value
     sums: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # histogram: (sum, count)
     names: frozenset[str] = frozenset()  # every family and sample name on the page
+    by_instance: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (family, model, instance) -> value
 
     @classmethod
     def parse(cls, text: str, url: str = "", at: float | None = None) -> Scrape:
@@ -54,6 +55,7 @@ class Scrape:
         values: dict[tuple[str, str], float] = {}
         sums: dict[tuple[str, str], list[float]] = {}
         names: set[str] = set()
+        by_instance: dict[tuple[str, str, str], float] = {}
         try:
             for family in text_string_to_metric_families(text):
                 names.add(family.name)
@@ -69,10 +71,13 @@ class Scrape:
                             pair[sample.name.endswith("_count")] += sample.value
                     elif sample.name in (family.name, f"{family.name}_total"):
                         values[key] = values.get(key, 0.0) + sample.value
+                        if "instance" in sample.labels:  # the backend's model instances (one per device group)
+                            one = (*key, sample.labels["instance"])
+                            by_instance[one] = by_instance.get(one, 0.0) + sample.value
         except ValueError as exc:
             raise MetricsError(f"{url or 'the page'} is not Prometheus metrics text ({exc})") from None
         return cls(url, time.monotonic() if at is None else at, values, {k: (s, c) for k, (s, c) in sums.items()},
-                   frozenset(names))
+                   frozenset(names), by_instance)
 
     @classmethod
     def merge(cls, scrapes: list[Scrape]) -> Scrape:
@@ -87,14 +92,22 @@ class Scrape:
             for key, (total, count) in one.sums.items():
                 earlier = sums.get(key, (0.0, 0.0))
                 sums[key] = (earlier[0] + total, earlier[1] + count)
+        by_instance: dict[tuple[str, str, str], float] = {}
+        for one in scrapes:
+            for key, number in one.by_instance.items():
+                by_instance[key] = by_instance.get(key, 0.0) + number
         return cls(" ".join(s.url for s in scrapes), max(s.at for s in scrapes), values, sums,
-                   frozenset().union(*(s.names for s in scrapes)))
+                   frozenset().union(*(s.names for s in scrapes)), by_instance)
 
     def models(self) -> list[str]:
         return sorted({model for _, model in (*self.values, *self.sums)})
 
     def value(self, family: str, model: str) -> float | None:
         return self.values.get((family, model))
+
+    def instances(self, family: str, model: str) -> dict[str, float]:
+        """A counter's or gauge's value for each instance of ``model`` (its ``instance`` label), {} without any."""
+        return {i: v for (f, m, i), v in sorted(self.by_instance.items()) if (f, m) == (family, model)}
 
     def histogram(self, family: str, model: str) -> tuple[float, float] | None:
         """(sum, count) of a histogram for ``model``."""

@@ -36,9 +36,10 @@ class Look:
     figures: tuple[Figures, ...] = ()
     history: dict[str, tuple[Figures, ...]] = field(default_factory=dict)
     ok: bool = False
+    down: tuple[str, ...] = ()  # a fleet's servers whose last scrape failed
 
     def series(self, model: str, name: str) -> list[float]:
-        """A figure's recent values for ``model`` (missing ones as 0), oldest first."""
+        """A figure's recent values for ``model`` (a row's label; missing ones as 0), oldest first."""
         if name == "occupancy":
             return [f.occupancy or 0.0 for f in self.history.get(model, ())]
         return [f[name] or 0.0 for f in self.history.get(model, ())]
@@ -91,7 +92,7 @@ class MetricsWatch:
             figures = window(self._last, now)
             self._last = now
             for fig in figures:
-                self._history.setdefault(fig.model, deque(maxlen=self.keep)).append(fig)
+                self._history.setdefault(fig.label, deque(maxlen=self.keep)).append(fig)
             said = f" ({how})" if how and how != "given" else ""
             self._look = Look(url, f"metrics: {url}{said}", tuple(figures),
                               {m: tuple(h) for m, h in self._history.items()}, ok=True)

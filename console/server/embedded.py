@@ -21,6 +21,9 @@ DEFAULT_MODELS = tuple(dict.fromkeys(EMBEDDED_DEFAULTS.values()))  # what the co
 DEMO_PROMPTS = "What is the capital of Japan?|Name three primary colors."
 DEMO_NOTE = ("demo: the embedded SmolLM2-135M-Instruct (135M parameters, 4-bit on this CPU: quick, right on simple "
              "questions) answers two prompts through a real tritonserver; on a terminal qaic-console opens the console")
+# A send or a bench without --url waits for a server of its own each time: how to wait once
+SERVE_TIP = ("tip: without --url every run starts and stops a tritonserver of its own; start one once with "
+             "`qaic-console serve` and pass the address it prints with --url")
 
 Progress = Callable[[str], None]
 
@@ -67,6 +70,7 @@ def check_embedded(model: str) -> None:
 def embedded_server(model: str, progress: Progress) -> Iterator[TritonServer]:
     """A tritonserver on the cached embedded repository, loading only ``model``; stopped on exit."""
     check_embedded(model)
+    progress(SERVE_TIP)
     repo = embedded_repo(progress)
     server = TritonServer(repo, models=(model,))
     starting = [True]

@@ -6,6 +6,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 
+def repository_not_found(path: Any) -> str:
+    """The one line for a model repository that is not there, with the command that writes one."""
+    return (f"model repository not found: {path} (qaic-console repo samples --embedded -o {path} writes the embedded "
+            "samples there)")
+
+
 class ServerError(RuntimeError):
     """The server could not be found, started or kept running; ``str()`` is one line saying why.
 

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from backend_model.models import cache_root
+from console.extras import install_line
 
 from .errors import ServerError
 from .pyenv import PythonEnv
@@ -63,9 +64,8 @@ def find_tritonserver(explicit: str | os.PathLike[str] | None = None) -> Path:
     wheel = pytriton_dir()
     if wheel is not None and _executable(wheel / "bin" / "tritonserver"):
         return wheel / "bin" / "tritonserver"
-    raise ServerError(
-        f"tritonserver not found: `pip install nvidia-pytriton` (CPU) or set {ENV_TRITONSERVER}=/path/to/tritonserver"
-    )
+    raise ServerError(f"tritonserver not found: `{install_line('serve')}` (the CPU server of nvidia-pytriton, and the "
+                      f"engine) or set {ENV_TRITONSERVER}=/path/to/tritonserver")
 
 
 def wheel_root(binary: Path) -> Path | None:

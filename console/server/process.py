@@ -24,7 +24,7 @@ from repo_gen.staging import leftovers
 
 from . import keys, logparse
 from .arguments import server_arguments
-from .errors import PortTaken, ServerError, StaleServerError
+from .errors import PortTaken, ServerError, StaleServerError, repository_not_found
 from .health import ServerHandle
 from .locate import backend_directory, find_tritonserver, server_env, stub_for_python, wheel_root
 from .ports import free_ports, port_taken
@@ -182,7 +182,7 @@ class TritonServer:
         if self.running:
             raise ServerError("tritonserver is already running")
         if not self.model_repository.is_dir():
-            raise ServerError(f"model repository not found: {self.model_repository}")
+            raise ServerError(repository_not_found(self.model_repository))
         missing = [m for m in self.models if not (self.model_repository / m).is_dir()]
         if missing:
             present = sorted(p.name for p in self.model_repository.iterdir() if (p / "config.pbtxt").is_file())

@@ -73,13 +73,14 @@ class QaicConsoleApp(App[None]):
                 for key, action, label, shown, _ in KEYS]
 
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None, repository: str | None = None,
-                 export_dir: str | Path | None = None, api: str = "auto", metrics_url: str | None = None) -> None:
+                 export_dir: str | Path | None = None, api: str = "auto", metrics_url: str | None = None,
+                 prometheus: str | None = None) -> None:
         super().__init__()
         self.export_dir = Path(export_dir) if export_dir else Path.cwd()
         self.notices: list[tuple[str, str]] = []  # (severity, text), every notification shown
         self.quitting = False
         self.server_pane = ServerPane(http_url, grpc_url, repository=repository, api=api, metrics_url=metrics_url,
-                                      id="server-pane")
+                                      prometheus=prometheus, id="server-pane")
         self.chats = {mode: ChatPane(mode, id=f"{mode}-pane") for mode in ("stream", "batch")}
         self._initial = "stream" if http_url else "server"
 

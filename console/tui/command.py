@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from console.core.adapters import APIS, api_help
+from console.server.errors import repository_not_found
 
 from . import run
 
@@ -18,7 +19,7 @@ NO_TERMINAL = ("the console needs a terminal (stdin and stdout are not one); wit
 def refusal(repository: str | None) -> str | None:
     """Why the console cannot open here, before anything starts: a repository that is not there, no terminal."""
     if repository is not None and not Path(repository).expanduser().is_dir():
-        return f"model repository not found: {repository}"
+        return repository_not_found(repository)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):  # Textual would spin without one
         return NO_TERMINAL
     return None
@@ -34,12 +35,16 @@ def refusal(repository: str | None) -> str | None:
 @click.option("--metrics-url", default=None,
               help="The server's metrics page (host:port or a URL) for the Server pane's metrics, when it is not its "
                    "own (Triton: the HTTP port + 2; an OpenAI-compatible server: /metrics beside /v1).")
+@click.option("--prometheus", default=None,
+              help="A Prometheus that scrapes a fleet of servers (host:port or a URL): the metrics show every "
+                   "server's figures from it, per model in total and per instance, and the servers it cannot "
+                   "scrape.")
 @click.option("--model-repository", "repository", default=None, type=click.Path(file_okay=False),
               help="An existing repository for the Server pane's Start and Generate (default: llm_model_dir).")
 @click.option("--export-dir", default=None, type=click.Path(file_okay=False),
               help="Where Ctrl+S writes the transcript (default: the current directory).")
-def tui(http_url: str | None, grpc_url: str | None, api: str, metrics_url: str | None, repository: str | None,
-        export_dir: str | None) -> None:
+def tui(http_url: str | None, grpc_url: str | None, api: str, metrics_url: str | None, prometheus: str | None,
+        repository: str | None, export_dir: str | None) -> None:
     """Open the console: Server pane (generate, start, connect), Stream and Batch chat panes.
 
     Keys: F2/F3/F4 switch panes, Enter sends, Esc stops a reply, Ctrl+S exports, Ctrl+P lists every
@@ -51,4 +56,4 @@ def tui(http_url: str | None, grpc_url: str | None, api: str, metrics_url: str |
         click.echo(f"error: {refused}", err=True)
         sys.exit(1)
     run(http_url=http_url, grpc_url=grpc_url, api=api, repository=repository, export_dir=export_dir,
-        metrics_url=metrics_url)
+        metrics_url=metrics_url, prometheus=prometheus)

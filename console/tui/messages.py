@@ -7,9 +7,8 @@ from pathlib import Path
 
 from textual.message import Message
 
-from console.clients import Event
 from console.core.controller import Snapshot
-from console.core.request import Exchange
+from console.core.request import Exchange, Step
 
 
 @dataclass
@@ -41,10 +40,10 @@ class ServerDown(Message):
 
 @dataclass
 class TurnEvent(Message):
-    """An event of ``exchange``'s call, already folded into its turn."""
+    """A step of ``exchange`` (the request sent, an event of its call), to fold into its turn on the UI thread."""
 
     exchange: Exchange
-    event: Event
+    step: Step
 
 
 @dataclass
@@ -56,10 +55,9 @@ class TurnEnded(Message):
 
 @dataclass
 class TemplateLoaded(Message):
-    """The chat template for ``key`` (model, tokenizer folder) is loaded, or ``error`` says why not."""
+    """The chat template for ``key`` (model, tokenizer folder) is loaded, or could not be (its Warmup says)."""
 
     key: tuple[str, str]
-    error: str = ""
 
 
 @dataclass

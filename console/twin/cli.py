@@ -10,7 +10,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,7 +20,9 @@ from backend_model.models import ModelSourceError
 
 from ..clients.errors import ClientError
 from ..clients.events import split_prompts
-from .agreement import REFERENCE, Agreement
+
+if TYPE_CHECKING:  # the agreement runs the engines (torch): imported when a check runs
+    from .agreement import Agreement
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 DEFAULT_PROMPTS = "My name is|The capital of France is|def fibonacci(n):"
@@ -145,6 +147,8 @@ def _dimensions(given: dict[str, int | None]) -> dict[str, int]:
 
 def report(result: Agreement) -> str:
     """The table (one row per prompt: tokens compared, where each path diverges) and the verdict."""
+    from .agreement import REFERENCE
+
     names = list(result.paths)
     rows: list[tuple[Any, ...]] = [("PROMPT", "TOKENS", *names)]
     for p, text in enumerate(result.prompts):

@@ -15,7 +15,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from console.clients import CONTROLS
-from console.core.controls import form_default
+from console.core.controls import TIMEOUT_RULE, form_default
 
 from . import files, views
 from .handlers import WebConsole
@@ -29,6 +29,9 @@ HOST = "127.0.0.1"
 TICK_S = 1.0
 CSS = """
 #qc-chat .message-content, #qc-chat .md, #qc-chat .prose { white-space: pre-wrap; }
+.qc-invalid input, .qc-invalid textarea { outline: 2px solid var(--error-border-color, #ef4444) !important;
+  outline-offset: -1px; }
+.qc-invalid [data-testid="block-info"], .qc-invalid .info { color: var(--error-text-color, #b91c1c); }
 #qc-log textarea, #qc-repo-path textarea { font-family: ui-monospace, monospace; font-size: 12px; }
 """
 THEME = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
@@ -38,9 +41,9 @@ PLACEHOLDER = ("With the chat template, earlier one-prompt exchanges of the same
                "`a|b` sends two prompts in one request (answered apart, no history); `\\|` is a literal |.")
 
 
-def build_app(console: WebConsole, metrics_url: str = "") -> gr.Blocks:
+def build_app(console: WebConsole, metrics_url: str = "", prometheus: str = "") -> gr.Blocks:
     """The page; every tab of the app shares ``console`` (its server), chat state is per browser tab
-    (``metrics_url``: the metrics page to show instead of the server's own)."""
+    (``metrics_url``: the metrics page to show instead of the server's own; ``prometheus``: a fleet's)."""
     with gr.Blocks(title="qaic-console", analytics_enabled=False) as demo:
         turns = gr.State([])
         seen = gr.State((-1, ""))  # (generation, repository) this tab shows
@@ -53,7 +56,7 @@ def build_app(console: WebConsole, metrics_url: str = "") -> gr.Blocks:
                 speed = _speed_tab()
             with gr.Tab("Server", id="server") as server_tab:
                 server = server_tab_layout()
-                metrics_section(console.controller, metrics_url)
+                metrics_section(console.controller, metrics_url, prometheus)
         stop = _wire_chat(console, chat, turns, list(speed.values()))
         demo.unload(stop)  # closing the tab stops its message (on the server too)
         wire_server_tab(console.server, server, status)
@@ -97,15 +100,15 @@ def _chat_tab() -> dict[str, Any]:
             view["note"] = gr.Markdown(elem_id="qc-model-note")
             view["chat"] = gr.Checkbox(True, label="Chat template + history (off: raw prompt)",
                                        elem_id="qc-chat-template")
-            with gr.Accordion("Controls (blank: the model's default)", open=True):
+            with gr.Accordion("Controls (blank: the model's default)", open=False, elem_id="qc-controls"):
                 view["controls"] = {
-                    c.name: gr.Textbox(form_default(c), label=c.label, info=f"{c.help} ({c.rule()})",
+                    c.name: gr.Textbox(form_default(c), label=c.label, info=views.control_info(c),
                                        placeholder="model default", lines=1, max_lines=1,
                                        elem_id=f"qc-control-{c.name.replace('_', '-')}")
                     for c in CONTROLS
                 }
-                view["timeout"] = gr.Textbox("", label="Timeout s", info="Whole call (blank: 600 KV / 6000 causal; "
-                                             "0: none).", placeholder="model default", elem_id="qc-timeout")
+                view["timeout"] = gr.Textbox("", label="Timeout s", info=f"Whole call: {TIMEOUT_RULE}.",
+                                             placeholder="model default", elem_id="qc-timeout")
             view["system"] = gr.Textbox("", label="System prompt (with the chat template)", lines=2)
             view["echo"] = gr.Checkbox(False, label="Show each prompt before its reply",
                                        elem_id="qc-echo")
@@ -117,13 +120,13 @@ def _speed_tab() -> dict[str, Any]:
     view: dict[str, Any] = {"summary": gr.Markdown(views.summary_markdown([]), elem_id="qc-summary")}
     empty = views.plot_data(views.speed_table([]))
     with gr.Row():
-        for key, y, title in (("ttft", "TTFT ms", "Stream · time to first token (ms)"),
-                              ("latency", "latency ms", "Batch · request latency (ms)")):
-            view[key] = gr.ScatterPlot(empty[key], x="reply", y=y, title=title, x_title="reply", y_title="ms",
-                                       y_axis_format=",.0f", height=240, sort=[], elem_id=f"qc-plot-{key}")
-        view["tps"] = gr.ScatterPlot(empty["tps"], x="reply", y="tokens/s", color="mode", title="Output tokens/s",
-                                     x_title="reply", y_axis_format=",.1f", height=240, sort=[],
-                                     elem_id="qc-plot-tps")
+        for key in ("ttft", "latency"):
+            view[key] = gr.ScatterPlot(empty[key], x="reply", y=views.PLOTS[key][0], x_title="reply", y_title="ms",
+                                       title=views.plot_title(key, empty[key]), y_axis_format=",.0f", height=240,
+                                       sort=[], elem_id=f"qc-plot-{key}")
+        view["tps"] = gr.ScatterPlot(empty["tps"], x="reply", y="tokens/s", color="mode", x_title="reply",
+                                     title=views.plot_title("tps", empty["tps"]), y_axis_format=",.1f", height=240,
+                                     sort=[], elem_id="qc-plot-tps")
     view["table"] = gr.Dataframe(views.speed_table([]), label="Per reply (times in ms)", interactive=False,
                                  elem_id="qc-speed")
     return {k: view[k] for k in ("summary", "table", "ttft", "latency", "tps")}  # the order speed() returns
@@ -165,6 +168,10 @@ def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
     c["stop"].click(stop, None, None, queue=False)
     c["export"].click(console.export, turns, c["files"])
     c["mode"].change(console.models_for, [c["mode"], c["model"]], [c["model"], c["note"]], show_progress="hidden")
+    for control in CONTROLS:  # a bad value is marked in its field as it is typed (a send is refused, saying why)
+        box = c["controls"][control.name]
+        box.change(lambda text, control=control: gr.update(**views.control_field(control, text)), box, box,
+                   show_progress="hidden", queue=False)
     c["model"].change(console.model_note, c["model"], c["note"], show_progress="hidden")
     return stop
 
@@ -201,7 +208,7 @@ class Served:
 
 
 def launch(console: WebConsole, host: str = HOST, port: int | None = None, share: bool = False,
-           block: bool = True, login: Login | None = None, metrics_url: str = "") -> Served:
+           block: bool = True, login: Login | None = None, metrics_url: str = "", prometheus: str = "") -> Served:
     """Serve the page on ``host`` (loopback by default; no share link unless ``share``) behind ``login`` (default:
     a new token); Gradio keeps its files in the console's folder.
 
@@ -209,7 +216,7 @@ def launch(console: WebConsole, host: str = HOST, port: int | None = None, share
     """
     login = login or Login.new(host)
     files.gradio_into(console.folder)
-    demo = build_app(console, metrics_url)
+    demo = build_app(console, metrics_url, prometheus)
     demo.queue(default_concurrency_limit=4)
     demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=True, theme=THEME,
                 css=CSS, ssr_mode=False, mcp_server=False, show_error=False, quiet=True,

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from console.core.adapters import APIS, api_help
+from console.core.adapters import APIS, URL_HELP, api_help
 from console.core.controller import ServerController, Snapshot
 from console.server.embedded import DEFAULT_MODELS
+from console.server.errors import repository_not_found
 from console.server.ports import port_taken
 
 from .files import private_folder, remove, sweep
@@ -62,14 +63,17 @@ def terminal_echo() -> Callable[[Snapshot], None]:
                    "default: a token in the printed URL, then a cookie).")
 @click.option("--share", is_flag=True, help="Also open a public gradio.live link (off unless given).")
 @click.option("--url", default=None,
-              help="HTTP host:port of a running tritonserver to use, or an OpenAI-compatible server's base URL "
-                   "(http://host:port/v1); no server is started.")
+              help=URL_HELP + " to use; no server is started.")
 @click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
               help=api_help("--url"))
 @click.option("--grpc-url", default=None, help="Its gRPC host:port for streaming (default: the HTTP port + 1).")
 @click.option("--metrics-url", default=None,
               help="Its metrics page (host:port or a URL) for the Server tab's metrics, when it is not its own "
                    "(Triton reached by URL: the HTTP port + 2; an OpenAI-compatible server: /metrics beside /v1).")
+@click.option("--prometheus", default=None,
+              help="A Prometheus that scrapes a fleet of servers (host:port or a URL): the metrics show every "
+                   "server's figures from it, per model in total and per instance, and the servers it cannot "
+                   "scrape.")
 @click.option("--model-repository", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Repository to serve (default: the embedded SmolLM2 samples, stream and batch models).")
 @click.option("--model", "models", multiple=True,
@@ -78,7 +82,8 @@ def terminal_echo() -> Callable[[Snapshot], None]:
 @click.option("--start/--no-start", default=None,
               help="Start tritonserver with the page (default: yes, unless --url is given).")
 def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None, api: str, grpc_url: str | None,
-        metrics_url: str | None, model_repository: Path | None, models: tuple[str, ...], start: bool | None) -> None:
+        metrics_url: str | None, prometheus: str | None, model_repository: Path | None, models: tuple[str, ...],
+        start: bool | None) -> None:
     """A browser console: server control, stream and batch chat, live speed figures.
 
     It prints the address to open, with a token (as Jupyter does); the browser then keeps a cookie. Scripts
@@ -97,7 +102,7 @@ def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None
         click.echo(f"error: {taken}: choose another --port or leave it out (7860 or the next free one)", err=True)
         sys.exit(1)
     if model_repository is not None and not model_repository.is_dir():
-        click.echo(f"error: model repository not found: {model_repository}", err=True)
+        click.echo(f"error: {repository_not_found(model_repository)}", err=True)
         sys.exit(1)
     for left in sweep():
         click.echo(f"note: removed {left}, left by a web console that was killed", err=True)
@@ -107,7 +112,7 @@ def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None
     try:
         with _terminated_as_interrupt():
             served = _serve(controller, login, folder, host, port, share, url, grpc_url, api, model_repository,
-                            models, start, metrics_url or "")
+                            models, start, metrics_url or "", prometheus or "")
             served.block()
     except KeyboardInterrupt:
         pass
@@ -121,7 +126,7 @@ def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None
 
 def _serve(controller: ServerController, login: Login, folder: Path, host: str, port: int | None, share: bool,
            url: str | None, grpc_url: str | None, api: str, repository: Path | None, models: tuple[str, ...],
-           start: bool | None, metrics_url: str = "") -> Served:
+           start: bool | None, metrics_url: str = "", prometheus: str = "") -> Served:
     """Begin (connect or start a server), launch the page and say where to open it."""
     from console.clients import ClientError
     from console.server import ServerError
@@ -137,7 +142,7 @@ def _serve(controller: ServerController, login: Login, folder: Path, host: str, 
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     served = launch(WebConsole(controller, folder), host=host, port=port, share=share, block=False, login=login,
-                    metrics_url=metrics_url)
+                    metrics_url=metrics_url, prometheus=prometheus)
     click.echo(f"qaic-console web on {served.url}" + (f" and {served.share_url}" if served.share_url else ""))
     if login.token is None:
         click.echo(f"warning: --no-auth: any program or web page that reaches {served.demo.local_url} can use this "

@@ -2,25 +2,27 @@
 
 One :class:`WebConsole` per app: the :class:`ServerController` every browser tab shares, the
 exchange each tab is running (so Stop, another event, can cancel it) and the chat templates loaded
-ahead of the first message. A message goes through the core's :class:`Exchange`; its turn is
-folded by the core and rendered by :mod:`.views`. Chat state (the turns) is per tab.
+ahead of the first message. A message goes through the core's :class:`Exchange`, whose steps the
+message's generator folds into the turn frame by frame; :mod:`.views` renders it. Chat state (the turns) is
+per tab.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from console.clients import CONTROLS, ClientError, Failure, ModelInfo, Unreachable, split_prompts
+from console.clients import ClientError, split_prompts
+from console.core.adapters import HERE, NONE
 from console.core.controller import ServerController, Snapshot
-from console.core.controls import params_from_form
+from console.core.controls import settings_from_form
 from console.core.request import Exchange, Settings
-from console.core.template import chat_tokenizer
+from console.core.template import LOADING, READY, Warmup
 from console.core.transcript import export
 from console.core.turns import Turn
 
@@ -29,25 +31,11 @@ from .files import private_folder
 from .server_tab import ServerTab
 
 NO_TEMPLATE = "none here: prompts go as typed (a tokenizer folder gives one)"
+TEMPLATE_STATES = {LOADING: "loading …", READY: "ready"}  # else: not loaded, and why
 FRAME_S = 0.1  # a running message refreshes the page at most this often
 POLL_S = 1.0  # the server is polled at most this often, whatever the number of tabs
 ChatFrame = tuple[Any, Any, Any, Any]  # chatbot, turns, live panel, input box
 SKIP_CHAT: ChatFrame = (gr.skip(), gr.skip(), gr.skip(), gr.skip())
-
-
-def settings_from(form: Mapping[str, Any]) -> Settings:
-    """The Settings of the chat form (controls from the table); ClientError naming the bad field."""
-    params = params_from_form({c.name: form.get(c.name) for c in CONTROLS})
-    if not form.get("model"):
-        raise ClientError("no model picked: start a server or connect to one (Server tab)")
-    timeout = str(form.get("timeout") or "").strip()
-    try:
-        seconds = float(timeout) if timeout else None
-    except ValueError:
-        raise ClientError(f"Timeout: {timeout!r} is not a number") from None
-    return Settings(model=form["model"], mode=form.get("mode") or "stream", params=params, timeout=seconds,
-                    chat=None if form.get("chat") else False, system=form.get("system") or "",
-                    tokenizer=(form.get("tokenizer") or "").strip(), echo=bool(form.get("echo")))
 
 
 class Running:
@@ -75,45 +63,11 @@ class Running:
         return exchange is not None
 
 
-class Templates:
-    """Chat templates loaded when a model becomes ready, so its first message does not wait for them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._state: dict[str, str] = {}  # model -> loading … | ready | not loaded: why
-
-    def state(self, model: str) -> str | None:
-        return self._state.get(model)
-
-    def loading(self, model: str) -> bool:
-        return self._state.get(model) != "ready"
-
-    def mark(self, model: str, state: str) -> None:
-        with self._lock:
-            self._state[model] = state
-
-    def warm(self, infos: Mapping[str, ModelInfo]) -> None:
-        """Load the templates of the embedded models among ``infos`` in a thread (others need a tokenizer folder)."""
-        with self._lock:
-            todo = [info for name, info in infos.items() if info.embedded and name not in self._state]
-            self._state.update({info.name: "loading …" for info in todo})
-        if todo:
-            threading.Thread(target=self._load, args=(todo,), name="qc-web-templates", daemon=True).start()
-
-    def _load(self, infos: Sequence[ModelInfo]) -> None:
-        for info in infos:
-            try:
-                chat_tokenizer(None, info)
-                self.mark(info.name, "ready")
-            except ClientError as exc:
-                self.mark(info.name, f"not loaded: {exc}")
-
-
 class WebConsole:
     """The page's handlers on one server controller."""
 
     def __init__(self, controller: ServerController, folder: Path | None = None) -> None:
-        self.controller, self.running, self.templates = controller, Running(), Templates()
+        self.controller, self.running, self.templates = controller, Running(), Warmup()
         self.server = ServerTab(controller)
         self.folder = folder or private_folder()  # the transcripts and Gradio's copies: see :mod:`.files`
         self.export_dir = self.folder / "transcripts"
@@ -154,7 +108,7 @@ class WebConsole:
         snap = self.controller.snapshot
         if not snap.serving:
             raise ClientError(views.no_server(snap))
-        return settings_from(form)
+        return settings_from_form(form, "Server tab")
 
     def _exchange(self, tab: str, prompts: list[str], earlier: list[Turn], settings: Settings,
                   clear_box: bool) -> Iterator[ChatFrame]:
@@ -167,39 +121,26 @@ class WebConsole:
             yield SKIP_CHAT
             return
         info = snap.infos.get(settings.model)
-        loading = (settings.templated is not False and info is not None and not server.server_template and
-                   server.has_chat_template(info, settings.tokenizer) and self.templates.loading(settings.model))
+        key = (settings.model, settings.tokenizer)
+        here = (settings.templated is not False and info is not None and
+                server.template_side(info, settings.tokenizer) == HERE)
+        loading = here and self.templates.state(key) != READY
         box = "" if clear_box else gr.skip()
-        done = threading.Event()
-
-        def work() -> None:
-            try:
-                exchange.run(server, settings, earlier, info)
-            except Exception as exc:  # the thread's end: whatever the call did not turn into a Failure event
-                said = " ".join(str(exc).split()) or type(exc).__name__
-                turn.apply(Failure(said, type(exc) if isinstance(exc, ClientError) else Unreachable))
-            finally:
-                done.set()
-
         self.running.begin(tab, exchange)
         yield views.messages(turns), turns, views.live_markdown(turn, time.perf_counter(), loading), box
-        threading.Thread(target=work, name="qc-web-exchange", daemon=True).start()
         shown = None
-        try:
-            while True:
-                finished = done.wait(FRAME_S)
+        frames = exchange.frames(server, settings, earlier, info, FRAME_S)
+        try:  # Gradio closes this generator when the page goes away: closing the frames cancels the exchange
+            for _ in frames:
                 progress = (turn.sent_at, sum(map(len, turn.arrivals.values())), len(turn.replies), turn.failure)
                 chat = views.messages(turns) if progress != shown else gr.skip()
                 shown = progress
                 yield chat, gr.skip(), views.live_markdown(turn, time.perf_counter(), loading), gr.skip()
-                if finished:
-                    break
         finally:
-            if not done.is_set():  # the page went away: Gradio closed this generator
-                exchange.cancel()
+            frames.close()
             self.running.end(tab, exchange)
-        if turn.chat and turn.sent_at is not None and not server.server_template:
-            self.templates.mark(settings.model, "ready")
+        if here and turn.sent_at is not None:
+            self.templates.mark(key, READY)
         yield views.messages(turns), turns, views.live_markdown(turn, time.perf_counter()), gr.skip()
 
     def stop(self, tab: str) -> None:
@@ -223,7 +164,8 @@ class WebConsole:
         order = list(table["reply"].astype(str))
         plots = views.plot_data(table)
         return (views.summary_markdown(turns), table,
-                *(gr.update(value=plots[key], sort=order) for key in ("ttft", "latency", "tps")))
+                *(gr.update(value=plots[key], sort=order, title=views.plot_title(key, plots[key]))
+                  for key in ("ttft", "latency", "tps")))
 
     # ---- server
 
@@ -237,9 +179,11 @@ class WebConsole:
             finally:
                 self._poll_lock.release()
         snap = self.controller.snapshot
-        if snap.generation != self._warmed:
+        if snap.generation != self._warmed and snap.server is not None:
             self._warmed = snap.generation
-            self.templates.warm(snap.infos)
+            for info in snap.infos.values():  # the models whose chat template is applied here without a folder
+                if snap.server.template_side(info) == HERE:
+                    self.templates.warm(info)
         return snap
 
     def refresh(self, seen: tuple[int, str], mode: str, model: str | None, ticked: list[str],
@@ -261,7 +205,8 @@ class WebConsole:
     def model_note(self, model: str | None) -> str:
         snap = self.controller.snapshot
         info = snap.infos.get(model or "")
-        template = self.templates.state(model or "") if info else None
-        if info is not None and snap.server is not None and not snap.server.has_chat_template(info, ""):
+        state = self.templates.state((model or "", "")) if info else None
+        template = TEMPLATE_STATES.get(state, f"not loaded: {state}") if state else None
+        if info is not None and snap.server is not None and snap.server.template_side(info) == NONE:
             template = NO_TEMPLATE
         return views.model_note(info, template)

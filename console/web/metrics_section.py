@@ -12,7 +12,8 @@ import gradio as gr
 import pandas as pd
 
 from console.core.controller import ServerController
-from console.metrics import HEADER, Look, MetricsWatch, rows
+from console.fleet.watch import watcher
+from console.metrics import HEADER, Look, rows
 
 TICK_S = 1.0
 PLOTS = (("tokens_per_s", "tokens/s"), ("occupancy", "slots in use"))
@@ -31,9 +32,10 @@ def history(look: Look, name: str, label: str) -> pd.DataFrame | None:
     return pd.DataFrame(frame, columns=["seconds", label, "model"]) if frame else None
 
 
-def metrics_section(controller: ServerController, metrics_url: str = "") -> None:
-    """Lay the section out where it is called (inside the Server tab) and wire its timer."""
-    follow = MetricsWatch()
+def metrics_section(controller: ServerController, metrics_url: str = "", prometheus: str = "") -> None:
+    """Lay the section out where it is called (inside the Server tab) and wire its timer (``prometheus``: a fleet's
+    figures from it, whether or not a server is connected)."""
+    follow = watcher(prometheus)
     gr.Markdown("#### Metrics")
     note = gr.Markdown("no metrics: no server", elem_id="qc-metrics-note")
     url = gr.Textbox(metrics_url, label="Metrics page (blank: the server's own; Triton: its metrics port, the HTTP "
@@ -42,13 +44,15 @@ def metrics_section(controller: ServerController, metrics_url: str = "") -> None
     frame = gr.Dataframe(pd.DataFrame(columns=list(HEADER)), label="Per model (queue and compute ms: Triton's, per "
                          "request; slot wait, TTFT and step: the backend's)", interactive=False, elem_id="qc-metrics")
     with gr.Row():
-        plots = [gr.LinePlot(None, x="seconds", y=label, color="model",
-                             title=label, height=220, elem_id=f"qc-metrics-{name.replace('_', '-')}")
+        plots = [gr.LinePlot(None, x="seconds", y=label, color="model", title=label, height=220,
+                             y_axis_format=",.2~f",  # 0 and 0.25, not 0.000000 on an idle server's flat line
+                             elem_id=f"qc-metrics-{name.replace('_', '-')}")
                  for name, label in PLOTS]
 
     def tick(override: str) -> tuple[Any, ...]:
         snap = controller.snapshot
-        look = follow.look(snap.server if snap.serving or snap.phase == "unreachable" else None, override or "")
+        live = prometheus or snap.serving or snap.phase == "unreachable"
+        look = follow.look(snap.server if live else None, override or "")
         return (look.note, table(look), *(history(look, name, label) for name, label in PLOTS))
 
     gr.Timer(TICK_S).tick(tick, url, [note, frame, *plots], show_progress="hidden")

@@ -18,6 +18,7 @@ from console.clients import ClientError
 from console.core.controller import ServerController, Snapshot
 from console.server import LOG_KEEP, ServerError, embedded
 from console.server.embedded import DEFAULT_MODELS
+from console.server.errors import repository_not_found
 from console.server.logparse import NOISE_NOTE
 
 from . import views
@@ -88,7 +89,8 @@ class ServerTab:
         stop = gr.update(value="Disconnect" if connected else "Stop tritonserver", interactive=running or connected,
                          variant="stop" if running else "secondary")
         table, load, _ = self.list_repository(shown, ticked) if relist else (gr.skip(), gr.skip(), "")
-        urls = (snap.http_url, snap.grpc_url or "") if moved and snap.http_url else (gr.skip(), gr.skip())
+        # where the server answers, once it does; emptied when it stops (no dead server's address to connect to)
+        urls = (snap.http_url or "", snap.grpc_url or "") if moved else (gr.skip(), gr.skip())
         return (views.model_table(snap), self.log(raw), shown if shown != seen[1] else gr.skip(), start, stop,
                 table, load, *urls)
 
@@ -119,7 +121,7 @@ class ServerTab:
         path = Path(repo).expanduser() if repo.strip() else None
         note = ""
         if path is not None and not path.is_dir():
-            note = f"✖ model repository not found: {repo}"
+            note = f"✖ {repository_not_found(repo)}"
         else:
             try:
                 self.controller.start(path, models)

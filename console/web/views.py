@@ -10,11 +10,14 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from console.clients import ClientError, Interface, ModelInfo, format_stats, interface_of
+from console.clients import ClientError, Control, Interface, ModelInfo, format_stats, interface_of
+from console.clients.params import parse
+from console.core.adapters import SERVER
 from console.core.controller import Snapshot
 from console.core.transcript import summary
 from console.core.turns import Turn, ending_mark
@@ -30,9 +33,16 @@ RESTART = {
     "unreachable": "still polling; Server tab → Connect to reach another server",
 }
 MODEL_COLUMNS = ["model", "state", "interface", "kind", "reason"]
-REPO_COLUMNS = ["model", "type", "mode", "source", "valid"]
-SPEED_COLUMNS = ["reply", "mode", "model", "prompt", "finish", "output tokens", "prepare ms", "TTFT ms", "ITL ms",
-                 "latency ms", "tokens/s"]
+REPO_COLUMNS = ["model", "type", "modes", "source", "valid"]
+# the figures first, so a narrow page shows them without scrolling; the prompt, which may be long, last
+SPEED_COLUMNS = ["reply", "mode", "TTFT ms", "ITL ms", "latency ms", "tokens/s", "output tokens", "finish",
+                 "prepare ms", "model", "prompt"]
+PLOTS = {  # the Speed tab's plots: key -> (y column, title, the title while it has nothing to draw)
+    "ttft": ("TTFT ms", "Stream · time to first token (ms)", "Stream · no stream replies yet"),
+    "latency": ("latency ms", "Batch · request latency (ms)", "Batch · no batch replies yet"),
+    "tps": ("tokens/s", "Output tokens/s", "Output tokens/s · no replies yet"),
+}
+HUGE = 2**31 - 1  # a bound this large is the wire type's, not a rule worth a hint
 SUMMARY_LABELS = {  # transcript.summary() key -> label (times in ms, as everywhere on the page)
     "time_to_first_token_ms": "TTFT ms",
     "inter_token_latency_ms": "ITL ms",
@@ -74,7 +84,7 @@ def status_markdown(snap: Snapshot) -> str:
     text = f"{PHASE_ICONS.get(snap.phase, '○')} **{md(snap.phase)}** · {md(snap.message)}"
     if snap.server is not None:
         text += f"  \n{md(snap.server.title())}"
-        if snap.server.server_template:
+        if snap.server.template_side() == SERVER:
             text += " · chat messages go to the server's chat template"
     if snap.phase in RESTART:
         text += f"  \n{md(RESTART[snap.phase])}"
@@ -116,12 +126,14 @@ def model_kind(info: ModelInfo) -> str:
 
 
 def model_table(snap: Snapshot) -> pd.DataFrame:
-    """The models table (MODEL_COLUMNS): state, interface and kind of each model the server reports."""
+    """The models table (MODEL_COLUMNS): state, interface and kind of each model the server reports; the reason
+    column says why a model failed, or a model's instances with their SoCs when it is served on device groups."""
     rows = []
     for row in snap.models:
         interface = interface_name(row.info) if row.info else ""
         kind = model_kind(row.info) if row.info and interface != "unsupported" else ""
-        rows.append([row.name, row.state or "not loaded", interface, kind, row.reason])
+        rows.append([row.name, row.state or "not loaded", interface, kind,
+                     row.reason or (row.info.instances if row.info else "")])
     return pd.DataFrame(rows, columns=MODEL_COLUMNS)
 
 
@@ -153,6 +165,21 @@ def model_note(info: ModelInfo | None, template: str | None) -> str:
     return md(" · ".join(parts))
 
 
+def control_info(control: Control) -> str:
+    """A control field's hint: what it does and its rule, without the wire type's limits (``<= 2147483647``)."""
+    shown = replace(control, maximum=None) if control.maximum is not None and control.maximum >= HUGE else control
+    return f"{control.help} ({shown.rule()})"
+
+
+def control_field(control: Control, text: str) -> dict[str, Any]:
+    """A control field as typed: marked, with what is wrong in place of its hint, when its value breaks the rule."""
+    try:
+        parse(control, text or "")
+    except ClientError as exc:
+        return {"elem_classes": ["qc-invalid"], "info": f"✖ {exc}"}
+    return {"elem_classes": [], "info": control_info(control)}
+
+
 def log_text(lines: Iterable[str], raw: bool = False, last: int = 80) -> str:
     """The log box: the server's ``last`` lines to show, condensed unless ``raw`` (the note on hidden GPU noise is
     the box's caption)."""
@@ -162,7 +189,7 @@ def log_text(lines: Iterable[str], raw: bool = False, last: int = 80) -> str:
 
 def repo_table(models: Iterable[Any]) -> pd.DataFrame:
     """A repository listing (``repo_gen.inspection.ModelFolder`` rows): name, type, mode, source, validity."""
-    rows = [[m.name, m.model_type, {True: "stream", False: "batch", None: "?"}[m.decoupled], m.source,
+    rows = [[m.name, m.model_type, m.modes, m.source,
              "yes" if m.valid else "no: " + "; ".join(m.problems)] for m in models]
     return pd.DataFrame(rows, columns=REPO_COLUMNS)
 
@@ -176,6 +203,16 @@ def _footer(turn: Turn, index: int) -> str:
     return f"\n\n— {status}" if status else " …"
 
 
+def _failure(turn: Turn, last: int) -> str:
+    """How the turn failed or was stopped, said once: on the last reply's own ending line when that line already
+    bears its mark (``— ■ stopped · 33 tokens · ... · cancelled after 2.1 s``), else on a line of its own."""
+    if turn.failure is None:
+        return ""
+    if turn.status(last).startswith(ending_mark(turn.failure.kind)):
+        return f" · {turn.failure.message}"
+    return f"\n— {turn.failure_line()}"
+
+
 def messages(turns: Sequence[Turn]) -> list[dict[str, str]]:
     """Chatbot messages (escaped): the prompts, one answer per prompt with its figures; the last one ends with how
     the turn failed or was stopped and its notes (``Turn.remarks``)."""
@@ -184,7 +221,7 @@ def messages(turns: Sequence[Turn]) -> list[dict[str, str]]:
         n = len(turn.prompts)
         out.append({"role": "user", "content": esc("\n".join(_label(i, n) + p for i, p in enumerate(turn.prompts)))})
         answers = [_label(i, n) + turn.shown(i) + _footer(turn, i) for i in range(n)]
-        answers[-1] += "".join(f"\n— {line}" for line in (turn.failure_line(), *turn.remarks()) if line)
+        answers[-1] += _failure(turn, n - 1) + "".join(f"\n— {line}" for line in turn.remarks())
         out += [{"role": "assistant", "content": esc(a)} for a in answers]
     return out
 
@@ -204,13 +241,13 @@ def live_markdown(turn: Turn | None, clock: float, template_loading: bool = Fals
         return f"**preparing** · {head} · {doing}"
     now = clock - turn.sent_at
     head += f" · prepared in {turn.prepare_seconds * 1000:.0f} ms"
+    if turn.failure is not None:  # how each reply ended, with its figures, is in the chat above
+        return f"**{md(ending_mark(turn.failure.kind))}** · {head}  \n{md(turn.failure.message)}"
+    if turn.done:
+        return f"**done** · {head} · figures under each reply and in the Speed tab"
     n = len(turn.prompts)
     lines = [_label(i, n) + _live_line(turn, i, now) for i in range(n)]
-    if turn.failure is not None:
-        word, lines = ending_mark(turn.failure.kind), [*lines, md(turn.failure.message)]
-    else:
-        word = "done" if turn.done else ("streaming" if turn.mode == "stream" else "waiting")
-    return f"**{md(word)}** · {head}  \n" + "  \n".join(lines)
+    return f"**{'streaming' if turn.mode == 'stream' else 'waiting'}** · {head}  \n" + "  \n".join(lines)
 
 
 def _live_line(turn: Turn, index: int, now: float) -> str:
@@ -238,9 +275,9 @@ def speed_rows(turns: Sequence[Turn]) -> list[list[Any]]:
             if stats is None:
                 continue
             tps = stats.output_token_throughput
-            rows.append([len(rows) + 1, turn.mode, turn.model, prompt[:60], turn.ending(i), stats.output_tokens,
-                         _ms(turn.prepare_seconds), _ms(stats.time_to_first_token), _ms(stats.inter_token_latency),
-                         _ms(stats.request_latency), None if tps is None else round(tps, 1)])
+            rows.append([len(rows) + 1, turn.mode, _ms(stats.time_to_first_token), _ms(stats.inter_token_latency),
+                         _ms(stats.request_latency), None if tps is None else round(tps, 1), stats.output_tokens,
+                         turn.ending(i), _ms(turn.prepare_seconds), turn.model, prompt[:60]])
     return rows
 
 
@@ -258,6 +295,12 @@ def plot_data(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
         "latency": batch[["reply", "latency ms"]],
         "tps": frame.dropna(subset=["tokens/s"])[["reply", "tokens/s", "mode"]],
     }
+
+
+def plot_title(key: str, frame: pd.DataFrame) -> str:
+    """A Speed plot's title, saying when it has nothing to draw yet."""
+    _, title, empty = PLOTS[key]
+    return title if len(frame) else empty
 
 
 def summary_markdown(turns: Sequence[Turn]) -> str:

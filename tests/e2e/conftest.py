@@ -113,7 +113,8 @@ def front(embedded_server):
     from console.front import front_server
     from console.server import free_port
 
-    server = front_server(embedded_server.grpc_url, "127.0.0.1", free_port(), None, ())
+    server = front_server(embedded_server.grpc_url, "127.0.0.1", free_port(), None, (),
+                          embedded_server.handle.metrics_url)
     server.start()
     yield server
     server.stop()

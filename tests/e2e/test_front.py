@@ -121,15 +121,16 @@ def test_a_stream_ends_with_done_and_a_refused_one_gets_its_status(front) -> Non
 
 
 @pytest.mark.parametrize(("body", "status", "param", "words"), [
-    ({"n": 2}, 400, "n", "only 1"),
+    ({"presence_penalty": 0.5}, 400, "presence_penalty", "only 0"),
     ({"max_tokens": -1}, 400, "max_tokens", "max_tokens must be an integer >= 0"),
     ({"temperature": "hot"}, 400, "temperature", "temperature must be a number"),
     ({"model": "nope"}, 404, "model", "is not served here (served: "),
-    ({"prompt": [1, 2, 3]}, 400, "prompt", "no token ids"),
+    ({"model": None}, 400, "model", "model is required unless exactly one model is served (served: "),
+    ({"prompt": [1, -2, 3]}, 400, "prompt", "list of token ids"),
     ({"frobnicate": 1}, 400, "frobnicate", "unrecognized request argument"),
     ({"stream_options": {"include_usage": True}}, 400, "stream_options", "only allowed when stream"),
     ({"ignore_eos": True}, 400, "ignore_eos", "needs max_tokens"),
-    ({"logprobs": 2, "echo": True}, 400, "echo", "echo with logprobs is not supported"),
+    ({"n": 2, "best_of": 1}, 400, "best_of", "best_of must equal n"),
     ({"guided_choice": "yes"}, 400, "guided_choice", "guided_choice must be a list of strings"),
 ])
 def test_bad_requests_get_one_line_in_openais_shape(front, body, status, param, words) -> None:
@@ -289,6 +290,8 @@ def test_every_interface_is_served_as_the_console_speaks_to_it(others, llm_serve
     assert whole.choices[0].text == want and set(whole.usage.model_dump()) >= {"prompt_tokens", "completion_tokens"}
     chunks = list(others.completions.create(model=model, prompt="tell me more", stream=True, **controls))
     assert "".join(c.choices[0].text for c in chunks) == want
+    two = others.completions.create(model=model, prompt=["tell me more", "tell me more"], **controls)  # a request each
+    assert [c.text for c in two.choices] == [want, want]
 
 
 def test_the_controls_a_model_lacks_are_named_in_the_error(others) -> None:
@@ -306,6 +309,9 @@ def test_the_controls_a_model_lacks_are_named_in_the_error(others) -> None:
             others.completions.create(model=model, prompt="hi", max_tokens=4, logprobs=2)
         assert refused.value.body["message"] == f"model {model} ({interface_name[model]} interface) returns no " \
             "logprobs here" and refused.value.body["param"] == "logprobs"
+        with pytest.raises(openai.BadRequestError) as refused:  # scoring a prompt needs logprobs too
+            others.completions.create(model=model, prompt="hi", max_tokens=0, echo=True, logprobs=1)
+        assert "returns no logprobs" in refused.value.body["message"] and refused.value.body["param"] == "logprobs"
         with pytest.raises(openai.BadRequestError) as refused:
             others.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
                                            response_format={"type": "json_object"})
@@ -330,14 +336,18 @@ def test_serve_with_openai_port_serves_the_repository_and_stops_with_it(tmp_path
     try:
         for line in process.stdout:
             lines.append(line)
-            if "OpenAI  http://" in line or "error:" in line:
+            if "press Ctrl-C" in line or "error:" in line:
                 break
-        assert f"OpenAI  http://127.0.0.1:{port}/v1" in lines[-1], "".join(lines[-20:])
+        assert lines[-1] == "press Ctrl-C to stop\n", "".join(lines[-20:])  # said last, after every address
+        assert f"OpenAI  http://127.0.0.1:{port}/v1" in lines[-2], "".join(lines[-20:])
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
         assert [m.id for m in client.models.list().data] == [BATCH]
         chat = client.chat.completions.create(model=BATCH, messages=[{"role": "user", "content": QUESTION}],
                                               max_tokens=4)
         assert chat.usage.completion_tokens == 4 and chat.choices[0].message.content
+        unnamed = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
+                             timeout=60)  # one model served: a request that names none goes to it
+        assert unnamed.status_code == 200 and unnamed.json()["model"] == BATCH, unnamed.text
     finally:
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=60)

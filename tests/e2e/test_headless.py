@@ -9,11 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
-from helpers import wait_for_log
+from helpers import assert_one_line_error, cli, json_lines
 
-from console.cli import main
-from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS
+from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, SERVE_TIP
 from console.server.logparse import startup_line as _startup_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,24 +21,6 @@ JSON_FIELDS = (
     "prompt", "text", "finish_reason", "time_to_first_token_ms", "inter_token_latency_ms",
     "output_token_throughput", "output_tokens", "request_latency_ms",
 )
-
-
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
-def json_lines(result: Result) -> list[dict]:
-    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-
-
-def assert_one_line_error(result: Result, *needles: str) -> None:
-    assert result.exit_code == 1, result.output
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, result.stderr
-    for needle in needles:
-        assert needle in errors[0]
-    assert "Traceback" not in result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
 def test_stream_batch_and_generate_modes_agree(embedded_server) -> None:
@@ -65,50 +45,11 @@ def test_stream_batch_and_generate_modes_agree(embedded_server) -> None:
     assert texts["stream"] == texts["batch"] == texts["generate"] and all(texts["stream"])
 
 
-def test_plain_output_and_echo(embedded_server) -> None:
-    result = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--max-tokens", "8", "--raw")
-    assert result.exit_code == 0
-    text = result.stdout.rstrip("\n")
-    assert text.strip() and "[1/" not in text
-    assert "length · 8 tokens · ttft" in result.stderr
-    result = cli("--prompt", PROMPT, "--mode", "batch", "--url", embedded_server.http_url, "--max-tokens", "8",
-                 "--echo", "-q", "--raw")
-    assert result.exit_code == 0 and result.stderr == ""
-    lines = result.stdout.splitlines()
-    assert lines[0] == "[1/2]" and lines[1].startswith("My name is" + text)
-    assert "[2/2]" in lines and any(line.startswith("Maroon bells") for line in lines)
-
-
 def test_separate_urls_and_grpc_batch(embedded_server) -> None:
     result = cli("--prompt", "My name is", "--mode", "batch", "--protocol", "grpc", "--grpc-url",
                  embedded_server.grpc_url, "--http-url", "127.0.0.1:1", "--max-tokens", "4", "--json", "--raw")
     assert result.exit_code == 0, result.output
     assert json_lines(result)[0]["output_tokens"] == 4
-
-
-def test_timeout_fails_clearly_and_cancels(embedded_server) -> None:
-    before = {line for line in embedded_server.log_tail(500) if "finish=cancelled" in line}
-    result = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--timeout", "0.3",
-                 "--max-tokens", "400", "--json", "--raw")
-    assert_one_line_error(result, "network timeout", "0.3 s", "cancelled on the server")
-    row = json_lines(result)[0]
-    assert row["finish_reason"] is None and row["error_kind"] == "timeout"
-    assert row["cut_short"] is (row["text"] is not None)  # the text that came within 0.3 s, if any
-    line = wait_for_log(embedded_server, "finish=cancelled", before=before)
-    assert line is not None and "smollm2_decoupled: request" in line
-    result = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--max-tokens", "4", "--json", "--raw")
-    assert result.exit_code == 0 and json_lines(result)[0]["output_tokens"] == 4
-
-
-def test_bad_input_gives_one_error_line(embedded_server) -> None:
-    grpc = embedded_server.grpc_url
-    assert_one_line_error(cli("--prompt", "My name is|", "--url", grpc), "prompt 2 of 2 is empty")
-    assert_one_line_error(cli("--prompt", "  ", "--url", grpc), "empty")
-    assert_one_line_error(cli("--prompt", "hi", "--url", "127.0.0.1:1"), "cannot reach tritonserver at 127.0.0.1:1")
-    assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--model", "nope"), "nope")
-    assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--timeout", "-1"), "timeout must be >= 0")
-    assert_one_line_error(cli("--prompt", "hi", "--url", grpc, "--chat", "--tokenizer", "/nonexistent"),
-                          "tokenizer folder /nonexistent does not exist")
 
 
 def test_a_timed_out_http_batch_call_exits_with_the_timeouts_code_every_time(embedded_server) -> None:
@@ -230,6 +171,7 @@ def test_headless_serves_the_embedded_model(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "starting tritonserver" in proc.stderr and "smollm2_decoupled READY" in proc.stderr
+    assert proc.stderr.count(SERVE_TIP) == 1  # how not to wait for a server each time
     assert "stopping tritonserver" in proc.stderr
     assert json.loads(proc.stdout)["output_tokens"] == 4
     assert (cache / "llm_model_dir" / "smollm2_decoupled" / "config.pbtxt").is_file()
@@ -258,36 +200,6 @@ def test_the_demo_prompts_are_answered_right_and_briefly(embedded_server, model:
         assert row["finish_reason"] == "eos" and row["output_tokens"] < 40, row  # an answer, not a loop
 
 
-def test_each_prompt_reports_figures_ending_at_its_own_last_token(embedded_server) -> None:
-    quick = "<|im_start|>user\nReply with one word: yes.<|im_end|>\n<|im_start|>assistant\n"
-    typed = quick.replace("|", "\\|")  # the chat markers' bars are literal, not a prompt separator
-    result = cli("--prompt", f"{typed}|Once upon a time", "--url", embedded_server.grpc_url, "--max-tokens", "48",
-                 "--json", "--raw")
-    early, late = json_lines(result)
-    assert (early["finish_reason"], late["finish_reason"]) == ("eos", "length"), (early, late)
-    assert early["request_latency_ms"] < late["request_latency_ms"]  # not the whole request's latency
-    assert early["output_token_throughput"] > early["output_tokens"] / (late["request_latency_ms"] / 1000)
-
-
-def test_a_stream_from_a_batch_model_says_why_it_has_no_ttft(embedded_server) -> None:
-    batch = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--model", "smollm2_kv",
-                "--max-tokens", "4", "--raw")
-    streamed = cli("--prompt", "My name is", "--url", embedded_server.grpc_url, "--max-tokens", "4", "--raw")
-    assert batch.exit_code == 0 and streamed.exit_code == 0, batch.output + streamed.output
-    assert "note: smollm2_kv is a batch model (not decoupled)" in batch.stderr
-    assert "batch model" not in streamed.stderr
-
-
-def test_a_decoupled_model_answering_one_eos_is_not_called_a_batch_model(embedded_server) -> None:
-    """Its one response carries no text (an end of sequence first): the config, not the responses, tells its kind."""
-    done = "<\\|im_start\\|>user\nSay OK.<\\|im_end\\|>\n<\\|im_start\\|>assistant\nOK."  # greedy: EOS next
-    result = cli("--prompt", done, "--url", embedded_server.grpc_url, "--raw", "--max-tokens", "8", "--json")
-    (row,) = json_lines(result)
-    assert (row["finish_reason"], row["output_tokens"], row["text"]) == ("eos", 1, ""), row
-    assert row["time_to_first_token_ms"] is None  # one response, as a batch model's: yet it streams
-    assert "batch model" not in result.stderr and "not decoupled" not in result.stderr
-
-
 def test_the_chat_template_is_the_default_and_raw_sends_the_prompt_as_typed(embedded_server) -> None:
     """As in the TUI, the web and make run: 'hi' is a chat message to a model with a chat template."""
     texts = {}
@@ -301,94 +213,6 @@ def test_the_chat_template_is_the_default_and_raw_sends_the_prompt_as_typed(embe
     refused = cli("--prompt", "hi", "--url", embedded_server.grpc_url, "--raw", "--system", "Be brief.")
     assert_one_line_error(refused, "--system goes into the chat template")
 
-
-def test_a_model_without_a_chat_template_here_gets_the_prompt_as_typed(tmp_path: Path, python_model) -> None:
-    from helpers import ECHO_LLM
-
-    from console.server import TritonServer
-
-    python_model(tmp_path, "echo_llm", ECHO_LLM, llm=True)
-    with TritonServer(tmp_path) as server:
-        result = cli("--prompt", "hi", "--url", server.http_url, "--mode", "batch", "--model", "echo_llm", "--json")
-    assert result.exit_code == 0, result.output
-    assert json_lines(result)[0]["text"] == "echo: hi"
-    assert "note: echo_llm has no chat template here" in result.stderr
-
-
-# a decoupled model that streams three words at once, then waits (until cancelled) before its end
-STALLING = """\
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-def words(text):
-    return pb_utils.InferenceResponse([pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_))])
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            sender = request.get_response_sender()
-            for word in ("one", " two", " three"):
-                sender.send(words(word))
-            give_up = time.monotonic() + 120
-            while not sender.is_cancelled() and time.monotonic() < give_up:
-                time.sleep(0.02)
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
-
-
-def test_a_reply_cut_short_by_the_timeout_is_printed_when_piped(tmp_path: Path, python_model) -> None:
-    from console.server import TritonServer
-
-    folder = python_model(tmp_path, "stalling", STALLING, llm=True)
-    with (folder / "config.pbtxt").open("a") as config:
-        config.write("model_transaction_policy { decoupled: true }\n")
-    with TritonServer(tmp_path) as server:
-        plain = cli("--prompt", "go", "--url", server.grpc_url, "--model", "stalling", "--timeout", "2")
-        as_json = cli("--prompt", "go", "--url", server.grpc_url, "--model", "stalling", "--timeout", "2", "--json")
-    assert plain.exit_code == 1 and plain.stdout == "one two three\n", plain.output  # CliRunner: no terminal
-    status, error = plain.stderr.splitlines()[-2:]
-    assert status.startswith("✖ timeout · 3 tokens · ttft ") and status.endswith(" · cut short")
-    assert error.startswith("error: network timeout: stalling did not finish within 2 s; request cancelled")
-    (row,) = json_lines(as_json)
-    assert (row["text"], row["cut_short"], row["error_kind"], row["output_tokens"]) == ("one two three", True,
-                                                                                       "timeout", 3)
-
-
-def test_ctrl_c_mid_reply_prints_what_came_and_cancels_on_the_server(embedded_server, monkeypatch) -> None:
-    """Ctrl-C (a real SIGINT) right after the 5th piece of text of a long reply, piped."""
-    import signal
-
-    from console import headless
-
-    deltas: list[str] = []
-    event = headless.Printer.event
-
-    def ctrl_c_after_five(self, got) -> None:
-        event(self, got)
-        if type(got).__name__ == "TextDelta":
-            deltas.append(got.text)
-            if len(deltas) == 5:
-                signal.raise_signal(signal.SIGINT)
-
-    monkeypatch.setattr(headless.Printer, "event", ctrl_c_after_five)
-    before = {line for line in embedded_server.log_tail(500) if "finish=cancelled" in line}
-    # what a qaic-console started from a terminal has, whatever the test process's handler is
-    found = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        result = cli("--prompt", "Once upon a time", "--url", embedded_server.grpc_url, "--raw", "--max-tokens", "400")
-    finally:
-        signal.signal(signal.SIGINT, found)
-    assert result.exit_code == 130, (found, result.output)
-    assert result.stdout == "".join(deltas) + "\n" and len(deltas) == 5
-    status, error = result.stderr.splitlines()[-2:]
-    assert status.startswith("■ stopped · 5 tokens · ttft ") and status.endswith(" · cut short")
-    assert error.startswith("error: interrupted (Ctrl-C) after ") and error.endswith("request cancelled on the server")
-    assert wait_for_log(embedded_server, "finish=cancelled", before=before) is not None
 
 
 def test_a_lone_url_is_either_endpoint_of_the_server(tmp_path: Path, python_model) -> None:

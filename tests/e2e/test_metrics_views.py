@@ -91,6 +91,11 @@ def test_the_server_tab_shows_the_metrics_move_while_a_stream_runs(embedded_serv
                 wait_cell("slots", shown)
 
             wait_slots("0/8")
+            page.wait_for_function("m => document.querySelector('#qc-metrics-occupancy')?.textContent.includes(m)",
+                                   arg=MODEL, timeout=WAIT_MS)  # an idle server's flat line, drawn
+            y_labels = page.evaluate("[...document.querySelectorAll('#qc-metrics-occupancy g.role-axis"
+                                     "[aria-label^=\"Y-axis\"] .role-axis-label text')].map(t => t.textContent)")
+            assert y_labels and "0.000000" not in y_labels, y_labels  # 0, not six decimals of nothing
             web.tab("Chat")
             web.mode("stream")
             assert page.locator("#qc-model input").input_value() == MODEL  # the stream default

@@ -1,11 +1,12 @@
 """Served speed pieces in a real tritonserver: the automatic thread count and the zero-cost model.
 
 One server loads two of a repository's three CPU models: the int4 stream sample and the bench's
-zero-cost model (the bundled glue and engine loop with no compute).
+zero-cost model (the bundled glue and engine loop with no compute); a send that names no model goes to what it serves.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -54,3 +55,21 @@ def test_models_names_a_repository_model_that_is_not_loaded(server) -> None:
     assert result.exit_code == 0, result.output
     rows = {line.split()[0]: line for line in result.stdout.splitlines()[2:] if line.strip()}
     assert "not loaded" in rows["smollm2_decoupled_fp32"] and "READY" in rows["smollm2_decoupled"]
+
+
+def test_a_send_without_model_goes_to_a_served_model_that_answers_its_mode(server) -> None:
+    """Only smollm2_decoupled of the samples is loaded: batch and generate go to it (a decoupled model with a
+    stream switch answers once too), not to smollm2_kv, which the repository has but the server does not serve."""
+    from click.testing import CliRunner
+
+    from console.cli import main
+    from console.core.adapters.triton import TritonAdapter
+
+    adapter = TritonAdapter.at(server.http_url)
+    assert {mode: adapter.default_model(mode) for mode in ("stream", "batch", "generate")} == dict.fromkeys(
+        ("stream", "batch", "generate"), "smollm2_decoupled")
+    result = CliRunner().invoke(main, ["--prompt", "Hi", "--url", server.http_url, "--mode", "batch",
+                                       "--max-tokens", "4", "--raw", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert row["model"] == "smollm2_decoupled" and row["output_tokens"] == 4

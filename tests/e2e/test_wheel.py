@@ -9,42 +9,23 @@ editable install is not active there).
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import ROOT, outside_env, site_packages, wheel_in_fresh_venv
 
 from backend_model.models import cache_root
-
-ROOT = Path(__file__).resolve().parents[2]
-LOCAL = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", "llm_model_dir",
-         "bench-results", "out")
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """{'bin': the fresh venv's bin/, 'work': an empty folder outside the tree, 'env' ...}."""
     tmp = tmp_path_factory.mktemp("wheel")
-    source = tmp / "source"  # a copy: setuptools leaves build/ behind, and reuses a stale one
-    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(*LOCAL))
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", "-w", str(tmp / "dist")],
-                           cwd=source, capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = (tmp / "dist").glob("qaic_console-*.whl")
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", str(tmp / "venv")], check=True, timeout=300)
-    python = tmp / "venv" / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    Path(site, "project_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    python = wheel_in_fresh_venv(tmp)
+    Path(site_packages(python), "project_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     work = tmp / "work"
     work.mkdir()
     cache = tmp / "cache"
@@ -61,7 +42,7 @@ def run(installed: dict[str, Path], *args: str, timeout: float = 300) -> subproc
 
 
 def env_of(installed: dict[str, Path]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env = outside_env()
     return {**env, "QAIC_CONSOLE_CACHE": str(installed["cache"]), "PATH": f"{installed['bin']}:{env['PATH']}"}
 
 

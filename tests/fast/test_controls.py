@@ -155,11 +155,11 @@ def test_only_declared_inputs_are_sent_and_the_rest_is_named() -> None:
     assert "status_key='...'" in repr(params) and "'k'" not in repr(params)  # the key is never shown
 
 
-def test_the_readme_tells_each_rows_type() -> None:
+def test_the_interface_page_tells_each_rows_type() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## The model's Triton interface")[1].split("\n## ")[0]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "interface.md").read_text()
+    section = page.split("# The model's Triton interface")[1].split("\n## ")[0]
     rows = {line.split("|")[1]: line.split("|")[2] for line in section.splitlines() if line.startswith("| `")}
     for control in schema.CONTROLS:
         (cell,) = [kind for names, kind in rows.items() if f"`{control.name}`" in names]

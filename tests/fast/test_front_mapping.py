@@ -26,7 +26,7 @@ def test_fields_become_checked_controls_named_by_their_field() -> None:
     job = parse({"model": "m", "prompt": ["hi"], "max_tokens": 8, "temperature": 0.5, "stop": "x", "seed": 0,
                  "n": 1, "presence_penalty": 0, "user": "u", "stream": True,
                  "stream_options": {"include_usage": True}}, chat=False)
-    assert job.prompt == "hi" and job.stream and job.include_usage
+    assert job.prompts == ["hi"] and job.stream and job.include_usage and job.n == 1
     assert job.controls == {"max_tokens": 8, "temperature": 0.5, "stop": ("x",), "seed": 0}
     error = refusal({"max_completion_tokens": 4, "max_tokens": 5})
     assert error.param == "max_completion_tokens" and "give max_tokens or max_completion_tokens" in str(error)
@@ -35,6 +35,17 @@ def test_fields_become_checked_controls_named_by_their_field() -> None:
     assert refusal({"logprobs": 21}).param == "logprobs"
     assert refusal({"top_logprobs": 2}, chat=True).param == "top_logprobs"  # needs logprobs: true
     assert refusal({"suffix": "!"}).param == "suffix"
+
+
+def test_a_prompt_is_texts_or_token_ids_and_n_answers_each() -> None:
+    for prompt, want in (("hi", ["hi"]), (["a", "b"], ["a", "b"]), ([1, 2], [[1, 2]]), ([[1], [2, 3]], [[1], [2, 3]])):
+        assert parse({"model": "m", "prompt": prompt}, False).prompts == want
+    assert parse({"model": "m", "prompt": "hi", "n": 3, "best_of": 3}, False).n == 3
+    for bad in ([], [[]], ["a", ""], [1, True], [[1], "a", [-1]], {"a": 1}):
+        assert refusal({"prompt": bad}).param == "prompt", bad
+    assert refusal({"n": 2, "best_of": 1}).param == "best_of" and refusal({"n": 0}).param == "n"
+    assert refusal({"n": 2}, chat=True).param == "n"
+    assert parse({"model": "m", "prompt": "hi", "echo": True, "logprobs": 1, "max_tokens": 0}, False).echo
 
 
 def test_ignore_eos_asks_for_exactly_max_tokens() -> None:
@@ -144,7 +155,6 @@ def test_logprobs_become_the_logprobs_control_named_by_their_field() -> None:
     assert chat.controls["logprobs"] == chat.logprobs == 3 and chat.fields["logprobs"] == "top_logprobs"
     plain = parse({"model": "m", "messages": [{"role": "user", "content": "hi"}], "logprobs": False}, chat=True)
     assert plain.logprobs is None and "logprobs" not in plain.controls
-    assert refusal({"logprobs": 2, "echo": True}).param == "echo"
     assert refusal({"top_logprobs": 21, "logprobs": True}, chat=True).param == "top_logprobs"
     assert refusal({"guided_choice": "yes"}).param == "guided_choice"
 

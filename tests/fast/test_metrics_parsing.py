@@ -17,7 +17,7 @@ from backend_model.sampling import SamplingParams
 from console.bench.engine import ZeroCostSession, digit_tokens
 from console.core.adapters import adapter_for
 from console.metrics import MetricsError, Scrape, Window, metrics_endpoint, rows, window
-from console.metrics.qaic import UNVERIFIED, card_line, parse, query
+from console.metrics.qaic import card_line, nsp_in_use, parse, power_w, query
 
 TRITON_PAGE = """\
 # HELP nv_inference_request_success Number of successful inference requests, all batch sizes
@@ -206,15 +206,15 @@ def test_qaic_util_output_as_documented_is_read_per_device() -> None:
     devices = parse("some banner\n" + DOCUMENTED)
     assert [(d.qid, d.status) for d in devices] == [(0, "Ready"), (1, "Ready"), (2, "Error")]
     assert devices[0].fields["PCI Address"] == "0000:2d:00.0" and devices[1].fields["MHI ID"] == "1"
-    assert devices[0].power_w is None and devices[0].nsp_in_use is None  # nothing unverified is made up
+    assert power_w(devices[0]) is None and nsp_in_use(devices[0]) is None  # nothing is made up
     scripted = parse("QID 0\n\tStatus:Ready\n\tNsp Total:16\n\tNsp Free:12\n")[0]
-    assert scripted.nsp_in_use == 0.25
-    assert card_line([scripted], UNVERIFIED).startswith("QID 0 Ready · NSPs 25% (unverified:")
+    assert nsp_in_use(scripted) == 0.25
+    assert card_line([scripted], "qaic-util -q") == "QID 0 Ready · NSPs 25% (qaic-util -q)"
 
 
 def test_without_qaic_util_the_card_is_said_absent() -> None:
     devices, note = query()
-    assert devices == [] and note == "no card: qaic-util not found"
+    assert devices == [] and note == "no card: qaic-util not found (on PATH or at /opt/qti-aic/tools/qaic-util)"
     assert card_line(devices, note) == note
 
 

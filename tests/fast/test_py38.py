@@ -22,7 +22,7 @@ STANDARD_LIBRARY_ONLY = ("backend_model.errors", "backend_model.parameters", "ba
 
 
 def py38_files() -> list[Path]:
-    """Every file that carries the promise (the README lists the same)."""
+    """Every file that carries the promise (docs/container.md lists the same)."""
     return sorted([*(ROOT / "backend_model").glob("*.py"), *(ROOT / "repo_gen" / m for m in GENERATOR_MODULES),
                    ROOT / "repo_gen" / "templates" / "model.py", *RELEASE.rglob("*.py")])
 

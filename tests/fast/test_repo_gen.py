@@ -257,9 +257,13 @@ def test_console_script_runs_seed_command(tmp_path: Path, qpc: Path, backend_dir
 def test_help_everywhere_documents_defaults() -> None:
     for args in (["repo", "--help"], ["repo", "gen", "--help"], ["repo", "samples", "--help"],
                  ["repo", "list", "--help"]):
-        result = run(args, cli=console_main)
-        assert result.exit_code == 0 and "usage:" in result.stdout.lower()
+        result = run(args, cli=console_main)  # laid out as every click command's, repo gen's argparse flags too
+        assert result.exit_code == 0 and result.stdout.startswith(f"Usage: main {' '.join(args[:-1])} ")
+        assert "\nOptions:\n" in result.stdout and "\n  -h, --help " in result.stdout
     text = run(["repo", "gen", "--help"], cli=console_main).stdout
+    assert "  --model_name, --model-name MODEL_NAME" in text and "  --engine [auto|qaic|cpu|onnx]" in text
+    samples = " ".join(run(["repo", "samples", "--help"], cli=console_main).stdout.split())
+    assert "The seed is Qualcomm's Triton example" in samples and "four sample models" in samples
     assert all(key in text for key in compile_config.SCHEMA)
     assert "full_batch_size turns on continuous batching" in text
     assert all(name in text for name in SAMPLES)
@@ -279,7 +283,9 @@ def test_unsafe_names_rejected(tmp_path: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize(("raw", "needles"), [
-    ('{"foo": 1}', ("unknown key 'foo'",)),
+    ('{"foo": 1}', ("unknown key 'foo' (supported: onnx_path,",)),
+    ('{"ctx_length": 256}', ("unknown key 'ctx_length' (did you mean 'ctx_len'? supported: ",)),
+    ('{"Full-Batch-Size": 4}', ("unknown key 'Full-Batch-Size' (did you mean 'full_batch_size'? supported: ",)),
     ('{"ctx_len": "256"}', ("'ctx_len'", "'256'")),
     ('{"ctx_len": true}', ("'ctx_len'",)),
     ('{"batch_size": true}', ("'batch_size'",)),
@@ -442,10 +448,11 @@ def test_list_shows_generated_models(tmp_path: Path, qpc: Path) -> None:
     result = run(["list", str(repo)])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["MODEL", "TYPE", "DECOUPLED", "COMPILE", "PRECISION", "SOURCE", "VALID"]
+    assert lines[0].split() == ["MODEL", "TYPE", "MODES", "COMPILE", "PRECISION", "SOURCE", "VALID"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert sorted(rows) == sorted([*EMBEDDED_SAMPLES, "mistral_7b"])
-    assert rows["smollm2_decoupled"].split()[1:3] == ["kv_cache", "yes"]
+    assert rows["smollm2_decoupled"].split()[1:3] == ["kv_cache", "stream+batch"]
+    assert rows["smollm2_kv"].split()[1:3] == ["kv_cache", "batch"]
     assert "ctx=512 prefill=32 fbs=8" in rows["smollm2_kv"] and rows["smollm2_kv"].split()[6] == "int4"
     assert " int4 " in rows["smollm2_decoupled"] and " fp32 " in rows["smollm2_decoupled_fp32"]
     assert rows["smollm2_causal"].split()[1:5] == ["causal", "(slow", "on", "CPU)"]  # said where users pick

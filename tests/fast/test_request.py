@@ -72,6 +72,13 @@ def test_an_exchange_cancelled_before_its_call_sends_nothing() -> None:
     assert turn.sent == ["a"] and turn.sent_at is not None
 
 
+def test_an_exchange_that_cannot_be_prepared_ends_its_turn_with_the_reason() -> None:
+    settings = Settings("smollm2_decoupled")
+    turn = Exchange.new(settings, ["a"]).run(TritonAdapter(http_url="h:1"), settings, info=STREAMING)
+    assert turn.failure is not None and "stream mode needs the server's gRPC endpoint" in turn.failure.message
+    assert not turn.replies
+
+
 def test_the_turn_records_the_controls_as_they_go_out() -> None:
     """A server that samples unless told is sent temperature 0 (the consoles' greedy default): the record says so."""
     from console.clients import openai_info
@@ -82,3 +89,23 @@ def test_the_turn_records_the_controls_as_they_go_out() -> None:
     assert ready.controls == {"max_tokens": 8, "temperature": 0.0} and ready.ignored == ["repetition_penalty"]
     assert prepare(HERE, Settings("smollm2_decoupled", params=params), ["a"], info=STREAMING).controls == {
         "max_tokens": 8}
+
+
+def test_an_exchange_pulled_frame_by_frame_folds_in_the_callers_thread_and_closing_it_cancels(fake_server) -> None:
+    from fake_server import reply
+
+    from console.core.adapters import adapter_for
+
+    server = adapter_for(fake_server.url)
+    settings = Settings("smollm2_decoupled", params=GenerationParams(max_tokens=4))
+    done = Exchange.new(settings, ["a"])
+    assert list(done.frames(server, settings, (), None, 0.05))[-1] is True
+    assert done.turn.replies[0].text == "Once upon a time" and done.turn.sent_at is not None
+
+    fake_server.enqueue(reply(*[" word"] * 400, every=0.02))
+    stopped = Exchange.new(settings, ["b"])
+    frames = stopped.frames(server, settings, (), None, 0.05)
+    while not stopped.turn.partial:
+        assert next(frames) is False
+    frames.close()  # a page that went away
+    assert fake_server.saw_cancel(stopped.turn.request_id)

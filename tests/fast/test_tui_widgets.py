@@ -14,6 +14,7 @@ from console.clients import CONTROLS, ClientError, Control, ModelInfo, Tensor
 from console.core.controller import ModelRow
 from console.core.controls import form_default
 from console.server import free_port
+from console.server.errors import repository_not_found
 from console.tui.app import QaicConsoleApp
 from console.tui.widgets.chat_pane import NO_SERVER
 from console.tui.widgets.controls import control_id, model_options, offered
@@ -224,7 +225,7 @@ def test_without_a_terminal_the_tui_refuses_at_once_and_says_how_to_run_headless
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: the console needs a terminal") and 'qaic-console --prompt "..."' in line
     missing = CliRunner().invoke(main, ["tui", "--model-repository", str(tmp_path / "nowhere")])
-    assert missing.exit_code == 1 and missing.stderr == f"error: model repository not found: {tmp_path / 'nowhere'}\n"
+    assert missing.exit_code == 1 and missing.stderr == f"error: {repository_not_found(tmp_path / 'nowhere')}\n"
 
 
 def test_control_fields_check_as_typed_show_the_rule_and_give_the_focus_back() -> None:
@@ -262,12 +263,15 @@ def test_footer_names_quit_and_the_generator() -> None:
 
     async def go() -> None:
         app = QaicConsoleApp()
+
+        def shown() -> str:
+            return " · ".join(text_of(key) for key in app.query(FooterKey))
+
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            shown = " · ".join(text_of(key) for key in app.query(FooterKey))
-            assert "^q Quit" in shown and "f9 Generate" in shown and "^g Raw log" in shown, shown
+            await until(pilot, lambda: "^q Quit" in shown(), 10, "the footer drawn")  # keys have no size before
+            assert "^q Quit" in shown() and "f9 Generate" in shown() and "^g Raw log" in shown(), shown()
             await pilot.press("f3")
-            await pilot.pause()
-            assert "^q Quit" in " · ".join(text_of(key) for key in app.query(FooterKey))
+            await until(pilot, lambda: "^q Quit" in shown(), 10, "the Stream pane's footer drawn")
+            assert "^q Quit" in shown()
 
     run(go)

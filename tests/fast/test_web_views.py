@@ -25,8 +25,10 @@ from console.clients import (
 )
 from console.core.adapters.triton import TritonAdapter
 from console.core.controller import ModelRow, ServerController, Snapshot
+from console.core.controls import settings_from_form
 from console.core.request import Exchange, Settings
 from console.core.turns import Turn
+from console.server.errors import repository_not_found
 from console.web import views
 
 QAIC_INPUTS = (Tensor("prompt", "BYTES"), Tensor("max_tokens", "INT32", (1,), True))
@@ -71,10 +73,10 @@ def test_markup_from_prompts_models_and_servers_stays_text() -> None:
     shown = [m["content"] for m in views.messages([turn])]
     assert shown[0] == "[1/2] &lt;b&gt;a&lt;/b&gt;\n[2/2] b"
     assert shown[1].startswith("[1/2] &lt;b&gt;a&lt;/b&gt;&lt;script&gt;x()&lt;/script&gt;\n\n— length · 10 tokens")
-    assert "✖ server: &lt;i&gt;gone&lt;/i&gt;" in shown[-1] and "<" not in "".join(shown)
+    assert "— ✖ server · &lt;i&gt;gone&lt;/i&gt;" in shown[-1] and "<" not in "".join(shown)
     live = views.live_markdown(turn, 2.0)
     assert "<" not in live and r"\*\*bold\*\*" in live
-    assert live.startswith("**✖ server**") and "[1/2] length · 10 tokens" in live and "[2/2] ✖ server" in live
+    assert live.startswith("**✖ server**") and "10 tokens" not in live  # each reply's figures: in the chat only
     snap = Snapshot("failed", "<img src=x onerror=alert(1)> _x_")
     assert "<img" not in views.status_markdown(snap) and r"\_x\_" in views.status_markdown(snap)
     assert views.md("a|b `c` [d](e) #f") == r"a\|b \`c\` \[d\]\(e\) \#f"
@@ -129,8 +131,9 @@ def test_a_stopped_reply_is_one_bubble_with_its_figures_and_how_it_stopped() -> 
     shown = [m["content"] for m in views.messages([turn])]
     assert len(shown) == 2, "the prompt and one answer: no separate bubble for the stop"
     assert shown[1].startswith("w0 w1 w2 \n\n— ■ stopped · 3 tokens · ttft 200 ms")
-    assert shown[1].endswith("— ■ stopped: cancelled after 0.5 s; request cancelled on the server")
-    assert "✖" not in shown[1]
+    # one marked line says how it stopped, its figures and why
+    assert shown[1].endswith("· 0.50 s · cancelled after 0.5 s; request cancelled on the server")
+    assert "✖" not in shown[1] and shown[1].count("■") == 1 and shown[1].count("\n— ") == 1
     assert views.live_markdown(turn, 2.0).startswith("**■ stopped**")
     assert views.speed_rows([turn])[0][views.SPEED_COLUMNS.index("finish")] == "■ stopped"
 
@@ -180,9 +183,12 @@ def test_models_table_names_each_interface_and_the_selector_fits_the_mode() -> N
     assert views.model_choices(snap.infos, "stream") == [("smollm2_decoupled", "smollm2_decoupled")]
 
 
-def test_form_controls_zero_is_a_value_blank_is_unset_errors_name_the_field() -> None:
-    from console.web.handlers import settings_from
+def settings_from(form: dict) -> Settings:
+    """The web chat form's settings, as its handler reads them."""
+    return settings_from_form(form, "Server tab")
 
+
+def test_form_controls_zero_is_a_value_blank_is_unset_errors_name_the_field() -> None:
     form = {"model": "m", "mode": "stream", "chat": True, "timeout": "", "seed": "0", "max_tokens": "16",
             "temperature": " ", "stop": "a|b"}
     settings = settings_from(form)
@@ -192,7 +198,7 @@ def test_form_controls_zero_is_a_value_blank_is_unset_errors_name_the_field() ->
                                 ("timeout", "soon", "Timeout")):
         with pytest.raises(ClientError, match=label):
             settings_from({**form, field: value})
-    with pytest.raises(ClientError, match="timeout must be >= 0"):
+    with pytest.raises(ClientError, match="Timeout s must be a number >= 0"):
         settings_from({**form, "timeout": "-1"})
 
 
@@ -207,7 +213,7 @@ def test_a_control_added_to_the_table_appears_in_the_page(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(params, "BY_NAME", {c.name: c for c in table})
     from console.web.app import build_app
-    from console.web.handlers import WebConsole, settings_from
+    from console.web.handlers import WebConsole
 
     page = build_app(WebConsole(ServerController(), tmp_path)).config
     fields = {c["props"].get("label"): c["props"] for c in page["components"] if c["props"].get("label")}
@@ -280,4 +286,27 @@ def test_a_missing_repository_is_refused_on_the_terminal_before_anything(tmp_pat
            str(tmp_path / "nowhere")]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)  # it used to serve the page
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == f"error: model repository not found: {tmp_path / 'nowhere'}\n"
+    assert done.stderr == f"error: {repository_not_found(tmp_path / 'nowhere')}\n"
+    assert "qaic-console repo samples --embedded -o" in done.stderr  # how to make one
+
+
+def test_the_speed_table_shows_the_figures_first_and_empty_plots_say_so() -> None:
+    columns = views.SPEED_COLUMNS
+    assert columns[:6] == ["reply", "mode", "TTFT ms", "ITL ms", "latency ms", "tokens/s"] and columns[-1] == "prompt"
+    plots = views.plot_data(views.speed_table([batch_turn()]))
+    assert views.plot_title("latency", plots["latency"]) == "Batch · request latency (ms)"
+    assert views.plot_title("ttft", plots["ttft"]) == "Stream · no stream replies yet"
+    empty = views.plot_data(views.speed_table([]))
+    assert views.plot_title("latency", empty["latency"]) == "Batch · no batch replies yet"
+
+
+def test_control_hints_leave_out_wire_limits_and_a_bad_value_marks_its_field() -> None:
+    by_name = {c.name: c for c in CONTROLS}
+    assert all("9223372036854775807" not in views.control_info(c) and "2147483647" not in views.control_info(c)
+               for c in CONTROLS)
+    assert views.control_info(by_name["top_p"]).endswith("(a number > 0 and <= 1)")
+    bad = views.control_field(by_name["top_p"], "2")
+    assert bad == {"elem_classes": ["qc-invalid"], "info": "✖ Top p must be a number > 0 and <= 1, got 2"}
+    assert views.control_field(by_name["top_p"], "0.5") == {"elem_classes": [],
+                                                             "info": views.control_info(by_name["top_p"])}
+    assert views.control_field(by_name["seed"], "")["elem_classes"] == []  # blank: the model's default

@@ -11,7 +11,7 @@ from console.clients import ClientError
 from console.metrics.scrape import metrics_endpoint
 from console.server.health import ServerHandle
 
-from .base import Adapter, Framed, States
+from .base import HERE, NONE, SERVER, Adapter, Framed, States
 from .openai import OpenAIAdapter
 from .triton import TritonAdapter
 
@@ -19,6 +19,12 @@ KINDS: dict[str, type[Adapter]] = {TritonAdapter.kind: TritonAdapter, OpenAIAdap
 DEFAULT_KIND = TritonAdapter.kind  # what a console starts, and what a URL is unless another kind claims it
 DEFAULT = KINDS[DEFAULT_KIND]
 APIS = ("auto", *KINDS)
+# What every command's --url takes (the rule each adapter applies, said once)
+URL_HELP = ("host:port of a running tritonserver (its HTTP or its gRPC endpoint: the other one is its neighbour port), "
+            "or the base URL of an OpenAI-compatible server (http://host:port/v1)")
+# Which model a send that names none goes to (each adapter's default_model)
+MODEL_DEFAULT_HELP = ("smollm2_decoupled for stream, smollm2_kv otherwise, when the server serves them, else the first "
+                      "model it serves that answers the mode; an OpenAI-compatible server's first model")
 
 
 def api_help(flag: str = "--url") -> str:
@@ -52,5 +58,5 @@ def started_here(handle: ServerHandle) -> Adapter:
     return TritonAdapter.of(handle)
 
 
-__all__ = ["APIS", "DEFAULT", "KINDS", "Adapter", "Framed", "States", "adapter_for", "api_help", "kind_of",
-           "started_here"]
+__all__ = ["APIS", "DEFAULT", "HERE", "KINDS", "NONE", "SERVER", "Adapter", "Framed", "States", "adapter_for",
+           "api_help", "kind_of", "started_here"]

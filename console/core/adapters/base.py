@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts
 
+SERVER, HERE, NONE = "server", "here", "none"  # who applies a model's chat template (:meth:`Adapter.template_side`)
 States = dict[str, tuple[str, str]]  # model -> (state, reason)
 Messages = list[dict[str, str]]
 History = Sequence[dict[str, str]]
@@ -41,7 +42,7 @@ class Adapter(ABC):
     label: ClassVar[str]  # a short name for tables and status lines
     name: ClassVar[str]  # the server in a sentence ("tritonserver")
     modes: ClassVar[tuple[str, ...]]  # the send modes it answers
-    server_template: ClassVar[bool] = False  # it applies the model's chat template (chat sends messages)
+    server_template: ClassVar[bool] = False  # it applies the model's chat template (ask :meth:`template_side`)
     note: ClassVar[str] = ""  # what the consoles say about a server of this kind reached by URL
     rule: ClassVar[str] = ""  # the URLs :meth:`claims`, in words
 
@@ -112,10 +113,17 @@ class Adapter(ABC):
 
     # ---- sending
 
+    def template_side(self, info: ModelInfo | None = None, tokenizer: str = "") -> str:
+        """Who applies ``info``'s chat template to a chat send: SERVER (chat messages are sent), HERE (a tokenizer
+        here renders the prompt: a tokenizer folder is given, or the model is the embedded one), or NONE (it has none
+        here: the prompt goes as typed). Without ``info``: SERVER, or HERE when the server does not apply it."""
+        if self.server_template:
+            return SERVER
+        return HERE if info is None or tokenizer or info.embedded else NONE
+
     def has_chat_template(self, info: ModelInfo, tokenizer: str) -> bool:
-        """Whether a chat send can use ``info``'s chat template: the server applies it, a tokenizer folder is given,
-        or the model is the embedded one (its tokenizer is here)."""
-        return self.server_template or bool(tokenizer) or info.embedded
+        """Whether a chat send can use ``info``'s chat template (applied here or by the server)."""
+        return self.template_side(info, tokenizer) != NONE
 
     def check_mode(self, mode: str) -> None:
         """ClientError when this server does not answer ``mode``."""

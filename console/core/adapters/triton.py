@@ -179,9 +179,24 @@ class TritonAdapter(Adapter):
         return info_from_config(model, self.handle.model_config(model))
 
     def default_model(self, mode: str) -> str:
+        """The embedded sample for ``mode`` when the server serves it, else the first READY model that answers
+        ``mode`` (generate: one answer, as batch); the sample when none does or the server does not say (the send
+        then names what it serves)."""
         from console.server.embedded import EMBEDDED_DEFAULTS
 
-        return EMBEDDED_DEFAULTS[mode]
+        preferred = EMBEDDED_DEFAULTS[mode]
+        try:
+            ready = sorted(name for name, (state, _) in self.model_states().items() if state == "READY")
+        except (OSError, ClientError, ValueError):
+            return preferred
+        answer = "stream" if mode == "stream" else "batch"
+        for name in sorted(ready, key=lambda name: name != preferred):
+            try:
+                if answer in self.listed_info(name).modes:
+                    return name
+            except (OSError, ClientError, ValueError):
+                continue
+        return preferred
 
     def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,
               history: History, progress: Progress = quiet) -> Framed:

@@ -1,23 +1,24 @@
 """The Stream and Batch panes: a conversation, a prompt line, live per-prompt figures and the pane's controls.
 
-A send is an :class:`~console.core.request.Exchange` run in a thread worker: the core prepares the request
-(model config, chat template with this pane's history), calls the server and folds every event into the
-turn; the pane renders the turn. ``a|b`` sends two prompts in one request, each answered in its own block.
+A send is an :class:`~console.core.request.Exchange` run in a thread of the core's: it prepares the request
+(model config, chat template with this pane's history) and calls the server; each step is posted back and folded
+into the turn on the UI thread, where the pane renders it. ``a|b`` sends two prompts in one request, each answered
+in its own block.
 """
 
 from __future__ import annotations
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Checkbox, Input, Select, Static
 
-from console.clients import Cancelled, ClientError, Event, Failure, ModelInfo, split_prompts
-from console.core.adapters import DEFAULT, Adapter
+from console.clients import Cancelled, ClientError, ModelInfo, split_prompts
+from console.core.adapters import DEFAULT, HERE, SERVER, Adapter
 from console.core.controller import Snapshot
-from console.core.request import Exchange, Settings
-from console.core.template import chat_tokenizer
+from console.core.request import Done, Exchange, Settings, Step
+from console.core.template import LOADING, READY, Key, Warmup
 from console.core.turns import Turn, last_reply
 from console.server.embedded import EMBEDDED_DEFAULTS
 
@@ -34,7 +35,6 @@ HINTS = {
 KEY_HINT = ("Enter sends · a|b sends two prompts in one request · Esc stops (on the server too) · Ctrl+O goes to "
             "this pane's controls · Ctrl+Y copies the last reply · Ctrl+S exports · Ctrl+P lists every command.")
 NO_SERVER = "No server yet? F2 for the Server pane, then F5 serves the embedded SmolLM2."
-LOADING, READY = "loading", "ready"
 
 
 class ChatPane(Horizontal):
@@ -51,7 +51,7 @@ class ChatPane(Horizontal):
         self.exchange: Exchange | None = None
         self.blocks: list[AnswerBlock] = []  # the latest turn's
         self.note = Static(classes="turn-note")  # the latest turn's notes (controls not sent, a batch model)
-        self.template: dict[tuple[str, str], str] = {}  # (model, tokenizer) -> loading | ready | why not
+        self.templates = Warmup(on_change=lambda key: self.post_message(TemplateLoaded(key)))
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="chat-main"):
@@ -77,7 +77,7 @@ class ChatPane(Horizontal):
         if snapshot.generation != self.generation:
             self.generation = snapshot.generation
             self.infos = {n: i for n, i in snapshot.infos.items() if offered(self.mode, i)}
-            self.template.clear()  # other models, maybe other tokenizers (loaded ones come from a cache)
+            self.templates.clear()  # other models, maybe other tokenizers (loaded ones come from a cache)
             self.controls.set_models(model_options(self.mode, self.infos), EMBEDDED_DEFAULTS[self.mode])
             self.warm()
         for hint in self.query(".hint").results(Static):
@@ -90,45 +90,38 @@ class ChatPane(Horizontal):
 
     # ---- the chat template, loaded ahead of the first send
 
-    def _template_key(self) -> tuple[str, str] | None:
-        """(model, tokenizer) of a chat template loaded here; None in raw mode and for a server that applies it."""
-        model, tokenizer = self.controls.model, self.controls.tokenizer
-        if not self.controls.chat or model not in self.infos or self.server is None or self.server.server_template:
+    def _template_side(self) -> str | None:
+        """Who applies the chosen model's chat template (None: raw prompts, or no model or server yet)."""
+        model = self.controls.model
+        if not self.controls.chat or model not in self.infos or self.server is None:
             return None
-        return (model, tokenizer) if self.server.has_chat_template(self.infos[model], tokenizer) else None
+        return self.server.template_side(self.infos[model], self.controls.tokenizer)
+
+    def _template_key(self) -> Key | None:
+        """(model, tokenizer) of a chat template loaded here; None in raw mode and for a server that applies it."""
+        return (self.controls.model or "", self.controls.tokenizer) if self._template_side() == HERE else None
 
     def warm(self) -> None:
-        """Load the chat template now (a worker), not while the first reply is awaited."""
-        key = self._template_key()
-        if key is not None and key not in self.template:
-            self.template[key] = LOADING
-            self._load_template(key, self.infos[key[0]])
+        """Load the chat template now (a thread), not while the first reply is awaited."""
+        if self._template_key() is not None:
+            self.templates.warm(self.infos[self.controls.model or ""], self.controls.tokenizer)
         self.show_status()
-
-    @work(thread=True, group="template")
-    def _load_template(self, key: tuple[str, str], info: ModelInfo) -> None:
-        try:
-            chat_tokenizer(key[1] or None, info)
-        except Exception as exc:  # the send says it again; the pane keeps working
-            self.post_message(TemplateLoaded(key, str(exc) if isinstance(exc, ClientError) else repr(exc)))
-        else:
-            self.post_message(TemplateLoaded(key))
 
     @on(TemplateLoaded)
     def _template_loaded(self, message: TemplateLoaded) -> None:
         message.stop()
-        self.template[message.key] = message.error or READY
         self.show_status()
 
     def _template_state(self) -> str:
         if not self.controls.chat:
             return "raw prompts (Ctrl+R: chat template)"
-        if self.server is not None and self.server.server_template:
+        side = self._template_side()
+        if side == SERVER:
             return SERVER_TEMPLATE
-        key = self._template_key()
-        if key is None and self.controls.model in self.infos:
+        if side is not None and side != HERE:
             return f"raw prompts: {self.controls.model} has no chat template here (Tokenizer: a folder with one)"
-        state = self.template.get(key) if key else None
+        key = self._template_key()
+        state = self.templates.state(key) if key else None
         if state == LOADING:
             return "preparing: loading the chat template…"
         return "chat template ready" if state == READY else f"chat template: {state}" if state else "chat template"
@@ -191,19 +184,13 @@ class ChatPane(Horizontal):
         self._send(exchange, settings, self.server, earlier, self.infos.get(settings.model))
         return True
 
-    @work(thread=True, group="chat")
     def _send(self, exchange: Exchange, settings: Settings, server: Adapter, earlier: list[Turn],
               info: ModelInfo | None) -> None:
-        """Worker: the core prepares, calls and folds; every event is posted back."""
-        def posted(event: Event) -> None:
-            self.post_message(TurnEvent(exchange, event))
+        """The core runs the exchange in its thread; each step is posted back, folded on the UI thread."""
+        def posted(step: Step) -> None:
+            self.post_message(TurnEnded(exchange) if isinstance(step, Done) else TurnEvent(exchange, step))
 
-        try:
-            exchange.run(server, settings, earlier, info, on_event=posted)
-        except Exception as exc:  # e.g. a chat template that fails: readable, and the pane keeps working
-            exchange.turn.apply(Failure(f"{type(exc).__name__}: {exc}", "error"))
-        finally:
-            self.post_message(TurnEnded(exchange))
+        exchange.start(server, settings, earlier, info, posted)
 
     def _show_turn(self, turn: Turn) -> None:
         conversation = self.query_one(".conversation", VerticalScroll)
@@ -227,6 +214,7 @@ class ChatPane(Horizontal):
     @on(TurnEvent)
     def _turn_event(self, message: TurnEvent) -> None:
         message.stop()
+        message.exchange.fold(message.step)
         if message.exchange is self.exchange:
             self._render_turn()
             self._follow()

@@ -17,28 +17,13 @@ from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from console.clients import CONTROLS, ClientError, Control, ModelInfo, interface_of
 from console.clients.params import parse
-from console.core.controls import form_default, params_from_form
+from console.core.controls import TIMEOUT_RULE, form_default, settings_from_form, timeout_seconds
 from console.core.request import Settings
 
 from .fields import Checked, Field, row, value
 
 OTHER_PANE = {"stream": "Batch (F4)", "batch": "Stream (F3)"}
-TIMEOUT_RULE = "a number >= 0 (blank: the model's default, 600 s KV / 6000 s causal; 0: none)"
 BACK = "Ctrl+O or Enter: back to the message"
-
-
-def timeout_seconds(text: str) -> float | None:
-    """The Timeout field as seconds (blank: None); ClientError saying what is wrong."""
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise ClientError(f"Timeout s: {text[:40]!r} is not a number") from None
-    if not seconds >= 0:
-        raise ClientError(f"Timeout s must be {TIMEOUT_RULE}, got {text}")
-    return seconds
 
 
 def control_id(name: str) -> str:
@@ -181,9 +166,7 @@ class Controls(VerticalScroll, can_focus=False):
 
     def settings(self) -> Settings:
         """What one send uses; ClientError naming the bad field."""
-        model = self.model
-        if model is None:
-            raise ClientError("no model chosen: connect to a server or start one on the Server pane (F2)")
-        params = params_from_form({c.name: value(self, f"#{control_id(c.name)}") for c in CONTROLS})
-        return Settings(model, mode=self.mode, params=params, timeout=timeout_seconds(value(self, "#timeout")),
-                        chat=None if self.chat else False, system=value(self, "#system"), tokenizer=self.tokenizer)
+        form = {c.name: value(self, f"#{control_id(c.name)}") for c in CONTROLS}
+        return settings_from_form({**form, "model": self.model, "mode": self.mode, "timeout": value(self, "#timeout"),
+                                   "chat": self.chat, "system": value(self, "#system"), "tokenizer": self.tokenizer},
+                                  "the Server pane, F2")

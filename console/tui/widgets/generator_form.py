@@ -36,7 +36,8 @@ def _path(text: str) -> Path | None:
 
 
 class GeneratorForm(Vertical):
-    """Model name (a sample's name takes its defaults), QPC, HF model, compile config, type, mode, engine.
+    """Model name (a sample's name takes its defaults), QPC, HF model, compile config, device groups, type, mode,
+    engine.
 
     ``repository`` gives the folder to write into (the Server pane's Repository field).
     """
@@ -52,6 +53,8 @@ class GeneratorForm(Vertical):
         yield row("HF model", Field(id="gen-hf", placeholder="org/model (tokenizer / compile)", compact=True))
         yield row("Compile cfg", Field(id="gen-compile", placeholder="compile_config.json (optional)", compact=True))
         yield row("Backend dir", Field(id="gen-backend", placeholder="bundled backend", compact=True))
+        yield row("Device groups", Field(id="gen-groups", placeholder="e.g. 0,1;2,3: one instance per group of SoCs",
+                                         compact=True))
         yield row("Model type", _choice("gen-type", MODEL_TYPES))
         yield row("Decoupled", _choice("gen-decoupled", ("yes", "no")))
         yield row("Engine", _choice("gen-engine", ENGINES))
@@ -77,6 +80,7 @@ class GeneratorForm(Vertical):
             "decoupled": None if decoupled is None else decoupled == "yes",
             "engine": self._pick("#gen-engine"),
             "precision": self._pick("#gen-precision"),
+            "device_groups": value(self, "#gen-groups") or None,
         }
 
     @on(Button.Pressed, "#generate")

@@ -19,7 +19,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Label, Sparkline, Static
 
 from console.core.controller import Snapshot
-from console.metrics import HEADER, Look, MetricsWatch, rows
+from console.fleet.watch import watcher
+from console.metrics import HEADER, Look, rows
 
 from .fields import Field, row, value
 
@@ -35,7 +36,8 @@ class Read(Message):
 
 
 class MetricsView(Vertical):
-    """The metrics of the server ``snapshot()`` names (``metrics_url``: the page to read instead of its own)."""
+    """The metrics of the server ``snapshot()`` names (``metrics_url``: the page to read instead of its own;
+    ``prometheus``: a fleet's, shown whether or not a server is connected)."""
 
     DEFAULT_CSS = """
     MetricsView { height: auto; margin: 0 0 1 0; }
@@ -46,11 +48,13 @@ class MetricsView(Vertical):
     MetricsView Sparkline { width: 1fr; height: 2; margin: 0 2 0 0; }
     """
 
-    def __init__(self, snapshot: Callable[[], Snapshot], metrics_url: str = "", **kwargs: Any) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], metrics_url: str = "", prometheus: str = "",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._snapshot = snapshot
         self._initial = metrics_url
-        self.watch = MetricsWatch()
+        self.fleet = bool(prometheus)
+        self.watch = watcher(prometheus)
         self.look: Look | None = None  # the last one shown
         self.model = ""  # the model plotted (the table's cursor row)
         self._reading = False
@@ -72,7 +76,7 @@ class MetricsView(Vertical):
 
     def _tick(self) -> None:
         snap = self._snapshot()
-        self.display = snap.serving or snap.phase == "unreachable"
+        self.display = self.fleet or snap.serving or snap.phase == "unreachable"
         if self.display and not self._reading:
             self._reading = True
             self._read(snap, value(self, "#metrics-url"))

@@ -42,11 +42,12 @@ class ServerPane(Horizontal):
 
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None,
                  repository: str | None = None, api: str = "auto", metrics_url: str | None = None,
-                 **kwargs: Any) -> None:
+                 prometheus: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._initial = (http_url or "", grpc_url or "", repository or DEFAULT_REPOSITORY)
         self.api = api  # what the URL field names: auto, or an adapter kind (--api)
         self.metrics_url = metrics_url or ""  # the metrics page to read instead of the server's own (--metrics-url)
+        self.prometheus = prometheus or ""  # a fleet's Prometheus to read instead (--prometheus)
         self.controller = ServerController(on_change=lambda s: self.post_message(ServerChanged(s)),
                                            on_log=lambda line: self.post_message(ServerLog(line)))
         self.phase = self.controller.snapshot.phase
@@ -79,7 +80,7 @@ class ServerPane(Horizontal):
         with Vertical(classes="server-state"):
             yield Static(id="state")
             yield DataTable(id="models", cursor_type="row", zebra_stripes=True)
-            yield MetricsView(lambda: self.controller.snapshot, self.metrics_url, id="metrics")
+            yield MetricsView(lambda: self.controller.snapshot, self.metrics_url, self.prometheus, id="metrics")
             yield Static(LOG_HINT, id="log-hint")
             yield ServerLogView(self.controller.log_tail, id="server-log")
 

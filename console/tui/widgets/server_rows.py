@@ -20,7 +20,8 @@ TYPES = {"kv_cache": "kv", "causal": "causal"}
 
 
 def model_row(model: ModelRow) -> tuple[str, ...]:
-    """A models-table row: name, state, type (kv/causal), mode (stream/batch), the interface it speaks, why."""
+    """A models-table row: name, state, type (kv/causal), mode (stream/batch), the interface it speaks, why (or,
+    served on device groups, its instances with their SoCs)."""
     info, kind, mode, interface = model.info, "", "", ""
     if info is not None:
         kind = TYPES.get(info.model_type, "-")
@@ -29,7 +30,8 @@ def model_row(model: ModelRow) -> tuple[str, ...]:
             interface = interface_of(info).name
         except ClientError:
             interface = "unsupported"
-    return model.name, model.state or "not loaded", kind, mode, interface, model.reason
+    note = model.reason or (info.instances if info is not None else "")
+    return model.name, model.state or "not loaded", kind, mode, interface, note
 
 
 def repository_rows(repository: Path) -> list[tuple[str, ...]]:

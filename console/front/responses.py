@@ -1,0 +1,252 @@
+"""The Responses API (``POST /v1/responses``): its body read as the chat completion it asks for, and the answer
+in its shapes (a ``response`` object; streamed, the ``response.*`` events).
+
+``input`` (text, or items: messages with text parts, ``function_call`` and ``function_call_output``), ``instructions``
+(the system message), ``max_output_tokens``, ``temperature``, ``top_p``, function ``tools``, ``tool_choice``,
+``parallel_tool_calls`` and ``text.format`` become the chat fields of the same meaning, checked by
+:mod:`.mapping` and :mod:`.tools` as a chat's are; the answer's text is a ``message`` output item and each call a
+``function_call`` item. This server keeps no responses: ``previous_response_id`` (and ``conversation``) are
+refused by name, the client sends the whole conversation as ``input`` (as the Agents SDK does by default).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from . import mapping
+from .app import Answer
+from .errors import APIError, bad_request
+from .replies import sse
+
+ACCEPTED = ("model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
+            "parallel_tool_calls", "stream", "text", "include", "store", "metadata", "user", "truncation",
+            "reasoning", "service_tier", "prompt_cache_key", "safety_identifier")
+STORED = ("previous_response_id", "conversation", "prompt", "background")
+CHAT_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text"}
+ROLES = ("user", "system", "developer", "assistant")
+TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") in TEXT_PARTS
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise bad_request(f"{where}: content must be text or a list of input_text parts (this server reads text only)",
+                      "input")
+
+
+def _messages(given: Any) -> list[dict[str, Any]]:
+    """The chat messages of ``input``."""
+    if isinstance(given, str):
+        return [{"role": "user", "content": given}]
+    if not isinstance(given, list) or not given:
+        raise bad_request("input must be text or a non-empty list of items", "input")
+    messages: list[dict[str, Any]] = []
+    for i, item in enumerate(given):
+        where = f"input item {i + 1} of {len(given)}"
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind == "message" and item.get("role") in ROLES:
+            messages.append({"role": item["role"], "content": _text(item.get("content"), where)})
+        elif kind == "function_call":
+            call = {"id": item.get("call_id"), "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments")}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
+                             "content": output if isinstance(output, str) else _text(output, where)})
+        else:
+            raise bad_request(f"{where}: this server reads messages (roles {', '.join(ROLES)}), function_call and "
+                              f"function_call_output items, not {str(kind)[:40]!r}", "input")
+    return messages
+
+
+def _tool(entry: Any, where: str) -> dict[str, Any]:
+    if not isinstance(entry, dict) or entry.get("type") != "function":
+        kind = entry.get("type") if isinstance(entry, dict) else type(entry).__name__
+        raise bad_request(f"{where}: only function tools are served here, not {str(kind)[:40]!r}", "tools")
+    return {"type": "function", "function": {k: entry.get(k) for k in ("name", "description", "parameters")}}
+
+
+def _format(text: Any) -> dict[str, Any] | None:
+    """``text.format`` as the chat's ``response_format`` (None for plain text)."""
+    form = text.get("format") if isinstance(text, dict) else None
+    if form is None or (isinstance(form, dict) and form.get("type") == "text"):
+        return None
+    if isinstance(form, dict) and form.get("type") == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": form.get("name"), "schema": form.get("schema")}}
+    if isinstance(form, dict) and form.get("type") == "json_object":
+        return {"type": "json_object"}
+    raise bad_request("text.format must be {\"type\": \"text\"}, json_object or json_schema", "text")
+
+
+def chat_body(body: Any) -> dict[str, Any]:
+    """The chat completion a Responses body asks for; APIError 400 naming the Responses field."""
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    for name, value in body.items():
+        if name in STORED and value not in (None, False):
+            raise bad_request(f"{name} is not supported: this server stores no responses; send the whole "
+                              "conversation as input", name)
+        if name not in ACCEPTED and name not in STORED:
+            raise bad_request(f"unrecognized request argument supplied: {name[:60]}", name[:60])
+    if body.get("include"):
+        raise bad_request("include is not supported here (only [])", "include")
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        raise bad_request("tools must be a list of functions", "tools")
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    messages = _messages(body.get("input"))
+    if body.get("instructions") is not None:
+        if not isinstance(body["instructions"], str):
+            raise bad_request("instructions must be a string", "instructions")
+        messages.insert(0, {"role": "system", "content": body["instructions"]})
+    chat = {"model": body.get("model"), "messages": messages, "stream": body.get("stream"),
+            "max_tokens": body.get("max_output_tokens"), "temperature": body.get("temperature"),
+            "top_p": body.get("top_p"), "tools": [_tool(t, f"tool {i + 1} of {len(tools)}")
+                                                  for i, t in enumerate(tools)] or None,
+            "tool_choice": choice, "parallel_tool_calls": body.get("parallel_tool_calls"),
+            "response_format": _format(body.get("text"))}
+    return {name: value for name, value in chat.items() if value is not None}
+
+
+def job(body: Any) -> mapping.Job:
+    """The chat job of a Responses body; errors name the Responses fields."""
+    try:
+        return mapping.parse(chat_body(body), chat=True)
+    except APIError as exc:
+        exc.param = CHAT_NAMES.get(exc.param or "", exc.param)
+        raise
+
+
+def _usage(counts: dict[str, int | None]) -> dict[str, Any]:
+    return {"input_tokens": counts["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": counts["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": counts["total_tokens"]}
+
+
+def _message(text: str, item_id: str, status: str = "completed") -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status == "completed" \
+        else []
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
+
+
+def _function_call(call: dict[str, Any], item_id: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call["id"], "name": call["function"]["name"],
+            "arguments": call["function"]["arguments"] if status == "completed" else "", "status": status}
+
+
+class ResponseAnswer(Answer):
+    """One answer in the Responses API's shapes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.id, self.created = _new_id("resp"), int(time.time())
+        self.sequence = 0
+
+    def response(self, status: str, output: list[dict[str, Any]], counts: dict[str, int | None] | None
+                 ) -> dict[str, Any]:
+        tools = self.job.tools
+        incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        return {"id": self.id, "object": "response", "created_at": self.created, "status": status, "error": None,
+                "incomplete_details": incomplete, "model": self.job.model, "output": output,
+                "parallel_tool_calls": tools.parallel if tools else True,
+                "tool_choice": tools.choice if tools and not tools.named else (
+                    {"type": "function", "name": tools.named} if tools else "auto"),
+                "tools": [{"type": "function", **t["function"]} for t in (tools.functions if tools else [])],
+                "temperature": self.job.controls.get("temperature"), "top_p": self.job.controls.get("top_p"),
+                "max_output_tokens": self.job.controls.get("max_tokens"), "truncation": "disabled",
+                "text": {"format": {"type": "text"}}, "metadata": {}, "store": False, "previous_response_id": None,
+                "reasoning": None, "usage": _usage(counts) if counts is not None else None}
+
+    @property
+    def status(self) -> str:
+        return "incomplete" if self.finish == "length" else "completed"
+
+    async def whole(self) -> dict[str, Any]:
+        text, calls = await self.outcome()
+        output = [_message(text, _new_id("msg"))] if text or not calls else []
+        output += [_function_call(call.openai(), _new_id("fc")) for call in calls]
+        return self.response(self.status, output, await self.counts())
+
+    def event(self, kind: str, **fields: Any) -> bytes:
+        self.sequence += 1
+        data = {"type": kind, "sequence_number": self.sequence - 1, **fields}
+        return f"event: {kind}\n".encode() + sse(data)
+
+    async def events(self, first: str, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+        output: list[dict[str, Any]] = []
+        text_at: int | None = None  # the output index of the open message item
+        calls_at: dict[int, int] = {}  # a call's index -> its output index
+        try:
+            yield self.event("response.created", response=self.response("in_progress", [], None))
+            yield self.event("response.in_progress", response=self.response("in_progress", [], None))
+            piece, last = first, False
+            while True:
+                text, calls = self.read(piece, last)
+                if text and text_at is None:
+                    text_at = len(output)
+                    output.append(_message("", _new_id("msg"), "in_progress"))
+                    yield self.event("response.output_item.added", output_index=text_at, item=output[text_at])
+                    yield self.event("response.content_part.added", item_id=output[text_at]["id"],
+                                     output_index=text_at, content_index=0,
+                                     part={"type": "output_text", "text": "", "annotations": []})
+                    output[text_at]["text"] = ""
+                if text:
+                    output[text_at]["text"] += text
+                    yield self.event("response.output_text.delta", item_id=output[text_at]["id"],
+                                     output_index=text_at, content_index=0, delta=text, logprobs=[])
+                for delta in calls:
+                    if "id" in delta:
+                        calls_at[delta["index"]] = len(output)
+                        output.append(_function_call(delta, _new_id("fc"), "in_progress"))
+                        yield self.event("response.output_item.added", output_index=len(output) - 1,
+                                         item=output[-1])
+                    at = calls_at[delta["index"]]
+                    output[at]["arguments"] += delta["function"]["arguments"]
+                    yield self.event("response.function_call_arguments.delta", item_id=output[at]["id"],
+                                     output_index=at, delta=delta["function"]["arguments"])
+                if last:
+                    break
+                piece = await anext(pieces, None)
+                last = piece is None
+                piece = piece or ""
+            for at, item in enumerate(output):
+                for event in self.closing(at, item):
+                    yield event
+            status = self.status
+            yield self.event(f"response.{status}", response=self.response(status, output, await self.counts()))
+        except APIError as exc:
+            yield self.event("error", code=exc.code or exc.type, message=str(exc), param=exc.param)
+        finally:
+            await pieces.aclose()
+
+    def closing(self, at: int, item: dict[str, Any]) -> list[bytes]:
+        """The events that end an output item (made whole in place)."""
+        item["status"] = "completed"
+        if item["type"] == "function_call":
+            return [self.event("response.function_call_arguments.done", item_id=item["id"], output_index=at,
+                               name=item["name"], arguments=item["arguments"]),
+                    self.event("response.output_item.done", output_index=at, item=item)]
+        part = {"type": "output_text", "text": item.pop("text"), "annotations": [], "logprobs": []}
+        item["content"] = [part]
+        return [self.event("response.output_text.done", item_id=item["id"], output_index=at, content_index=0,
+                           text=part["text"], logprobs=[]),
+                self.event("response.content_part.done", item_id=item["id"], output_index=at, content_index=0,
+                           part=part),
+                self.event("response.output_item.done", output_index=at, item=item)]

@@ -1,0 +1,179 @@
+"""The web console's chat behaviour in a real headless Chromium, on the fake server (``tests/fake_server.py``).
+
+One page and one fake server for the module; each test clears the chat first where it counts replies. The web
+console against a real tritonserver (started from its Server tab) stays in ``tests/e2e/test_web.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_server import FakeServer, plain_info, registered, replies, reply
+from web_page import WAIT_MS, LogWatch, Web, open_page
+
+from console.core.controller import ServerController
+
+pytestmark = pytest.mark.browser
+
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeServer]:
+    """One fake server for the module: the three embedded samples' names and ``echo_llm`` (no controls)."""
+    with pytest.MonkeyPatch.context() as mp:
+        server = registered(FakeServer(), mp)
+        server.serve(plain_info("echo_llm"))
+        yield server
+
+
+@pytest.fixture(scope="module")
+def web(fake: FakeServer) -> Iterator[Web]:
+    """The web console connected to the fake server, open in Chromium once the chat template is loaded."""
+    from console.web.handlers import WebConsole
+
+    log = LogWatch()
+    controller = ServerController(on_log=log.add)
+    controller.connect(fake.url)
+    try:
+        with open_page(WebConsole(controller), log, ready="connected") as page:
+            page.wait_text("#qc-model-note", "chat template ready")
+            yield page
+    finally:
+        controller.stop()
+
+
+def test_closing_a_tab_stops_its_message_on_the_server(web: Web, fake: FakeServer) -> None:
+    other = Web(web.page.context.new_page(), web.console, web.log, web.served)  # another tab: the same cookie
+    other.page.goto(web.page.url)
+    other.wait_text("#qc-model-note", "chat template ready")
+    other.fill("max-tokens", "300")
+    fake.enqueue(reply(*[" word"] * 300, every=0.05))
+    other.send("Tell me a long story about a brave knight.", until="streaming ·")
+    running = other.request_id()
+    other.page.close(run_before_unload=True)
+    assert fake.saw_cancel(running, timeout=30), "the server saw the cancel"
+
+
+def test_each_prompt_of_a_batch_ends_at_its_own_last_token(web: Web, fake: FakeServer) -> None:
+    web.clear()
+    web.mode("stream")
+    web.fill("max-tokens", "48")
+    fake.enqueue(replies(["4"], [" wave"] * 48, every=0.005, finish=("eos", "length")))
+    done = web.send("What is 2+2? Answer with a number only.|Write a long poem about the sea.")
+    assert "[1/2]" not in done and "tokens" not in done, done  # the figures are under each reply, said once
+    answers = web.answers()
+    short, long = (answer.splitlines()[-1] for answer in answers)
+    assert short.startswith("— eos") and long.startswith("— length · 48 tokens"), answers
+
+    def seconds(line: str) -> float:
+        return float(re.search(r"· ([\d.]+) s$", line.strip()).group(1))
+
+    assert seconds(short) < seconds(long)
+
+    web.tab("Speed")
+    web.wait_text("#qc-speed", "Write a long poem")
+    rows = web.table("#qc-speed")
+    assert [r[7] for r in rows] == ["eos", "length"]
+    latency = [float(r[4]) for r in rows]
+    assert latency[0] < latency[1] and all(abs(a - b * 1000) < 10 for a, b in zip(latency, map(seconds, (short, long))))
+    web.tab("Chat")
+
+    turn = web.export()["turns"][-1]
+    replies_ = turn["replies"]
+    assert ("prepared in" in answers[-1]) == (turn["prepare_ms"] >= 500), "said only when it matters"
+    assert [r["finish_reason"] for r in replies_] == ["eos", "length"]
+    assert replies_[0]["request_latency_ms"] < replies_[1]["request_latency_ms"]
+    assert replies_[0]["output_tokens"] < replies_[1]["output_tokens"] == 48
+
+
+def test_history_is_per_mode_and_never_sent_with_several_prompts(web: Web) -> None:
+    web.clear()
+    web.mode("stream")
+    web.fill("max-tokens", "8")
+    web.send("My name is Zorblax.")
+    web.send("What is my name?")
+    web.mode("batch")
+    web.model("smollm2_kv")
+    web.send("What is my name?")
+    web.mode("stream")
+    web.page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'",
+                               timeout=WAIT_MS)
+    web.send("What is my name?|Say hi.")
+    turns = web.export()["turns"][-4:]
+    sent = [[r["sent"] for r in t["replies"]] for t in turns]
+    assert [t["mode"] for t in turns] == ["stream", "stream", "batch", "stream"]
+    assert "Zorblax" in sent[1][0], "the stream history carries the earlier stream turn"
+    assert "Zorblax" not in sent[2][0], "batch mode has its own history"
+    assert not any("Zorblax" in s for s in sent[3]), "a|b prompts carry no history"
+
+
+def test_controls_are_checked_zero_is_sent_and_ignored_ones_are_named(web: Web, fake: FakeServer) -> None:
+    page = web.page
+    web.clear()
+    web.mode("batch")
+    web.model("echo_llm")
+    page.locator("#qc-chat-template input").uncheck()
+    web.fill("top-p", "2")  # marked in its field as typed, saying why
+    page.wait_for_function("document.querySelector('#qc-control-top-p').classList.contains('qc-invalid')",
+                           timeout=WAIT_MS)
+    assert "✖ Top p must be a number > 0 and <= 1, got 2" in web.text("#qc-control-top-p")
+    page.locator("#qc-input textarea").fill("hello")
+    page.locator("#qc-send").click()
+    assert "Top p must be a number > 0 and <= 1, got 2" in web.toast("Top p")
+    assert page.locator("#qc-chat .message").count() == 0, "nothing is sent when a control is invalid"
+
+    web.fill("top-p", "")
+    page.wait_for_function("!document.querySelector('#qc-control-top-p').classList.contains('qc-invalid')",
+                           timeout=WAIT_MS)
+    web.fill("seed", "0")
+    fake.enqueue(reply("echo: hello", finish=""))
+    web.send("hello")
+    answer = web.answers()[-1]
+    assert answer.startswith("echo: hello")
+    assert "— echo_llm has no input for max_tokens, seed: not sent" in answer
+    turn = web.export()["turns"][-1]
+    assert turn["params"]["seed"] == 0 and "top_p" not in turn["params"]
+    assert turn["ignored_controls"] == ["max_tokens", "seed"]
+    web.fill("seed", "")
+    page.locator("#qc-chat-template input").check()
+
+
+def test_retry_sends_the_last_prompts_again(web: Web) -> None:
+    web.clear()
+    web.mode("stream")
+    web.page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'",
+                               timeout=WAIT_MS)
+    web.fill("max-tokens", "4")
+    web.send("Say hi.|Say bye.")
+    old = web.request_id()
+    web.page.locator("#qc-retry").click()
+    web.page.wait_for_function("old => { const t = document.querySelector('#qc-live').innerText;"
+                               " return !t.includes(old) && t.startsWith('done'); }", arg=old, timeout=WAIT_MS)
+    turns = web.export()["turns"]
+    assert len(turns) == 1 and [r["prompt"] for r in turns[0]["replies"]] == ["Say hi.", "Say bye."]
+    assert turns[0]["request_id"] != old
+
+
+def test_exported_transcripts_stay_in_the_private_folder(web: Web) -> None:
+    """The files offered for download are Gradio's copies in the console's 0700 folder (not /tmp/gradio), served
+    to the logged-in page only."""
+    web.clear()
+    web.mode("stream")
+    web.fill("max-tokens", "4")
+    web.send("Say hi.")
+    web.export()
+    links = web.page.evaluate("[...document.querySelectorAll('#qc-files a[href*=\"file=\"]')].map(a => a.href)")
+    paths = [Path(urllib.parse.unquote(link.split("file=", 1)[1])) for link in links]
+    folder = web.console.folder
+    assert paths and all(p.is_relative_to(folder / "gradio") and p.is_file() for p in paths), (paths, folder)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert web.page.request.get(links[0]).ok  # the page's cookie fetches it
+    fresh = web.page.context.browser.new_context()
+    try:
+        assert fresh.request.get(links[0]).status == 401
+    finally:
+        fresh.close()

@@ -352,7 +352,7 @@ def test_a_chat_run_sends_turns_with_their_history_and_the_server_reuses_the_pre
 
     from console.metrics import scrape
 
-    before = scrape(embedded_server.handle.metrics_url).value("qaic_prefix_reused_tokens_total",
+    before = scrape(embedded_server.handle.metrics_url).value("qaic_prefix_reused_tokens",
                                                               "smollm2_decoupled") or 0
     code, text = bench("--url", embedded_server.grpc_url, "--concurrency", "2", "--requests", "6", "--warmup", "0",
                        "--turns", "3", "--shared-prefix-tokens", "40", "--input-tokens-mean", "8",
@@ -366,7 +366,7 @@ def test_a_chat_run_sends_turns_with_their_history_and_the_server_reuses_the_pre
     assert level["time_to_first_token_later_turns"]["avg"] > 0
     assert level["goodput"]["share"] == 1.0 and "goodput req/s" in text and "TTFT turn 2+ ms" in text
     def reused() -> float:
-        return (scrape(embedded_server.handle.metrics_url).value("qaic_prefix_reused_tokens_total",
+        return (scrape(embedded_server.handle.metrics_url).value("qaic_prefix_reused_tokens",
                                                                  "smollm2_decoupled") or 0) - before
 
     # each later turn (and the second conversation's start) reuses whole chunks: 32 tokens or more each

@@ -46,11 +46,21 @@ class Options:
     api_key_secret: str = ""  # a Secret's name (key api-key) for the front's key; "" -> the front has none
 
 
-def devices_per_instance(config: Any) -> int:
-    """SoCs one model instance opens: none for the CPU engines, else its device group's size (1 until the config
-    names groups)."""
+def devices_per_instance(config: Any) -> list[int]:
+    """SoCs each model instance opens: none for the CPU engines, else its device group's size (the
+    ``device_groups`` parameter, as ``--device-groups`` writes it), or one SoC an instance without groups."""
+    from backend_model.devices import PARAMETER, DeviceError, parse_groups
+
     engine = config.parameters["engine"].string_value if "engine" in config.parameters else "auto"
-    return 0 if engine in CPU_ENGINES else 1
+    instances = sum(group.count or 1 for group in config.instance_group) or 1
+    if engine in CPU_ENGINES:
+        return [0] * instances
+    text = config.parameters[PARAMETER].string_value if PARAMETER in config.parameters else ""
+    try:
+        groups = parse_groups(text)
+    except DeviceError as exc:
+        raise ManifestError(str(exc)) from None
+    return [len(group) for group in groups] if groups else [1] * instances
 
 
 def model_devices(folder: Path) -> int:
@@ -63,8 +73,7 @@ def model_devices(folder: Path) -> int:
         config = text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
     except (OSError, text_format.ParseError) as exc:
         raise ManifestError(f"{path}: {' '.join(str(exc).split())}") from None
-    instances = sum(group.count or 1 for group in config.instance_group) or 1
-    return instances * devices_per_instance(config)
+    return sum(devices_per_instance(config))
 
 
 def repository_devices(repository: Path) -> dict[str, int]:

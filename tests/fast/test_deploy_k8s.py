@@ -143,3 +143,21 @@ def test_the_autoscaler_asks_for_the_waiting_requests_of_this_deployments_pods()
     query = waiting_query(Options("llm", "serving", Path(".")))
     assert query == 'sum (qaic_num_requests_waiting{namespace="serving", pod=~"llm-.*"})'
     assert query == promql.expr("waiting", (), 'namespace="serving", pod=~"llm-.*"')
+
+
+def test_a_model_of_device_groups_asks_for_every_soc_of_its_groups(tmp_path: Path) -> None:
+    """Two instances tensor-sliced over two SoCs each (``--device-groups "0,1;2,3"``): four ``qualcomm.com/qaic``."""
+    repo = tmp_path / "repo"
+    write_samples(("smollm2_kv",), repo)
+    config = repo / "smollm2_kv" / "config.pbtxt"
+    text = config.read_text().replace("{ count: 1 kind: KIND_CPU }", "{ count: 2 kind: KIND_CPU }")
+    text = text.replace('key: "engine" value: { string_value: "auto" }',
+                        'key: "engine" value: { string_value: "qaic" }')
+    config.write_text(text + 'parameters: { key: "device_groups" value: { string_value: "0,1;2,3" } }\n')
+    written = deploy(repo, tmp_path / "k8s")
+    triton = written["deployment.yaml"]["spec"]["template"]["spec"]["containers"][0]
+    assert triton["resources"]["limits"] == {DEVICE_RESOURCE: "4"}
+    config.write_text(text + 'parameters: { key: "device_groups" value: { string_value: "0,1;1,2" } }\n')
+    refused = CliRunner().invoke(main, ["deploy", "k8s", str(repo), "-o", str(tmp_path / "bad")])
+    assert refused.exit_code == 1 and "QID 1 is in groups 0 and 1" in refused.output
+    assert not (tmp_path / "bad").exists()

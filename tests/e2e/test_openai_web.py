@@ -36,8 +36,9 @@ def test_connect_by_v1_url_and_chat_through_the_servers_template(web: Web, llama
     web.fill("max-tokens", "10")
     web.fill("temperature", "0")
     live = web.send("What is the capital of France?")
-    assert "ttft" in live and "reading the model config" not in live
+    assert "figures under each reply" in live and "reading the model config" not in live
     answer = web.answers()[-1]
+    assert "ttft" in answer, answer  # the reply's figures stand under it, not in the status
     expected = openai.OpenAI(base_url=llama_server.base_url, api_key="none", max_retries=0).chat.completions.create(
         model=LLAMA_MODEL, messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=10,
         temperature=0).choices[0].message.content

@@ -202,7 +202,7 @@ class Served:
 
     def close(self) -> None:
         try:
-            self.demo.close()
+            self.demo.close(verbose=False)  # the console says it stopped; Gradio's own line would follow it
         finally:
             files.remove(self.console.folder)
 

@@ -14,6 +14,7 @@ the machine it runs on.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,11 @@ class Linear:
     """y = x W^T (+ b) with W dense, int8 per channel (dynamic activations) or int4 per group of 32."""
 
     __slots__ = ("weight", "bias", "packed", "int4", "inputs")
+    weight: torch.Tensor | None  # dense (None: int8's or int4's packed weight holds it)
+    bias: torch.Tensor | None
+    packed: Any  # int8: torch's prepacked weight (an opaque script object)
+    int4: tuple[torch.Tensor, torch.Tensor] | None  # int4: the packed weight and its scales and zeros
+    inputs: int
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, precision: str) -> None:
         dtype = torch_dtype(precision)
@@ -66,15 +72,15 @@ class Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """The product for a call whose rows are one prompt's (a prefill chunk: fixed by the prompt)."""
-        if self.packed is not None:
-            return torch.ops.quantized.linear_dynamic(x, self.packed)
-        flat = x.reshape(-1, x.shape[-1])
-        if self.int4 is not None:  # torch's int4 CPU kernel is vectorised for bf16 inputs only
+        if self.weight is not None:
+            out = F.linear(x.reshape(-1, x.shape[-1]), self.weight, self.bias)
+        elif self.int4 is not None:  # torch's int4 CPU kernel is vectorised for bf16 inputs only
             packed, scales_zeros = self.int4
-            out = torch._weight_int4pack_mm_for_cpu(flat.to(torch.bfloat16), packed, INT4_GROUP, scales_zeros)
+            flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+            out = torch._weight_int4pack_mm_for_cpu(flat, packed, INT4_GROUP, scales_zeros)
             out = out.to(x.dtype) if self.bias is None else out.to(x.dtype) + self.bias
-        else:
-            out = F.linear(flat, self.weight, self.bias)
+        else:  # int8: the prepacked product takes any leading dims
+            return torch.ops.quantized.linear_dynamic(x, self.packed)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     def rowwise(self, x: torch.Tensor) -> torch.Tensor:

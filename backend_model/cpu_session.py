@@ -39,7 +39,16 @@ def _keys(position: int, window: int | None) -> slice:
 
 
 class _Layer:
+    """One decoder layer's weights and sliding window (slots: a decode step reads them for every layer)."""
+
     __slots__ = ("in_norm", "qkv", "o", "post_norm", "gate_up", "down", "window")
+    in_norm: torch.Tensor
+    qkv: Linear
+    o: Linear
+    post_norm: torch.Tensor
+    gate_up: Linear
+    down: Linear
+    window: int | None
 
 
 class CpuKVSession:
@@ -84,7 +93,7 @@ class CpuKVSession:
         self.embed = own(inner.embed_tokens.weight)
         self.norm = own(inner.norm.weight)
         self.lm_head = Linear(model.lm_head.weight, model.lm_head.bias, precision)
-        self.layers = []
+        self.layers: list[_Layer] = []
         for blk, window in zip(inner.layers, windows):
             at, mlp = blk.self_attn, blk.mlp
             layer = _Layer()

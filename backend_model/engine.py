@@ -31,7 +31,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,6 +55,8 @@ class Sequence:
 
     prompt_ids: list[int]
     params: SamplingParams
+    sampler: Callable[[np.ndarray, list[int]], int]  # picks the next token from a logits row (given the tokens so far)
+    detok: Detokenizer
     tag: Any = None
     id: int = field(default_factory=lambda: next(_ids))
     tokens: list[int] = field(default_factory=list)
@@ -70,9 +72,7 @@ class Sequence:
     reported: int = 0  # entries an update has carried (the rest wait for their tokens' text)
     forced: list[int] | None = None  # a continuation fed instead of sampling (scored, not generated)
     # private state
-    sampler: Sampler | None = None
     grammar: Matcher | None = None
-    detok: Detokenizer | None = None
     held: str = ""  # text held back while it may still be the start of a stop string
 
     @property
@@ -198,10 +198,8 @@ class Engine:
         return seq
 
     def _new(self, prompt_ids: list[int], params: SamplingParams, tag: Any, filler: bool = False) -> Sequence:
-        seq = Sequence(list(prompt_ids), params, tag, filler=filler)
-        seq.sampler = Sampler(params)
-        seq.detok = Detokenizer(self.tokenizer, self.table)
-        return seq
+        return Sequence(list(prompt_ids), params, Sampler(params), Detokenizer(self.tokenizer, self.table), tag,
+                        filler=filler)
 
     def cancel(self, seq: Sequence) -> None:
         """Ends ``seq`` at the next step and frees its slot."""
@@ -251,9 +249,9 @@ class Engine:
             for seq in [s for s in self.queue if s.cancelled]:
                 self.queue.remove(seq)
                 updates.append(self._finish(seq, "cancelled"))
-        for seq in self.slots:
-            if seq is not None and seq.cancelled and not seq.finished:
-                updates.append(self._finish(seq, "cancelled"))
+        for held in self.slots:
+            if held is not None and held.cancelled and not held.finished:
+                updates.append(self._finish(held, "cancelled"))
         return updates
 
     def _admit(self) -> list[Sequence]:
@@ -484,7 +482,7 @@ class Engine:
             seq.finish_reason = reason
         seq.error = error
         tail = ""
-        if reason != "error" and seq.detok is not None:
+        if reason != "error":
             tail = seq.held + seq.detok.flush()
             seq.held = ""
             seq.text += tail

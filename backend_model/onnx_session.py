@@ -83,9 +83,11 @@ class OnnxInferenceSession:
         ]
         self._dims = [list(b.dims) for b in self.bindings]  # the buffer dims set so far
         self._inputs: dict[str, np.ndarray] = {}
-        self._skipped: set = set()
-        # retained state: input name -> (current OrtValue, spare OrtValue the next run writes into)
-        self._retained = {n: None for n in self.input_names if n + RETAINED_SUFFIX in self.binding_index_map}
+        self._skipped: set[str] = set()
+        # the retained inputs, in input order (a dict as an ordered set)
+        self._retained = dict.fromkeys(n for n in self.input_names if n + RETAINED_SUFFIX in self.binding_index_map)
+        # a retained input's state, once set or first run: (current OrtValue, spare OrtValue the next run writes into)
+        self._state: dict[str, tuple[Any, Any]] = {}
 
     # -- QAICInferenceSession's surface -------------------------------------------------------
     def set_buffers(self, buffers: dict[str, np.ndarray]) -> None:
@@ -103,7 +105,7 @@ class OnnxInferenceSession:
             if name in self.input_names:
                 self._inputs[name] = buffer
                 if name in self._retained:  # data given for a retained buffer replaces the state
-                    self._retained[name] = self._pair(buffer)
+                    self._state[name] = self._pair(buffer)
 
     def skip_buffers(self, names: list[str]) -> None:
         """Zero-size buffers: retained state stays inside, nothing is sent or returned."""
@@ -118,7 +120,7 @@ class OnnxInferenceSession:
             binding.bind_output(name)
         for name in self.input_names:
             if name in self._retained:
-                current = self._retained[name] or self._zero_state(name)
+                current = self._state.get(name) or self._zero_state(name)
                 binding.bind_ortvalue_input(name, current[0])
                 binding.bind_ortvalue_output(name + RETAINED_SUFFIX, current[1])
             elif name in self._inputs:
@@ -127,8 +129,9 @@ class OnnxInferenceSession:
                 raise ValueError(f"no buffer set for input {name}")
         self._ort.run_with_iobinding(binding)
         outputs = {name: value.numpy() for name, value in zip(returned, binding.get_outputs())}
-        for name, (current, spare) in list(self._retained.items()):  # the run wrote the spare
-            self._retained[name] = (spare, current)
+        for name in self._retained:  # the run wrote the spare (every retained input is bound: it has a state)
+            current, spare = self._state[name]
+            self._state[name] = (spare, current)
             if name + RETAINED_SUFFIX not in self._skipped:
                 outputs[name + RETAINED_SUFFIX] = spare.numpy().copy()
         return outputs
@@ -155,8 +158,8 @@ class OnnxInferenceSession:
     def _zero_state(self, name: str) -> tuple[Any, Any]:
         """Retained state starts as zeros of its compiled shape (the same in every specialization)."""
         binding = self.bindings[self.binding_index_map[name]]
-        self._retained[name] = self._pair(np.zeros(binding.dims, dtype=binding.dtype))
-        return self._retained[name]
+        self._state[name] = self._pair(np.zeros(binding.dims, dtype=binding.dtype))
+        return self._state[name]
 
     def _check_shapes(self) -> None:
         """Every non-skipped buffer must have one specialization's dims, as on the card."""

@@ -146,7 +146,7 @@ class TritonPythonModel:
             try:
                 inputs = read_inputs(partial(_array, request), self.engine.max_prompt_bytes, _unknown(request))
                 if inputs.status_of is not None:
-                    self._status(request, inputs)
+                    self._status(request, inputs.status_of, inputs.status_key)
                     continue
                 parsed = parse(request, inputs, self.engine, self.decoupled)
                 self.serving.submit(*parsed)
@@ -168,12 +168,12 @@ class TritonPythonModel:
         error = pb_utils.InferenceResponse(error=_error(message, invalid))
         request.get_response_sender().send(error, flags=FINAL)
 
-    def _status(self, request, inputs: Inputs) -> None:
-        """Answer ``status_of``: ``running`` when the request with that Triton id runs here and was sent with
-        the question's ``status_key``, else ``unknown`` (a client whose stream went quiet asks about its own
+    def _status(self, request, asked: str, key: str) -> None:
+        """Answer ``status_of``: ``running`` when the request with Triton id ``asked`` runs here and was sent with
+        the question's ``status_key`` (``key``), else ``unknown`` (a client whose stream went quiet asks about its own
         request; after the model was reloaded, the new instance does not know it). No token counts."""
-        req = self.serving.find(inputs.status_of)
-        running = req is not None and req.status_key == inputs.status_key
+        req = self.serving.find(asked)
+        running = req is not None and req.status_key == key
         response = _response(text_output=["running" if running else "unknown"], finish_reason=["status"])
         request.get_response_sender().send(response, flags=FINAL)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -111,7 +111,7 @@ class Answer:
             raise
         return EventStream(self.events(first or "", pieces), headers=headers)
 
-    async def events(self, first: str, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    async def events(self, first: str, pieces: AsyncGenerator[str, None]) -> AsyncGenerator[bytes, None]:
         shape, tokens = self.shape, self.generation.tokens
         try:
             if self.job.echo:
@@ -202,7 +202,8 @@ def create_app(front: Front) -> FastAPI:
         """``job``'s answer, whole or streamed: a completion, or a chat in the shapes of ``kind``."""
         info = await front.upstream.named(job.model)
         job.model = info.name
-        params = mapping.check_model(job, interface_of(info)).replace(request_id=new_request_id())
+        request_id = new_request_id()
+        params = mapping.check_model(job, interface_of(info)).replace(request_id=request_id)
         if job.chat:
             prompt = await front.tokenizers.chat_prompt(info, job.messages, job.tools)
             parser = await front.tokenizers.tool_parser(info, front.tool_parser) if job.tools is not None else None
@@ -210,7 +211,7 @@ def create_app(front: Front) -> FastAPI:
             result: Answer | Completion = kind(front, job, generation, parser)
         else:
             result = Completion(front, job, info, params)
-        headers = {"x-request-id": params.request_id}  # the Triton request's id (its log names it)
+        headers = {"x-request-id": request_id}  # the Triton request's id (its log names it)
         try:
             if job.stream:
                 return await result.stream(request, headers)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,20 +83,23 @@ class Completion:
         if self.scoring and self.info.input("continuation") is None:
             raise bad_request(f"model {self.info.name} cannot score a prompt's tokens (it has no continuation input): "
                               "echo with logprobs needs the bundled backend", "echo")
-        tokenizer = None
         if self.scoring or not all(isinstance(p, str) for p in prompts):
             try:
-                tokenizer = await self.front.tokenizers.load(self.info)
+                self.tokenizer = await self.front.tokenizers.load(self.info)
             except ClientError as exc:
                 raise bad_request(f"{exc}: token-id prompts and prompt scoring need the model's tokenizer "
                                   f"(qaic-console openai --tokenizer {self.info.name}=FOLDER)", "prompt") from None
-        for p in prompts:
-            ids = None if isinstance(p, str) else token_ids(p, len(tokenizer), "prompt")
-            self.texts.append(p if ids is None else await asyncio.to_thread(tokenizer.decode, ids))
-            if ids is None and self.scoring:
-                ids = await asyncio.to_thread(lambda p=p: tokenizer(p, add_special_tokens=True)["input_ids"])
+        tokenizer = self.tokenizer
+        for prompt in prompts:
+            if isinstance(prompt, str):
+                text, ids = prompt, None
+                if self.scoring:
+                    ids = (await asyncio.to_thread(tokenizer, prompt, add_special_tokens=True))["input_ids"]
+            else:
+                ids = token_ids(prompt, len(tokenizer), "prompt")
+                text = await asyncio.to_thread(tokenizer.decode, ids)
+            self.texts.append(text)
             self.ids.append(ids)
-        self.tokenizer = tokenizer
         shapes = [Shape(job, i, self.shape) for i in range(len(prompts) * job.n)]
         if not self.generating:
             self.slots = [Slot(shapes[c], c // job.n, None) for c in range(len(shapes))]
@@ -120,8 +123,10 @@ class Completion:
         self.slots = [by_index[c] for c in sorted(by_index)]
 
     async def _score(self) -> None:
-        if self.scoring:
-            self.scored = await score(self.front.upstream, self.info, self.tokenizer, self.ids, self.job.logprobs,
+        top = self.job.logprobs
+        if self.scoring and top is not None:
+            prompts = [ids for ids in self.ids if ids is not None]  # all of them: _prepare tokenised each to score
+            self.scored = await score(self.front.upstream, self.info, self.tokenizer, prompts, top,
                                       f"{self.params.request_id}-scored")
 
     def _text(self, slot: Slot) -> str:
@@ -183,7 +188,7 @@ class Completion:
         return EventStream(self._then(first, events), headers=headers)
 
     @staticmethod
-    async def _then(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def _then(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
         try:
             yield first
             async for event in rest:
@@ -191,7 +196,7 @@ class Completion:
         finally:
             await rest.aclose()
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def events(self) -> AsyncGenerator[bytes, None]:
         """The echoed prompts, then each answer's text as it comes, each choice's end, the usage and ``[DONE]``. Nothing
         is yielded before the scoring and a first response (their errors are raised); later errors end the stream."""
         await self._prepare()

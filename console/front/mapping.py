@@ -32,9 +32,10 @@ NO_OP = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "suffi
          "functions": []}  # fields accepted at this value only
 IGNORED = ("user", "metadata", "store", "service_tier", "function_call", "prompt_cache_key", "safety_identifier")
 SWITCHES = ("model", "stream", "stream_options", "logprobs", "ignore_eos", "max_completion_tokens")
-GUIDED = {"guided_json": ("json", (dict, str), "a JSON schema"), "guided_regex": ("regex", str, "a regular expression"),
-          "guided_choice": ("choice", list, "a list of strings"),
-          "structured_outputs": ("", dict, "an object")}  # vLLM's fields -> the control's kind ("": the whole of it)
+# vLLM's fields -> (the control's key, "": the whole of it; the types the field takes; what they are, for the error)
+GUIDED: dict[str, tuple[str, type | tuple[type, ...], str]] = {
+    "guided_json": ("json", (dict, str), "a JSON schema"), "guided_regex": ("regex", str, "a regular expression"),
+    "guided_choice": ("choice", list, "a list of strings"), "structured_outputs": ("", dict, "an object")}
 STRUCTURED = ("response_format", *GUIDED)
 COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "prompt", "echo", "n", "best_of"}
 CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, *tool_fields.FIELDS, "messages",

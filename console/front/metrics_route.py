@@ -95,8 +95,8 @@ def vllm_families(text: str, served: set[str] | None = None) -> list[Metric]:
             labels[VLLM_MODEL_LABEL] = labels.pop(MODEL_LABEL, "")
             key = (name, name + sample.name[len(family.name):], tuple(sorted(labels.items())))
             values[key] = values.get(key, 0.0) + sample.value
-    for (name, sample_name, labels), value in values.items():
-        out[name].add_sample(sample_name, dict(labels), value)
+    for (name, sample_name, pairs), value in values.items():
+        out[name].add_sample(sample_name, dict(pairs), value)
     return [m for m in out.values() if m.samples]
 
 

@@ -63,8 +63,8 @@ class Shape:
 
     def __init__(self, job: Job, index: int = 0, like: Shape | None = None) -> None:
         self.job, self.chat, self.index = job, job.chat, index
-        self.id = like.id if like else f"{'chatcmpl' if job.chat else 'cmpl'}-{uuid.uuid4().hex}"
-        self.created = like.created if like else int(time.time())
+        self.id: str = like.id if like else f"{'chatcmpl' if job.chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created: int = like.created if like else int(time.time())
         self.sent = 0  # characters of the choice's text sent so far (completions' text offsets)
 
     def head(self, chunk: bool) -> dict[str, Any]:

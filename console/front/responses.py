@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from . import mapping
@@ -189,7 +189,7 @@ class ResponseAnswer(Answer):
         data = {"type": kind, "sequence_number": self.sequence - 1, **fields}
         return f"event: {kind}\n".encode() + sse(data)
 
-    async def events(self, first: str, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    async def events(self, first: str, pieces: AsyncGenerator[str, None]) -> AsyncGenerator[bytes, None]:
         output: list[dict[str, Any]] = []
         text_at: int | None = None  # the output index of the open message item
         calls_at: dict[int, int] = {}  # a call's index -> its output index
@@ -199,15 +199,15 @@ class ResponseAnswer(Answer):
             piece, last = first, False
             while True:
                 text, calls = self.read(piece, last)
-                if text and text_at is None:
-                    text_at = len(output)
-                    output.append(_message("", _new_id("msg"), "in_progress"))
-                    yield self.event("response.output_item.added", output_index=text_at, item=output[text_at])
-                    yield self.event("response.content_part.added", item_id=output[text_at]["id"],
-                                     output_index=text_at, content_index=0,
-                                     part={"type": "output_text", "text": "", "annotations": []})
-                    output[text_at]["text"] = ""
                 if text:
+                    if text_at is None:
+                        text_at = len(output)
+                        output.append(_message("", _new_id("msg"), "in_progress"))
+                        yield self.event("response.output_item.added", output_index=text_at, item=output[text_at])
+                        yield self.event("response.content_part.added", item_id=output[text_at]["id"],
+                                         output_index=text_at, content_index=0,
+                                         part={"type": "output_text", "text": "", "annotations": []})
+                        output[text_at]["text"] = ""
                     output[text_at]["text"] += text
                     yield self.event("response.output_text.delta", item_id=output[text_at]["id"],
                                      output_index=text_at, content_index=0, delta=text, logprobs=[])
@@ -223,9 +223,9 @@ class ResponseAnswer(Answer):
                                      output_index=at, delta=delta["function"]["arguments"])
                 if last:
                     break
-                piece = await anext(pieces, None)
-                last = piece is None
-                piece = piece or ""
+                more = await anext(pieces, None)
+                last = more is None
+                piece = more or ""
             for at, item in enumerate(output):
                 for event in self.closing(at, item):
                     yield event

@@ -99,7 +99,7 @@ def token_ids(value: Any, vocab: int, name: str) -> list[int]:
 def tokenizer_info(tokenizer: Any) -> dict[str, Any]:
     """vLLM's ``/tokenizer_info``: the tokenizer's settings that are plain JSON, its class, special tokens and chat
     template (file paths left out)."""
-    info = {k: v for k, v in (getattr(tokenizer, "init_kwargs", None) or {}).items()
+    info: dict[str, Any] = {k: v for k, v in (getattr(tokenizer, "init_kwargs", None) or {}).items()
             if isinstance(v, str | int | float | bool) and not k.endswith("_file") and k != "name_or_path"}
     info.update({name: getattr(tokenizer, name, None) for name in SPECIAL})
     info["tokenizer_class"] = type(tokenizer).__name__

@@ -49,7 +49,8 @@ class Call:
 def _values(text: str, separators: str = ",;") -> list[Any] | None:
     """The JSON values ``text`` holds one after another (whitespace or ``separators`` between), None unless all of it
     is JSON."""
-    values, at = [], 0
+    values: list[Any] = []
+    at = 0
     while True:
         while at < len(text) and (text[at].isspace() or (values and text[at] in separators)):
             at += 1

@@ -132,7 +132,8 @@ def parse(body: dict[str, Any]) -> Tools | None:
         raise bad_request("tools must be a list of functions", "tools")
     if parallel is not None and not isinstance(parallel, bool):
         raise bad_request("parallel_tool_calls must be true or false", "parallel_tool_calls")
-    functions = [_function(entry, f"tool {i + 1} of {len(given)}") for i, entry in enumerate(given or [])]
+    offered = given or []
+    functions = [_function(entry, f"tool {i + 1} of {len(offered)}") for i, entry in enumerate(offered)]
     names = [f["function"]["name"] for f in functions]
     if len(set(names)) < len(names):
         raise bad_request("tools must have different names", "tools")
@@ -214,8 +215,9 @@ def abilities(tokenizer: Any) -> tuple[bool, bool]:
     if known is None:
         tool = {"type": "function", "function": {"name": PROBE, "description": "probe", "parameters": NO_PARAMETERS}}
         call = {"id": "abcdefghi", "type": "function", "function": {"name": PROBE + "_call", "arguments": {"x": 1}}}
-        history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]},
-                   {"role": "tool", "content": PROBE + "_result", "tool_call_id": "abcdefghi"}]
+        history: list[dict[str, Any]] = [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": PROBE + "_result", "tool_call_id": "abcdefghi"}]
         known = (_renders(tokenizer, [{"role": "user", "content": "hi"}], (PROBE,), tools=[tool]),
                  _renders(tokenizer, history, (PROBE + "_call", PROBE + "_result"), tools=[tool]))
         _ABILITIES[tokenizer] = known

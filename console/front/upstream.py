@@ -11,7 +11,7 @@ Triton cancels the request: the bundled backend frees its slot at the next step.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -168,7 +168,7 @@ class Generation:
         self.taken[i] += len(new)
         return new
 
-    async def pieces(self) -> AsyncIterator[str]:
+    async def pieces(self) -> AsyncGenerator[str, None]:
         """The first prompt's new text of each response (empty when a step decoded no whole character); APIError on
         failure."""
         deltas = self.deltas()
@@ -178,7 +178,7 @@ class Generation:
         finally:
             await deltas.aclose()
 
-    async def deltas(self) -> AsyncIterator[list[TextDelta]]:
+    async def deltas(self) -> AsyncGenerator[list[TextDelta], None]:
         """Each response's new text, per prompt; APIError on failure."""
         try:
             inputs = self.interface.inputs(aio, self.prompts, self.params, streaming=True)

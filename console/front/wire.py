@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -64,8 +64,12 @@ class EventStream(StreamingResponse):
 
     media_type = "text/event-stream"
 
+    def __init__(self, events: AsyncGenerator[bytes, None], headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(events, headers=headers)
+        self.events = events
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.body_iterator.aclose()  # type: ignore[union-attr]
+            await self.events.aclose()

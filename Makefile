@@ -9,14 +9,14 @@ test:
 	@scripts/setup.sh --test
 	@.venv/bin/ruff check .
 	@.venv/bin/lint-imports --no-cache  # the layers (pyproject.toml [tool.importlinter])
-	@.venv/bin/mypy console/core console/clients  # [tool.mypy]: front/ and backend_model/ join once they pass
+	@.venv/bin/mypy  # the files of pyproject.toml [tool.mypy]: console/core, clients, front and backend_model
 	@.venv/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-fast:
 	@scripts/setup.sh --test
 	@.venv/bin/ruff check .
 	@.venv/bin/lint-imports --no-cache
-	@.venv/bin/mypy console/core console/clients
+	@.venv/bin/mypy
 	@.venv/bin/python -m pytest -q tests/fast $(PYTEST_ARGS)
 
 # The peer tier, outside `make test`: real vLLM in its own venv (built once by scripts/setup-vllm.sh).

@@ -88,14 +88,12 @@ def prepare_embedded(storage: str = "fp32", progress: Progress = print) -> Path:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
         progress(f"  dequantised in {time.perf_counter() - t0:.1f} s; saving")
-        # the GGUF mark blocks saving; the weights are plain floats now. (transformers sets hf_quantizer without
-        # declaring it, so mypy takes torch's Module.__setattr__, typed for tensors and modules only)
-        model.hf_quantizer = None  # type: ignore[assignment]
+        model.hf_quantizer = None  # the GGUF mark blocks saving; the weights are plain floats now
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.config._name_or_path = "SmolLM2-135M-Instruct"
         if storage == "bf16":
-            model = model.to(torch.bfloat16)  # type: ignore[arg-type]  # transformers' @wraps(Module.to) hides self
+            model = model.to(torch.bfloat16)
         tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
         try:
             model.save_pretrained(tmp)

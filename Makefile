@@ -13,7 +13,7 @@ test:
 	@.venv/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-fast:
-	@scripts/setup.sh --test
+	@scripts/setup.sh --tools
 	@.venv/bin/ruff check .
 	@.venv/bin/lint-imports --no-cache
 	@.venv/bin/mypy console/core console/clients
@@ -21,7 +21,7 @@ test-fast:
 
 # The peer tier, outside `make test`: real vLLM in its own venv (built once by scripts/setup-vllm.sh).
 test-peers:
-	@scripts/setup.sh --test
+	@scripts/setup.sh --tools
 	@.venv/bin/ruff check .
 	@VLLM_VENV="$$(scripts/setup-vllm.sh)" .venv/bin/python -m pytest -q --peers tests/peers $(PYTEST_ARGS)
 
@@ -34,5 +34,5 @@ bench:
 
 # The documentation site (mkdocs-material, strict: a broken link or anchor fails) into site/.
 docs:
-	@scripts/setup.sh --test
+	@scripts/setup.sh --tools
 	@NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict

@@ -1,6 +1,6 @@
 """llama.cpp's server on the embedded GGUF beside the served demo samples' precision, measured alternately.
 
-The server is llama-cpp-python's (``python -m llama_cpp.server``, in the test extra): it runs on as many
+The server is llama-cpp-python's (``python -m llama_cpp.server``, in the llama extra): it runs on as many
 threads as a served CPU model (``cpu_threads`` automatic) and answers one request at a time (it has no
 parallel decoding), so its 8-stream figure is its single stream shared by eight; the report says so.
 ``QAIC_LLAMA_CPP_ARGS`` adds server flags (e.g. ``--n_batch 1 --n_ubatch 1`` where llama.cpp's batched
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 LLAMA_MODEL = "smollm2-gguf"  # the alias the server lists the embedded GGUF under
-INSTALL = "pip install 'llama-cpp-python[server]' (the test extra; its first install compiles llama.cpp)"
+INSTALL = "pip install 'llama-cpp-python[server]' (the llama extra; its first install compiles llama.cpp)"
 
 
 def available() -> bool:

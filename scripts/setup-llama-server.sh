@@ -16,8 +16,8 @@ CACHE=${QAIC_CONSOLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qaic-console}
 # LLAMA_CURL is the older releases' name for what LLAMA_OPENSSL is now (downloads by URL; the bench needs none)
 options="$(llama_cmake) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
-# the folder is named by the version, the options and this script: another CPU or a changed build gets its own
-DIR="$CACHE/peers/llama-server-$LLAMA_VERSION-$(echo "$options" | cat - scripts/setup-llama-server.sh | sha256sum | cut -c1-12)"
+# the folder is named by the version and the options: another CPU or other options get their own
+DIR="$CACHE/peers/llama-server-$LLAMA_VERSION-$(echo "$options" | sha256sum | cut -c1-12)"
 BIN="$DIR/llama-server"
 if [ -x "$BIN" ]; then
   echo "$BIN" >&3
@@ -47,7 +47,7 @@ compile() {
   done
 }
 exec 4>&2
-step "compiling llama-server (once: about N minutes on 2 cores)" compile
+step "compiling llama-server (once: about 20 minutes on 2 busy cores)" compile
 step "installing it into $DIR" install -m 755 "$work/build/bin/llama-server" "$BIN"
 "$BIN" --version 2>&1 | sed "s/^/[$TAG] /"
 echo "$BIN" >&3

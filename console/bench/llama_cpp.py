@@ -205,5 +205,7 @@ def llama_server_section(report: Any, opts: Any, progress: Callable[[str], None]
         report.context[f"demo_{n}_tokens_per_s"] = round(best[f"served_{n}"], 1)
         report.context[f"llama_server_{n}_tokens_per_s"] = round(best[f"llama_server_{n}"], 1)
     report.context["demo_precision"] = precision
+    report.context["llama_server_tokens_per_stream"] = {  # the fewest of any run: opts.tokens when none ended sooner
+        side: min(t.tokens / n for n in STREAMS for t in runs[f"{side}_{n}"]) for side in SIDES}
     report.context["llama_server"] = (f"llama.cpp's llama-server ({version}) {shlex.join(peer.flags)}, "
                                       f"{threads} thread{'s' * (threads != 1)} as the served model")

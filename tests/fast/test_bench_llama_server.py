@@ -83,6 +83,7 @@ def test_the_sides_alternate_at_1_and_8_streams_and_the_best_runs_make_the_ratio
         f"llama.cpp's llama-server (version: 1 (0c1e570)) -np 8 -cb -c 4224 -t {threads} --ignore-eos, "
         f"{threads} thread{'s' * (threads != 1)} as the served model")
     assert report.context["demo_precision"] == "int4"
+    assert report.context["llama_server_tokens_per_stream"] == {"served": 16, "llama_server": 16}
     assert {perf.TARGETS[f"demo_{n}_over_llama_server"] for n in (1, 8)} == {(">=", 0.8), (">=", 1.0)}
 
 

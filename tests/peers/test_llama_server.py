@@ -21,3 +21,4 @@ def test_the_report_puts_the_demo_precision_beside_llama_server() -> None:
     for n in perf.STREAMS:
         assert report.context[f"demo_{n}_tokens_per_s"] > 0 and report.context[f"llama_server_{n}_tokens_per_s"] > 0
         assert report.ratios[f"demo_{n}_over_llama_server"] > 0
+    assert report.context["llama_server_tokens_per_stream"] == {"served": 8, "llama_server": 8}  # none ended sooner

@@ -12,37 +12,12 @@ stamp="$VENV/.qaic-setup"
 log="$VENV/setup.log"
 level=${1:-}
 case "$level" in ""|--tools|--test) ;; *) echo "usage: scripts/setup.sh [--tools|--test]" >&2; exit 2 ;; esac
-want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+want="$(cat pyproject.toml scripts/setup.sh scripts/setup-lib.sh | sha256sum | cut -c1-16)"
 # a stamp of a level covers the levels below it: --test > --tools > (none)
 covered() { case "$(cat "$stamp" 2>/dev/null)" in "$want--test") true ;; "$want--tools") [ "$level" != --test ] ;;
             "$want") [ -z "$level" ] ;; *) false ;; esac; }
-LLAMA_VERSION=0.3.36  # the llama extra pins the same
-
-# llama.cpp's build options for this CPU's instruction sets, AMX left out (what -march=native would pick, but AMX)
-llama_cmake() {
-  local flags opts="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" pair
-  flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
-  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
-              avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
-    case "$flags" in *" ${pair%%:*} "*) opts="$opts -DGGML_${pair#*:}=ON" ;; esac
-  done
-  echo "$opts"
-}
-
-# step "what" command...: says what, runs the command into the log; on failure names the log and shows its tail
-step() {
-  local what=$1
-  shift
-  echo "[setup] $what"
-  echo "=== $what: $*" >>"$log"
-  local code=0
-  "$@" >>"$log" 2>&1 || code=$?
-  if [ "$code" != 0 ]; then
-    echo "[setup] failed: $what (exit code $code); the end of $log:" >&2
-    tail -n 25 "$log" | sed 's/^/  | /' >&2
-    exit 1
-  fi
-}
+# shellcheck source=scripts/setup-lib.sh
+. scripts/setup-lib.sh  # LLAMA_VERSION, llama_cmake, step
 
 mkdir -p "$VENV"
 : >"$log"

@@ -54,7 +54,8 @@ def stamped_venv(tmp_path: Path, level: str) -> Path:
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")
     (venv / "bin" / "python").chmod(0o755)
-    files = (ROOT / "pyproject.toml").read_bytes() + (ROOT / "scripts" / "setup.sh").read_bytes()
+    names = ("pyproject.toml", "scripts/setup.sh", "scripts/setup-lib.sh")  # what the stamp's digest covers
+    files = b"".join((ROOT / name).read_bytes() for name in names)
     digest = subprocess.run(["sha256sum"], input=files, capture_output=True, check=True).stdout.decode()[:16]
     (venv / ".qaic-setup").write_text(f"{digest}{level}\n")
     return venv

@@ -80,6 +80,12 @@ class Sequence:
         return self.finish_reason is not None
 
     @property
+    def plain_greedy(self) -> bool:
+        """Its next token is its logits' argmax: its own greedy sampler (not one a caller put in), not steered by a
+        grammar or a forced continuation (a step may choose these tokens in one batched argmax)."""
+        return self.grammar is None and self.forced is None and type(self.sampler) is Sampler and self.params.greedy
+
+    @property
     def position(self) -> int:
         """Position of the last token, the one the next decode step feeds."""
         return len(self.prompt_ids) + len(self.tokens) - 1
@@ -121,7 +127,8 @@ class Engine:
         self.grammars = Grammars(tokenizer, self.dims.vocab, self.eos_ids)
         self.max_prompt_bytes = max_prompt_bytes(tokenizer, self.table, self.dims.ctx_len)  # None: no cheap check
         self.slots: list[Sequence | None] = [None] * self.dims.slots
-        self.fed: list[tuple[int, int]] = [(0, 0)] * self.dims.slots  # each row's last (token, position)
+        self.fed = np.zeros((self.dims.slots, 2), dtype=np.int64)  # each row's last (token, position)
+        self._rows = np.arange(self.dims.slots, dtype=np.int64).reshape(-1, 1)  # a decode step's batch_index
         self.queue: deque[Sequence] = deque()
         self.prefilling: Prefill | None = None  # a prefill whose later chunks are still to run
         # prefix reuse: only where the session keeps a slot's cache between sequences
@@ -333,7 +340,7 @@ class Engine:
         rows = [r for r in ending if not fill.group[r].finished]  # a row cancelled meanwhile has ended
         ready = [fill.group[r] for r in rows]
         self.meter.prefilled(ready)  # their first tokens leave with this phase's updates
-        return self._advance(ready, logits[rows, -1])
+        return self._advance(ready, logits[:, -1], rows)
 
     def _prefill_chunk(self, fill: Prefill) -> np.ndarray:
         """Run the next chunk of ``fill`` on the session; its logits (each row's last valid position)."""
@@ -352,16 +359,15 @@ class Engine:
         active = [s for s in self.slots if s is not None and not s.finished]
         if not active:
             return []
-        rows = self.dims.slots
-        for seq in active:
-            self.fed[seq.slot] = (seq.tokens[-1], seq.position)
-        fed = np.array(self.fed, dtype=np.int64)  # idle rows repeat what they were last fed
+        fed, slots = self.fed, [s.slot for s in active]
+        fed[slots, 0] = [s.tokens[-1] for s in active]  # idle rows repeat what they were last fed
+        fed[slots, 1] = [s.position for s in active]
         drafts = {seq.slot: self._draft(seq) for seq in active} if self.speculative_tokens else {}
-        extra = [(slot, token, self.fed[slot][1] + 1 + i) for slot, draft in drafts.items()
+        extra = [(slot, token, int(fed[slot, 1]) + 1 + i) for slot, draft in drafts.items()
                  for i, token in enumerate(draft)]  # a drafted token: a row of its own at its slot's next position
         inputs = {"input_ids": fed[:, :1].copy(), "position_ids": fed[:, 1:].copy()}
         if self.dims.continuous or extra:
-            inputs["batch_index"] = np.arange(rows, dtype=np.int64).reshape(rows, 1)
+            inputs["batch_index"] = self._rows
         if extra:
             more = np.array(extra, dtype=np.int64)  # slot, token, position
             for name, column in (("batch_index", 0), ("input_ids", 1), ("position_ids", 2)):
@@ -372,9 +378,10 @@ class Engine:
         except Exception as exc:
             return [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in active]
         self.meter.decode_step(time.perf_counter() - started, active)
+        rows = logits[:, -1]  # a view: a row is copied only where a grammar masks it
         if not extra:
-            return self._advance(active, logits[[s.slot for s in active], -1])
-        return self._verify(active, drafts, logits[:, -1])
+            return self._advance(active, rows, slots)
+        return self._verify(active, drafts, rows)
 
     def _draft(self, seq: Sequence) -> list[int]:
         """Tokens to feed after the sequence's last one (prompt lookup): for greedy requests that a grammar or a
@@ -406,29 +413,45 @@ class Engine:
         self.meter.speculated(drafted, accepted)
         return updates
 
-    def _choose(self, seq: Sequence, row: np.ndarray) -> tuple[int, tuple[TokenLogprob, ...]]:
-        """The sequence's next token from its logits row (masked in place by its grammar), and its entry when
-        the request asks for log-probabilities (of the raw row: before the grammar and the sampler)."""
+    def _choose(self, seq: Sequence, row: np.ndarray, argmax: int) -> tuple[int, tuple[TokenLogprob, ...]]:
+        """The sequence's next token from its logits row, and its entry when the request asks for log-probabilities
+        (of the raw row: before the grammar and the sampler). ``argmax``: the row's, when the caller has it (-1)."""
         scores = None if seq.params.logprobs is None else Scores(row, seq.params.logprobs)
         if seq.forced is not None:
             token = seq.forced[len(seq.tokens)]
+        elif argmax >= 0:
+            token = argmax
         else:
             if seq.grammar is not None:
+                row = row.copy()  # masked in place: the session's own array stays as it gave it
                 seq.grammar.mask(row)
             token = seq.sampler(row, seq.prompt_ids + seq.tokens if seq.params.repetition_penalty != 1.0 else [])
             if seq.grammar is not None:
                 seq.grammar.accept(token)
         return token, () if scores is None else (scores.of(token),)
 
-    def _advance(self, seqs: list[Sequence], logits: np.ndarray) -> list[Update]:
-        """Choose one token for each sequence, detokenise it and apply the stop rules."""
-        return [u for seq, row in zip(seqs, logits) for u in [self._take(seq, row)] if u is not None]
+    def _advance(self, seqs: list[Sequence], logits: np.ndarray, rows: list[int]) -> list[Update]:
+        """Choose one token for each sequence from its row of ``logits`` [rows, vocab] (``rows[i]`` is ``seqs[i]``'s),
+        detokenise it and apply the stop rules. The plain greedy ones take one argmax for the whole call when
+        they are most of its rows (the same first maximum a row's own argmax finds)."""
+        plain = [seq.plain_greedy for seq in seqs]
+        if 2 * sum(plain) >= len(logits):
+            best = logits.argmax(axis=1).tolist()
+            argmax = [best[r] if p else -1 for r, p in zip(rows, plain)]
+        else:
+            argmax = [int(logits[r].argmax()) if p else -1 for r, p in zip(rows, plain)]
+        updates = []
+        for seq, r, choice in zip(seqs, rows, argmax):
+            update = self._take(seq, logits[r], choice)
+            if update is not None:
+                updates.append(update)
+        return updates
 
-    def _take(self, seq: Sequence, row: np.ndarray) -> Update | None:
-        """Choose the sequence's next token from ``row``, detokenise it and apply the stop rules: the update it
-        makes (None: no new text yet)."""
+    def _take(self, seq: Sequence, row: np.ndarray, argmax: int = -1) -> Update | None:
+        """Choose the sequence's next token from ``row`` (``argmax``: the row's, when known), detokenise it and apply
+        the stop rules: the update it makes (None: no new text yet)."""
         try:
-            token, entry = self._choose(seq, row)
+            token, entry = self._choose(seq, row, argmax)
         except RuntimeError as exc:  # the grammar refused: this sequence ends, the others go on
             return self._finish(seq, "error", str(exc))
         seq.tokens.append(token)

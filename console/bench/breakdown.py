@@ -1,0 +1,197 @@
+"""One decode step of the demo samples' engine, kernel by kernel, beside llama.cpp's token on the same GGUF.
+
+``qaic-console bench breakdown`` times, on the embedded model at the demo precision (int4) and the threads a served
+CPU model gets, a decode step with 1 and with 8 rows decoding: the whole step as the loop runs it
+(``engine.step``), the session's forward pass within it, and apart, on the same weights and shapes, the step's
+matmuls (every ``Linear.rowwise``), its attention (each row over its own keys, every layer) and its sampling
+(the argmax over the step's logits). What the forward pass spends beyond matmuls and attention (norms, rope,
+cache writes, casts, Python) and what the step spends beyond the forward pass and sampling (the loop's
+bookkeeping, detokenising) are the differences. Each figure is the median of ``steps`` runs.
+
+Beside it, llama.cpp (llama-cpp-python, the same GGUF and threads): one sequence's token (``eval`` of one token)
+and a batch of 8 tokens of one sequence in one ``eval`` (the same matmuls as 8 sequences' one token each).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .engine import BENCH_PROMPTS
+
+PRECISION = "int4"  # the demo samples' (repo_gen.samples)
+
+
+@dataclass
+class StepParts:
+    """Milliseconds of one decode step at ``rows`` rows."""
+
+    rows: int
+    position: int  # the rows' mean position (attention's length)
+    step: float  # engine.step(): the forward pass, sampling and the loop
+    forward: float  # session.run
+    matmuls: float
+    attention: float
+    sampling: float
+
+    @property
+    def other_forward(self) -> float:
+        """Norms, rope, cache writes, casts and Python in the forward pass."""
+        return self.forward - self.matmuls - self.attention
+
+    @property
+    def loop(self) -> float:
+        """The engine's own work: bookkeeping, detokenising, stop rules."""
+        return self.step - self.forward - self.sampling
+
+    def as_dict(self) -> dict[str, Any]:
+        parts = ("step", "forward", "matmuls", "attention", "other_forward", "sampling", "loop")
+        return {"rows": self.rows, "position": self.position,
+                **{f"{name}_ms": round(getattr(self, name), 3) for name in parts},
+                "tokens_per_s": round(1000 * self.rows / self.step, 1)}
+
+
+def _median_ms(run: Callable[[], object], times: int) -> float:
+    samples = []
+    for _ in range(times):
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
+    return 1000 * statistics.median(samples)
+
+
+class _TimedSession:
+    """The session with the wall time of its last ``run``."""
+
+    def __init__(self, session) -> None:
+        self.session, self.dims, self.last = session, session.dims, 0.0
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        start = time.perf_counter()
+        out = self.session.run(inputs)
+        self.last = time.perf_counter() - start
+        return out
+
+
+def decode_parts(engine, rows: int, steps: int = 32) -> StepParts:
+    """Time ``steps`` decode steps of ``engine`` (a CPU KV session's) with ``rows`` sequences decoding, and the
+    step's matmuls, attention and sampling apart on the same weights and shapes."""
+    import torch
+
+    from backend_model.sampling import SamplingParams
+
+    session = engine.session
+    timed = _TimedSession(session)
+    engine.session = timed
+    try:
+        params = SamplingParams(max_tokens=steps + 2, ignore_eos=True)
+        seqs = [engine.submit(engine.encode(p), params) for p in (BENCH_PROMPTS * rows)[:rows]]
+        while engine.queue or engine.prefilling is not None or any(not s.tokens for s in seqs):
+            engine.step()
+        walls, forwards = [], []
+        for _ in range(steps):
+            start = time.perf_counter()
+            engine.step()
+            walls.append(time.perf_counter() - start)
+            forwards.append(timed.last)
+        position = round(statistics.mean(s.position for s in seqs))
+        while not all(s.finished for s in seqs):  # the slots free for the next measurement
+            engine.step()
+    finally:
+        engine.session = session
+    with torch.inference_mode():
+        inputs = [(linear, torch.randn(rows, linear.inputs)) for linear in session.products()]
+        matmuls = _median_ms(lambda: [linear.rowwise(x) for linear, x in inputs], steps)
+        q = torch.randn(1, session.n_heads, 1, session.head_dim, dtype=session.dtype)
+        keys = slice(0, position + 1)
+
+        def attention() -> None:
+            for kc, vc in zip(session.k_cache, session.v_cache):
+                torch.cat([session._attend(q, kc[s : s + 1, :, keys], vc[s : s + 1, :, keys], None)
+                           for s in range(rows)])
+
+        attend = _median_ms(attention, steps)
+    logits = np.random.default_rng(0).standard_normal((engine.dims.slots, engine.dims.vocab), dtype=np.float32)
+    batched = 2 * rows >= len(logits)  # as Engine._advance chooses
+    sampling = _median_ms(lambda: logits.argmax(axis=1) if batched else [logits[r].argmax() for r in range(rows)],
+                          steps)
+    return StepParts(rows, position, 1000 * statistics.median(walls), 1000 * statistics.median(forwards), matmuls,
+                     attend, sampling)
+
+
+def llama_cpp_parts(threads: int, steps: int = 32) -> dict[str, float] | None:
+    """llama.cpp on the embedded GGUF: ms of one sequence's token, and of 8 tokens of one sequence in one call
+    (None when llama-cpp-python is not installed)."""
+    from .llama_cpp import available
+
+    if not available():
+        return None
+    import llama_cpp
+
+    from backend_model.models import embedded_gguf
+
+    llm = llama_cpp.Llama(model_path=str(embedded_gguf()), n_threads=threads, n_threads_batch=threads, n_ctx=512,
+                          n_batch=32, verbose=False)
+    try:
+        prompt = llm.tokenize(BENCH_PROMPTS[3].encode())
+        llm.eval(prompt)
+        token = prompt[-1]
+        one = _median_ms(lambda: llm.eval([token]), steps)
+        llm.reset()
+        llm.eval(prompt)
+        eight = _median_ms(lambda: (llm.eval([token] * 8), setattr(llm, "n_tokens", len(prompt))), steps)
+    finally:
+        llm.close()
+    return {"token_1_ms": round(one, 3), "tokens_8_one_call_ms": round(eight, 3),
+            "tokens_per_s_1": round(1000 / one, 1)}
+
+
+def breakdown(rows: tuple[int, ...] = (1, 8), steps: int = 32, threads: int = 0, llama: bool = True,
+              progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """The demo precision's decode step at each row count, and llama.cpp's token, on ``threads`` (0: a served CPU
+    model's automatic count)."""
+    import torch
+
+    from backend_model import compile_config
+    from backend_model.build import BackendSettings, build_engine
+    from backend_model.threads import choose_threads
+    from repo_gen.samples import EMBEDDED_KV
+
+    threads = choose_threads(threads)[0]
+    settings = BackendSettings(precision=PRECISION, cpu_threads=threads, prefix_caching=False,
+                               compile=compile_config.validate(EMBEDDED_KV))
+    progress(f"loading the embedded model at {PRECISION} on {threads} thread(s) ...")
+    engine, _ = build_engine(settings, progress=lambda m: None)
+    out: dict[str, Any] = {"precision": PRECISION, "threads": torch.get_num_threads(), "steps": steps}
+    for n in rows:
+        progress(f"timing {steps} decode steps at {n} row(s) ...")
+        out[f"rows_{n}"] = decode_parts(engine, n, steps).as_dict()
+    if llama:
+        progress("timing llama.cpp on the same GGUF ...")
+        out["llama_cpp"] = llama_cpp_parts(threads, steps)
+    return out
+
+
+def format_breakdown(result: dict[str, Any]) -> str:
+    """A table: one column per row count, one line per part."""
+    cols = [v for k, v in result.items() if k.startswith("rows_")]
+    names = [("step_ms", "decode step (engine.step)"), ("forward_ms", "  forward pass (session.run)"),
+             ("matmuls_ms", "    matmuls"), ("attention_ms", "    attention"),
+             ("other_forward_ms", "    norms, rope, cache, casts"), ("sampling_ms", "  sampling (argmax)"),
+             ("loop_ms", "  loop (bookkeeping, detok)"), ("tokens_per_s", "tokens/s")]
+    lines = [f"{result['precision']} decode step, {result['threads']} thread(s), median of {result['steps']}",
+             f"{'ms':32s}" + "".join(f"{str(c['rows']) + ' row' + 's' * (c['rows'] > 1):>12s}" for c in cols)]
+    lines += [f"{label:32s}" + "".join(f"{c[key]:12.3f}" for c in cols) for key, label in names]
+    llama = result.get("llama_cpp")
+    if llama:
+        lines.append(f"llama.cpp (same GGUF and threads): {llama['token_1_ms']:.2f} ms a token "
+                     f"({llama['tokens_per_s_1']:.1f} tokens/s), {llama['tokens_8_one_call_ms']:.2f} ms for 8 "
+                     "tokens in one call")
+    elif "llama_cpp" in result:
+        lines.append("llama.cpp: not installed (pip install llama-cpp-python)")
+    return "\n".join(lines)

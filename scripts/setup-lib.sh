@@ -1,5 +1,5 @@
 # Sourced by scripts/setup.sh and scripts/setup-llama-server.sh: the llama.cpp they build (the version of
-# llama-cpp-python whose sources vendor it; the test extra pins the same), its CPU options, and the quiet step runner.
+# llama-cpp-python whose sources vendor it; the llama extra pins the same), its CPU options, and the quiet step runner.
 # `step` needs `log` (the file) and TAG (the prefix of its lines, default setup).
 LLAMA_VERSION=0.3.36
 

@@ -6,7 +6,8 @@ CPU model gets, a decode step with 1 and with 8 rows decoding: the whole step as
 matmuls (every ``Linear.rowwise``), its attention (each row over its own keys, every layer) and its sampling
 (the argmax over the step's logits). What the forward pass spends beyond matmuls and attention (norms, rope,
 cache writes, casts, Python) and what the step spends beyond the forward pass and sampling (the loop's
-bookkeeping, detokenising) are the differences. Each figure is the median of ``steps`` runs.
+bookkeeping, detokenising) are the differences. Each figure is the median of ``steps`` runs, each part timed right
+after its step (a neighbour's load hits every part alike).
 
 Beside it, llama.cpp (llama-cpp-python, the same GGUF and threads): one sequence's token (``eval`` of one token)
 and a batch of 8 tokens of one sequence in one ``eval`` (the same matmuls as 8 sequences' one token each).
@@ -56,13 +57,14 @@ class StepParts:
                 "tokens_per_s": round(1000 * self.rows / self.step, 1)}
 
 
-def _median_ms(run: Callable[[], object], times: int) -> float:
-    samples = []
-    for _ in range(times):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return 1000 * statistics.median(samples)
+def _ms(run: Callable[..., object], *args: Any) -> float:
+    start = time.perf_counter()
+    run(*args)
+    return 1000 * (time.perf_counter() - start)
+
+
+def _median_ms(run: Callable[..., object], times: int) -> float:
+    return statistics.median(_ms(run) for _ in range(times))
 
 
 class _TimedSession:
@@ -74,54 +76,61 @@ class _TimedSession:
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         start = time.perf_counter()
         out = self.session.run(inputs)
-        self.last = time.perf_counter() - start
+        self.last = 1000 * (time.perf_counter() - start)
         return out
 
 
+def _parts(session, rows: int, vocab: int) -> dict[str, Callable[[int], object]]:
+    """The step's matmuls, attention (at a position) and sampling, alone on the session's weights and shapes."""
+    import torch
+
+    inputs = [(linear, torch.randn(rows, linear.inputs)) for linear in session.products()]
+    q = torch.randn(1, session.n_heads, 1, session.head_dim, dtype=session.dtype)
+    logits = np.random.default_rng(0).standard_normal((session.dims.slots, vocab), dtype=np.float32)
+    batched = 2 * rows >= len(logits)  # as Engine._advance chooses
+
+    def attention(position: int) -> None:
+        keys = slice(0, position + 1)
+        for kc, vc in zip(session.k_cache, session.v_cache):
+            torch.cat([session._attend(q, kc[s : s + 1, :, keys], vc[s : s + 1, :, keys], None) for s in range(rows)])
+
+    def sampling(position: int) -> object:
+        return logits.argmax(axis=1) if batched else [logits[r].argmax() for r in range(rows)]
+
+    return {"matmuls": lambda position: [linear.rowwise(x) for linear, x in inputs], "attention": attention,
+            "sampling": sampling}
+
+
 def decode_parts(engine, rows: int, steps: int = 32) -> StepParts:
-    """Time ``steps`` decode steps of ``engine`` (a CPU KV session's) with ``rows`` sequences decoding, and the
-    step's matmuls, attention and sampling apart on the same weights and shapes."""
+    """Time ``steps`` decode steps of ``engine`` (a CPU KV session's) with ``rows`` sequences decoding and, after
+    each, the step's matmuls, attention and sampling apart (so a neighbour's load hits every part alike)."""
     import torch
 
     from backend_model.sampling import SamplingParams
 
     session = engine.session
     timed = _TimedSession(session)
+    times: dict[str, list[float]] = {"step": [], "forward": [], "matmuls": [], "attention": [], "sampling": []}
+    positions = []
     engine.session = timed
     try:
         params = SamplingParams(max_tokens=steps + 2, ignore_eos=True)
         seqs = [engine.submit(engine.encode(p), params) for p in (BENCH_PROMPTS * rows)[:rows]]
         while engine.queue or engine.prefilling is not None or any(not s.tokens for s in seqs):
             engine.step()
-        walls, forwards = [], []
-        for _ in range(steps):
-            start = time.perf_counter()
-            engine.step()
-            walls.append(time.perf_counter() - start)
-            forwards.append(timed.last)
-        position = round(statistics.mean(s.position for s in seqs))
+        with torch.inference_mode():
+            parts = _parts(session, rows, engine.dims.vocab)
+            for _ in range(steps):
+                times["step"].append(_ms(engine.step))
+                times["forward"].append(timed.last)
+                positions.append(round(statistics.mean(s.position for s in seqs)))
+                for name, part in parts.items():
+                    times[name].append(_ms(part, positions[-1]))
         while not all(s.finished for s in seqs):  # the slots free for the next measurement
             engine.step()
     finally:
         engine.session = session
-    with torch.inference_mode():
-        inputs = [(linear, torch.randn(rows, linear.inputs)) for linear in session.products()]
-        matmuls = _median_ms(lambda: [linear.rowwise(x) for linear, x in inputs], steps)
-        q = torch.randn(1, session.n_heads, 1, session.head_dim, dtype=session.dtype)
-        keys = slice(0, position + 1)
-
-        def attention() -> None:
-            for kc, vc in zip(session.k_cache, session.v_cache):
-                torch.cat([session._attend(q, kc[s : s + 1, :, keys], vc[s : s + 1, :, keys], None)
-                           for s in range(rows)])
-
-        attend = _median_ms(attention, steps)
-    logits = np.random.default_rng(0).standard_normal((engine.dims.slots, engine.dims.vocab), dtype=np.float32)
-    batched = 2 * rows >= len(logits)  # as Engine._advance chooses
-    sampling = _median_ms(lambda: logits.argmax(axis=1) if batched else [logits[r].argmax() for r in range(rows)],
-                          steps)
-    return StepParts(rows, position, 1000 * statistics.median(walls), 1000 * statistics.median(forwards), matmuls,
-                     attend, sampling)
+    return StepParts(rows, round(statistics.mean(positions)), **{k: statistics.median(v) for k, v in times.items()})
 
 
 def llama_cpp_parts(threads: int, steps: int = 32) -> dict[str, float] | None:

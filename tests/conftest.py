@@ -1,6 +1,6 @@
 """Shared fixtures; the session checks at its end that no tritonserver, backend stub, llama.cpp or vLLM server it
-started is left, and that pytest-textual-snapshot's records can be read. ``tests/peers`` (real vLLM,
-``make test-peers``) is collected only with ``--peers``."""
+started is left, and that pytest-textual-snapshot's records can be read. ``tests/peers`` (real vLLM and
+llama-server, ``make test-peers``) is collected only with ``--peers``."""
 
 from __future__ import annotations
 
@@ -125,7 +125,8 @@ PEERS = Path(__file__).with_name("peers")
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--peers", action="store_true",
-                     help="collect tests/peers: real vLLM in its own venv (make test-peers builds it)")
+                     help="collect tests/peers: real vLLM in its own venv and llama.cpp's llama-server "
+                          "(make test-peers builds them)")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -23,7 +23,7 @@ from console.bench.llama_cpp import LlamaCppServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSION_MARK = "QAIC_TEST_SESSION"
-SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server",
+SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server", "llama-server",
                 "vllm.entrypoints", "VLLM::")  # vLLM's OpenAI server; its engine and workers name themselves VLLM::
 
 # a Python model with the prompt -> text_output interface and no controls, answering "echo: <prompt>" at once

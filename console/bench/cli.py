@@ -23,6 +23,7 @@ from console.signals import INTERRUPTED
 
 from .load import DISTRIBUTIONS, MODES
 from .options import BenchOptions
+from .report import SECTIONS
 from .run import BenchRun, parse_levels, plot_formats, to_stderr
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -164,8 +165,10 @@ def compare(files: tuple[str, ...], json_: bool) -> None:
 @bench_group.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--tokens", type=int, default=64, show_default=True, help="Tokens generated per measurement.")
 @click.option("--repeats", type=int, default=3, show_default=True, help="Runs per measurement (the best counts).")
+@click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
+              help="Run only this section (repeatable; default: all of them, in this order).")
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object (ratios, targets, context).")
-def report(tokens: int, repeats: int, json_: bool) -> None:
+def report(tokens: int, repeats: int, sections: tuple[str, ...], json_: bool) -> None:
     """The project's performance report on the embedded model: ratios against their targets."""
     from console.server import ServerError
 
@@ -175,7 +178,8 @@ def report(tokens: int, repeats: int, json_: bool) -> None:
         to_stderr("error: --tokens must be >= 8 and --repeats >= 1")
         sys.exit(1)
     try:
-        result = run_report(ReportOptions(tokens=tokens, repeats=repeats), progress=to_stderr)
+        result = run_report(ReportOptions(tokens=tokens, repeats=repeats, sections=sections or SECTIONS),
+                            progress=to_stderr)
     except (ServerError, ClientError, RuntimeError, OSError) as exc:
         to_stderr(f"error: {' '.join(str(exc).split())}")
         sys.exit(1)

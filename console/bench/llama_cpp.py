@@ -1,17 +1,19 @@
-"""llama.cpp's server on the embedded GGUF beside the served demo samples' precision, measured alternately.
+"""llama.cpp on the embedded GGUF on a free loopback port: llama-cpp-python's server (what the tests talk to) and
+llama.cpp's own ``llama-server``, the CPU peer ``make bench`` measures the served demo samples against.
 
-The server is llama-cpp-python's (``python -m llama_cpp.server``, in the test extra): it runs on as many
-threads as a served CPU model (``cpu_threads`` automatic) and answers one request at a time (it has no
-parallel decoding), so its 8-stream figure is its single stream shared by eight; the report says so.
-``QAIC_LLAMA_CPP_ARGS`` adds server flags (e.g. ``--n_batch 1 --n_ubatch 1`` where llama.cpp's batched
-kernels fail on the CPU); a server that fails leaves the section's figures n/a and says why.
+The peer is ``llama-server -np 8 -cb`` (8 slots, continuous batching) built once by
+``scripts/setup-llama-server.sh`` from the llama.cpp that llama-cpp-python's sources vendor; ``make bench`` passes its
+path as ``QAIC_LLAMA_SERVER`` (otherwise the PATH's ``llama-server``). It runs on as many threads as a served CPU
+model (``cpu_threads`` automatic) and ignores the end-of-sequence token, as the served side gets ``min_tokens``: each
+stream makes the same number of tokens on both sides. A peer that is missing, failed to build or fails to serve
+leaves the section's figures n/a and says why; the rest of the report goes on.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,24 +23,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-LLAMA_MODEL = "smollm2-gguf"  # the alias the server lists the embedded GGUF under
-INSTALL = "pip install 'llama-cpp-python[server]' (the test extra; its first install compiles llama.cpp)"
-
-
-def available() -> bool:
-    return importlib.util.find_spec("llama_cpp") is not None
+LLAMA_MODEL = "smollm2-gguf"  # the alias the servers list the embedded GGUF under
+PARALLEL = 8  # llama-server's slots
+PROMPT_ROOM = 512  # context tokens per slot for a prompt (the bench prompts are far shorter)
+SIDES = ("served", "llama_server")  # each round's order at each stream count
 
 
 class LlamaCppServer:
     """``python -m llama_cpp.server`` on the embedded GGUF on a free loopback port; its output goes to ``log``."""
 
-    def __init__(self, log: Path, threads: int = 1, extra: tuple[str, ...] = ()) -> None:
+    name = "llama.cpp's server"
+    ready = "/v1/models"  # answers 200 once the model is loaded
+
+    def __init__(self, log: Path, threads: int = 1) -> None:
         from console.server import free_port
 
-        self.log, self.threads, self.extra = log, threads, extra
+        self.log, self.threads = log, threads
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.process: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None  # when it ended by itself
 
     def command(self) -> list[str]:
         from backend_model.models import embedded_gguf
@@ -46,24 +50,33 @@ class LlamaCppServer:
         # interrupt_requests off: by default a new request cuts the stream in flight short (a|b, load levels)
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf()), "--model_alias",
                 LLAMA_MODEL, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "2048",
-                "--n_threads", str(self.threads), "--interrupt_requests", "False", *self.extra]
+                "--n_threads", str(self.threads), "--interrupt_requests", "False"]
 
     def start(self, timeout: float = 120.0) -> None:
-        """Start it and wait until ``/v1/models`` answers; RuntimeError with the log's tail when it does not."""
+        """Start it and wait until ``ready`` answers; RuntimeError with the log's tail when it does not."""
         with self.log.open("wb") as out:
-            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            try:
+                self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+            except OSError as exc:
+                raise RuntimeError(f"{self.name} did not start: {exc}") from None
+        url = f"http://127.0.0.1:{self.port}{self.ready}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.process.poll() is None:
             try:
-                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as resp:
+                with urllib.request.urlopen(url, timeout=2) as resp:
                     if resp.status == 200:
                         return
             except OSError:
                 time.sleep(0.1)
+        self.exit_code = self.process.poll()
         tail = self.text()[-2000:]
         self.stop()
-        raise RuntimeError(f"llama.cpp's server did not answer at {self.base_url}:\n{tail}")
+        raise RuntimeError(f"{self.name} did not answer at {url}:\n{tail}")
+
+    def ended(self) -> int | None:
+        """Its exit code if it ended by itself, else None."""
+        return self.exit_code if self.process is None else self.process.poll()
 
     def text(self) -> str:
         """What the server printed so far."""
@@ -81,62 +94,118 @@ class LlamaCppServer:
         self.process = None
 
 
+class LlamaServerPeer(LlamaCppServer):
+    """llama.cpp's ``llama-server`` at ``binary``: ``PARALLEL`` slots with continuous batching, each with room for a
+    bench prompt and ``tokens`` generated tokens, on ``threads`` threads."""
+
+    name = "llama-server"
+    ready = "/health"
+
+    def __init__(self, binary: str, log: Path, threads: int, tokens: int) -> None:
+        super().__init__(log, threads)
+        self.binary = binary
+        self.flags = ["-np", str(PARALLEL), "-cb", "-c", str(PARALLEL * (PROMPT_ROOM + tokens)), "-t", str(threads),
+                      "--ignore-eos"]
+
+    def command(self) -> list[str]:
+        from backend_model.models import embedded_gguf
+
+        return [self.binary, "-m", str(embedded_gguf()), "--alias", LLAMA_MODEL, *self.flags, "--host", "127.0.0.1",
+                "--port", str(self.port)]
+
+    def version(self) -> str:
+        """What ``--version`` says (its build number and commit), on one line."""
+        try:
+            done = subprocess.run([self.binary, "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeError(f"{self.name} --version failed: {exc}") from None
+        said = (done.stdout + done.stderr).strip()
+        if done.returncode != 0:
+            raise RuntimeError(f"{self.name} --version failed (exit code {done.returncode}): {said[-300:]}")
+        return "; ".join(line.strip() for line in said.splitlines() if line.startswith(("version", "built")))
+
+
+def peer_binary() -> tuple[str | None, str]:
+    """llama-server's path (``QAIC_LLAMA_SERVER``, else the PATH's), or None and why there is none."""
+    if "QAIC_LLAMA_SERVER" in os.environ:
+        path = os.environ["QAIC_LLAMA_SERVER"]
+        return (path, "") if path else (None, "its build failed: scripts/setup-llama-server.sh said why")
+    found = shutil.which("llama-server")
+    return found, "" if found else "not built: scripts/setup-llama-server.sh builds it (make bench runs it)"
+
+
 class ReferenceFailed(Exception):
-    """llama.cpp's server failed: the section says so and measures nothing (the served side's errors go on)."""
+    """The peer failed: the section says so and measures nothing (the served side's errors go on)."""
 
 
 def reference(measure: Callable[..., Any], *args: Any) -> Any:
-    """``measure(*args)`` on llama.cpp's side; its RuntimeError becomes ReferenceFailed."""
+    """``measure(*args)`` on the peer's side; its RuntimeError becomes ReferenceFailed."""
     try:
         return measure(*args)
     except RuntimeError as exc:
         raise ReferenceFailed(" ".join(str(exc).split())[:300]) from None
 
 
-def llama_section(report: Any, opts: Any, progress: Callable[[str], None]) -> None:
-    """The demo samples' precision served (gRPC streams) and llama.cpp's server (streamed completions) on the
-    same GGUF, alternately at 1 and 8 streams (``demo_*``: the samples smollm2_decoupled and smollm2_kv)."""
+def alternate(measure: Callable[[str, int], Any], repeats: int, progress: Callable[[str], None]) -> dict[str, list]:
+    """``repeats`` rounds of, at 1 and 8 streams, each of ``SIDES`` in turn (``measure(side, streams)``): the runs
+    by ``{side}_{streams}``."""
+    from .report import STREAMS
+
+    runs: dict[str, list] = {}
+    for i in range(repeats):
+        progress(f"llama-server round {i + 1}/{repeats}: served and llama-server x1 and x8 ...")
+        for n in STREAMS:
+            for side in SIDES:
+                runs.setdefault(f"{side}_{n}", []).append(measure(side, n))
+    return runs
+
+
+def llama_server_section(report: Any, opts: Any, progress: Callable[[str], None]) -> None:
+    """The demo samples' precision served (gRPC streams) and llama-server (streamed completions) on the same GGUF
+    and threads, alternately at 1 and 8 streams (``demo_*``: the samples smollm2_decoupled and smollm2_kv)."""
     from backend_model.threads import choose_threads
     from repo_gen.samples import SAMPLES
 
+    from . import streams
     from .report import STREAMS, best_rate, ratio
-    from .streams import openai_streams, served_model, served_precision, triton_streams
 
     precision = SAMPLES["smollm2_decoupled"].precision
-    if not available():
-        report.context["llama_cpp"] = f"not installed: {INSTALL}"
+    binary, why = peer_binary()
+    if binary is None:
+        report.context["llama_server"] = why
         return
     threads, _ = choose_threads(0, 1)  # what a served CPU model alone takes
-    extra = tuple(shlex.split(os.environ.get("QAIC_LLAMA_CPP_ARGS", "")))
-    runs: dict[str, list] = {}
-    with tempfile.TemporaryDirectory(prefix="qaic-report-llama-") as tmp:
-        llama = LlamaCppServer(Path(tmp) / "llama.log", threads, extra)
-        progress(f"llama.cpp: starting its server on the embedded GGUF ({threads} threads) ...")
+    with tempfile.TemporaryDirectory(prefix="qaic-report-llama-server-") as tmp:
+        peer = LlamaServerPeer(binary, Path(tmp) / "llama-server.log", threads, opts.tokens)
+        progress(f"llama-server: starting it on the embedded GGUF ({threads} threads) ...")
         try:
-            reference(llama.start)
-            with served_precision(precision) as server:
-                url, name = server.grpc_url, served_model(precision)
-                triton_streams(url, 1, 4, name)  # warm-up
-                reference(openai_streams, llama.base_url, 1, 4, LLAMA_MODEL)
-                for i in range(opts.repeats):
-                    progress(f"llama.cpp round {i + 1}/{opts.repeats}: served {precision} and llama.cpp x1 and x8 ...")
-                    for n in STREAMS:
-                        runs.setdefault(f"served_{n}", []).append(triton_streams(url, n, opts.tokens, name))
-                        runs.setdefault(f"llama_{n}", []).append(
-                            reference(openai_streams, llama.base_url, n, opts.tokens, LLAMA_MODEL))
+            version = reference(peer.version)
+            reference(peer.start)
+            with streams.served_precision(precision) as server:
+                url, name = server.grpc_url, streams.served_model(precision)
+
+                def measure(side: str, n: int, tokens: int = opts.tokens) -> Any:
+                    if side == "served":
+                        return streams.triton_streams(url, n, tokens, name, min_tokens=tokens)
+                    return reference(streams.openai_streams, peer.base_url, n, tokens, LLAMA_MODEL)
+
+                for side in SIDES:
+                    measure(side, 1, 4)  # warm-up
+                runs = alternate(measure, opts.repeats, progress)
         except ReferenceFailed as exc:
-            exit_code = None if llama.process is None else llama.process.poll()
-            report.context["llama_cpp"] = (f"its server failed (exit code {exit_code}): {exc}; "
-                                           "QAIC_LLAMA_CPP_ARGS adds server flags")
+            code = peer.ended()
+            report.context["llama_server"] = f"it failed{'' if code is None else f' (exit code {code})'}: {exc}"
             return
         finally:
-            llama.stop()
+            peer.stop()
     best = {key: best_rate(timed) for key, timed in runs.items()}
     report.ratios["demo_1_tokens_per_s"] = best["served_1"]
     for n in STREAMS:
-        report.ratios[f"demo_{n}_over_llama_cpp"] = ratio(best[f"served_{n}"], best[f"llama_{n}"])
+        report.ratios[f"demo_{n}_over_llama_server"] = ratio(best[f"served_{n}"], best[f"llama_server_{n}"])
         report.context[f"demo_{n}_tokens_per_s"] = round(best[f"served_{n}"], 1)
-        report.context[f"llama_cpp_{n}_tokens_per_s"] = round(best[f"llama_{n}"], 1)
+        report.context[f"llama_server_{n}_tokens_per_s"] = round(best[f"llama_server_{n}"], 1)
     report.context["demo_precision"] = precision
-    report.context["llama_cpp"] = (f"llama-cpp-python's server, {threads} threads{' ' if extra else ''}"
-                                   f"{shlex.join(extra)}; one request at a time, so its 8 streams share one")
+    report.context["llama_server_tokens_per_stream"] = {  # the fewest of any run: opts.tokens when none ended sooner
+        side: min(t.tokens / n for n in STREAMS for t in runs[f"{side}_{n}"]) for side in SIDES}
+    report.context["llama_server"] = (f"llama.cpp's llama-server ({version}) {shlex.join(peer.flags)}, "
+                                      f"{threads} thread{'s' * (threads != 1)} as the served model")

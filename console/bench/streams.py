@@ -50,9 +50,10 @@ def bench_prompts(count: int) -> list[str]:
 
 
 def triton_streams(url: str, concurrency: int, tokens: int, model: str, timeout: float = 600.0,
-                   texts: list[str] | None = None) -> Timed:
-    """``concurrency`` concurrent console gRPC streams of ``tokens`` tokens each (``texts``: their replies)."""
-    params, timeouts = GenerationParams(max_tokens=tokens), Timeouts(network=timeout)
+                   texts: list[str] | None = None, min_tokens: int | None = None) -> Timed:
+    """``concurrency`` concurrent console gRPC streams of ``tokens`` tokens each (``texts``: their replies;
+    ``min_tokens``: none ends sooner)."""
+    params, timeouts = GenerationParams(max_tokens=tokens, min_tokens=min_tokens), Timeouts(network=timeout)
     return timed_streams(lambda prompt: stream(url, model, [prompt], params, timeouts), concurrency, timeout, texts)
 
 

@@ -339,30 +339,6 @@ def test_a_model_named_by_a_long_path_is_shown_by_its_file_name() -> None:
 
 
 @pytest.mark.server
-def test_the_report_puts_the_demo_precision_beside_llama_cpp() -> None:
-    from console.bench.llama_cpp import llama_section
-
-    report = perf.Report()
-    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
-    assert report.context["demo_precision"] == "int4" and "one request at a time" in report.context["llama_cpp"]
-    for n in perf.STREAMS:
-        assert report.context[f"demo_{n}_tokens_per_s"] > 0 and report.context[f"llama_cpp_{n}_tokens_per_s"] > 0
-        assert report.ratios[f"demo_{n}_over_llama_cpp"] > 0
-    assert round(report.ratios["demo_1_tokens_per_s"], 1) == report.context["demo_1_tokens_per_s"]
-    assert {"demo_1_tokens_per_s", "demo_1_over_llama_cpp", "demo_8_over_llama_cpp"} <= set(perf.TARGETS)
-
-
-def test_a_llama_cpp_server_that_fails_leaves_its_figures_out(monkeypatch) -> None:
-    from console.bench.llama_cpp import llama_section
-
-    monkeypatch.setenv("QAIC_LLAMA_CPP_ARGS", "--no_such_flag 1")
-    report = perf.Report()
-    llama_section(report, perf.ReportOptions(tokens=8, repeats=1), progress=lambda m: None)
-    assert report.context["llama_cpp"].startswith("its server failed (exit code None): llama.cpp's server did not")
-    assert not report.ratios  # n/a, not a figure of a server that did not run
-
-
-@pytest.mark.server
 def test_a_chat_run_sends_turns_with_their_history_and_the_server_reuses_the_prefix(embedded_server, tmp_path) -> None:
     """Two conversations of three turns on a shared system prompt: turns 2+ are timed apart, the goodput is
     reported, and the bundled backend prefilled only what a slot's cache did not hold (its own count)."""

@@ -40,3 +40,45 @@ def test_a_failing_step_names_its_log_and_shows_its_end(tmp_path: Path) -> None:
         "  | Error: no ensurepip here",
     ]
     assert "Error: no ensurepip here" in log.read_text()
+
+
+def run_setup(venv: Path, *args: str) -> subprocess.CompletedProcess:
+    """``scripts/setup.sh args`` on ``venv`` (a folder with a stand-in python), from a bare PATH."""
+    return subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), *args], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/usr/sbin:/bin", "QAIC_VENV": str(venv)}, timeout=60)
+
+
+def stamped_venv(tmp_path: Path, level: str) -> Path:
+    """A venv folder whose stamp says setup ran at ``level`` ('', '--tools', '--test') for today's files."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")
+    (venv / "bin" / "python").chmod(0o755)
+    names = ("pyproject.toml", "scripts/setup.sh", "scripts/setup-lib.sh")  # what the stamp's digest covers
+    files = b"".join((ROOT / name).read_bytes() for name in names)
+    digest = subprocess.run(["sha256sum"], input=files, capture_output=True, check=True).stdout.decode()[:16]
+    (venv / ".qaic-setup").write_text(f"{digest}{level}\n")
+    return venv
+
+
+def test_a_test_setup_covers_the_tools_and_the_plain_setup(tmp_path: Path) -> None:
+    """``make test-fast`` and ``make docs`` after ``make test`` install nothing (and build no llama.cpp)."""
+    venv = stamped_venv(tmp_path, "--test")
+    for level in ((), ("--tools",), ("--test",)):
+        done = run_setup(venv, *level)
+        assert (done.returncode, done.stdout) == (0, f"[setup] ready: {venv}\n"), done.stderr
+
+
+def test_the_tools_level_does_not_cover_the_llama_build(tmp_path: Path) -> None:
+    """``make test`` after ``make test-fast`` installs (the llama.cpp peer is what it adds)."""
+    venv = stamped_venv(tmp_path, "--tools")
+    assert run_setup(venv, "--tools").stdout == f"[setup] ready: {venv}\n"
+    done = run_setup(venv, "--test")
+    assert done.stdout.startswith(f"[setup] installing into {venv}")
+    assert done.returncode == 1  # the stand-in venv has no pip: the first install step fails, as it should
+
+
+def test_an_unknown_level_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    done = run_setup(tmp_path / "venv", "--tset")
+    assert (done.returncode, done.stderr) == (2, "usage: scripts/setup.sh [--tools|--test]\n")
+    assert not (tmp_path / "venv").exists()

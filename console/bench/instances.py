@@ -56,12 +56,30 @@ def cpu_seconds(marker: str) -> dict[str, float]:
             with open(f"/proc/{pid}/cmdline", "rb") as file:
                 if marker.encode() not in file.read():
                     continue
-            with open(f"/proc/{pid}/stat", encoding="ascii") as file:
-                fields = file.read().rsplit(")", 1)[1].split()
+            found[pid] = _stat(pid)[1]
         except OSError:  # gone meanwhile
             continue
-        found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     return found
+
+
+def group_cpu_seconds(group: int) -> float:
+    """The CPU seconds (user + system) of the processes in process group ``group`` (a server started in a session
+    of its own and the processes it started), read from /proc."""
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            in_group, seconds = _stat(pid)
+        except OSError:  # gone meanwhile
+            continue
+        total += seconds if in_group == group else 0.0
+    return total
+
+
+def _stat(pid: str) -> tuple[int, float]:
+    """Process ``pid``'s group and CPU seconds; OSError when it is gone."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return int(fields[2]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # pgrp; utime, stime
 
 
 def _tokens_by_instance(metrics_url: str) -> dict[str, float]:

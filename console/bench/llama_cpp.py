@@ -5,8 +5,10 @@ The peer is ``llama-server -np 8 -cb`` (8 slots, continuous batching) built once
 ``scripts/setup-llama-server.sh`` from the llama.cpp that llama-cpp-python's sources vendor; ``make bench`` passes its
 path as ``QAIC_LLAMA_SERVER`` (otherwise the PATH's ``llama-server``). It runs on as many threads as a served CPU
 model (``cpu_threads`` automatic) and ignores the end-of-sequence token, as the served side gets ``min_tokens``: each
-stream makes the same number of tokens on both sides. A peer that is missing, failed to build or fails to serve
-leaves the section's figures n/a and says why; the rest of the report goes on.
+stream makes the same number of tokens on both sides (the context says so, and how many cores each side's
+processes kept busy: on a shared machine a side with more threads of its own may get more). A peer that is
+missing, failed to build or fails to serve leaves the section's figures n/a and says why; the rest of the report
+goes on.
 """
 
 from __future__ import annotations
@@ -166,7 +168,6 @@ def llama_server_section(report: Any, opts: Any, progress: Callable[[str], None]
     from backend_model.threads import choose_threads
     from repo_gen.samples import SAMPLES
 
-    from . import streams
     from .report import STREAMS, best_rate, ratio
 
     precision = SAMPLES["smollm2_decoupled"].precision
@@ -175,23 +176,14 @@ def llama_server_section(report: Any, opts: Any, progress: Callable[[str], None]
         report.context["llama_server"] = why
         return
     threads, _ = choose_threads(0, 1)  # what a served CPU model alone takes
+    on_threads = f"{threads} thread{'s' * (threads != 1)}"
     with tempfile.TemporaryDirectory(prefix="qaic-report-llama-server-") as tmp:
         peer = LlamaServerPeer(binary, Path(tmp) / "llama-server.log", threads, opts.tokens)
-        progress(f"llama-server: starting it on the embedded GGUF ({threads} threads) ...")
+        progress(f"llama-server: starting it on the embedded GGUF ({on_threads}) ...")
         try:
             version = reference(peer.version)
             reference(peer.start)
-            with streams.served_precision(precision) as server:
-                url, name = server.grpc_url, streams.served_model(precision)
-
-                def measure(side: str, n: int, tokens: int = opts.tokens) -> Any:
-                    if side == "served":
-                        return streams.triton_streams(url, n, tokens, name, min_tokens=tokens)
-                    return reference(streams.openai_streams, peer.base_url, n, tokens, LLAMA_MODEL)
-
-                for side in SIDES:
-                    measure(side, 1, 4)  # warm-up
-                runs = alternate(measure, opts.repeats, progress)
+            runs, cores = _side_by_side(peer, precision, opts, progress)
         except ReferenceFailed as exc:
             code = peer.ended()
             report.context["llama_server"] = f"it failed{'' if code is None else f' (exit code {code})'}: {exc}"
@@ -207,5 +199,34 @@ def llama_server_section(report: Any, opts: Any, progress: Callable[[str], None]
     report.context["demo_precision"] = precision
     report.context["llama_server_tokens_per_stream"] = {  # the fewest of any run: opts.tokens when none ended sooner
         side: min(t.tokens / n for n in STREAMS for t in runs[f"{side}_{n}"]) for side in SIDES}
+    report.context["llama_server_cores_busy"] = {key: round(sum(c) / len(c), 2) for key, c in cores.items()}
     report.context["llama_server"] = (f"llama.cpp's llama-server ({version}) {shlex.join(peer.flags)}, "
-                                      f"{threads} thread{'s' * (threads != 1)} as the served model")
+                                      f"{on_threads} as the served model")
+
+
+def _side_by_side(peer: LlamaServerPeer, precision: str, opts: Any,
+                  progress: Callable[[str], None]) -> tuple[dict[str, list], dict[str, list[float]]]:
+    """A tritonserver serving ``precision`` beside the running peer, warmed up, then :func:`alternate`: the runs,
+    and the cores each side's processes kept busy in each run (their CPU seconds over its wall time)."""
+    from . import streams
+    from .instances import group_cpu_seconds
+
+    cores: dict[str, list[float]] = {}
+    with streams.served_precision(precision) as server:
+        url, name = server.grpc_url, streams.served_model(precision)
+        groups = {"served": server.pid, "llama_server": peer.process.pid}  # each started in a session of its own
+
+        def run(side: str, n: int, tokens: int) -> Any:
+            if side == "served":
+                return streams.triton_streams(url, n, tokens, name, min_tokens=tokens)
+            return reference(streams.openai_streams, peer.base_url, n, tokens, LLAMA_MODEL)
+
+        def measure(side: str, n: int) -> Any:
+            before = group_cpu_seconds(groups[side])
+            timed = run(side, n, opts.tokens)
+            cores.setdefault(f"{side}_{n}", []).append((group_cpu_seconds(groups[side]) - before) / timed.seconds)
+            return timed
+
+        for side in SIDES:
+            run(side, 1, 4)  # warm-up
+        return alternate(measure, opts.repeats, progress), cores

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,7 +33,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     @contextlib.contextmanager
     def served_precision(precision: str):
         calls.append(("tritonserver", precision))
-        yield SimpleNamespace(grpc_url="127.0.0.1:1")
+        yield SimpleNamespace(grpc_url="127.0.0.1:1", pid=os.getpgrp())
 
     def triton_streams(url, n, tokens, model, min_tokens=None):
         assert (url, model, min_tokens) == ("127.0.0.1:1", "smollm2_int4_stream", tokens)  # every token counts
@@ -56,7 +57,11 @@ def peer_process(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     events: list[str] = []
     monkeypatch.setenv("QAIC_LLAMA_SERVER", "/opt/llama/llama-server")
     monkeypatch.setattr(llama_cpp.LlamaServerPeer, "version", lambda self: "version: 1 (0c1e570)")
-    monkeypatch.setattr(llama_cpp.LlamaServerPeer, "start", lambda self: events.append("start"))
+    def start(self) -> None:
+        events.append("start")
+        self.process = SimpleNamespace(pid=os.getpgrp(), poll=lambda: None)
+
+    monkeypatch.setattr(llama_cpp.LlamaServerPeer, "start", start)
     monkeypatch.setattr(llama_cpp.LlamaServerPeer, "stop", lambda self: events.append("stop"))
     return events
 
@@ -84,6 +89,8 @@ def test_the_sides_alternate_at_1_and_8_streams_and_the_best_runs_make_the_ratio
         f"{threads} thread{'s' * (threads != 1)} as the served model")
     assert report.context["demo_precision"] == "int4"
     assert report.context["llama_server_tokens_per_stream"] == {"served": 16, "llama_server": 16}
+    busy = report.context["llama_server_cores_busy"]  # this process group's CPU seconds over the fake seconds
+    assert list(busy) == ["served_1", "llama_server_1", "served_8", "llama_server_8"] and min(busy.values()) >= 0
     assert {perf.TARGETS[f"demo_{n}_over_llama_server"] for n in (1, 8)} == {(">=", 0.8), (">=", 1.0)}
 
 

@@ -22,3 +22,4 @@ def test_the_report_puts_the_demo_precision_beside_llama_server() -> None:
         assert report.context[f"demo_{n}_tokens_per_s"] > 0 and report.context[f"llama_server_{n}_tokens_per_s"] > 0
         assert report.ratios[f"demo_{n}_over_llama_server"] > 0
     assert report.context["llama_server_tokens_per_stream"] == {"served": 8, "llama_server": 8}  # none ended sooner
+    assert min(report.context["llama_server_cores_busy"].values()) > 0  # each side's processes, found by group

@@ -191,7 +191,8 @@ def report(tokens: int, repeats: int, sections: tuple[str, ...], json_: bool) ->
 
 @bench_group.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--rows", default="1,8", show_default=True, help="Rows decoding together: one value or a list.")
-@click.option("--steps", type=int, default=32, show_default=True, help="Decode steps timed per row count (median).")
+@click.option("--steps", type=int, default=32, show_default=True,
+              help="Decode steps timed per row count (the fastest counts).")
 @click.option("--threads", type=int, default=0, show_default=True,
               help="Torch threads (0: a served CPU model's automatic count).")
 @click.option("--llama-cpp/--no-llama-cpp", "llama", default=True, show_default=True,

@@ -222,15 +222,18 @@ def test_the_matmul_ceiling_times_every_matmul_of_a_decode_step() -> None:
 
 def test_the_breakdown_splits_a_decode_step_of_the_demo_engine_at_each_row_count() -> None:
     from console.bench.breakdown import breakdown, format_breakdown
+    from console.bench.llama_cpp import available
 
-    result = breakdown(rows=(1, 3), steps=3, threads=1, llama=False)
+    result = breakdown(rows=(1, 3), steps=3, threads=1, llama=available())
     for n in (1, 3):
         parts = result[f"rows_{n}"]
         assert parts["rows"] == n and parts["position"] > 0 and parts["forward_ms"] > parts["matmuls_ms"] > 0
         assert parts["step_ms"] >= parts["forward_ms"] and parts["attention_ms"] > 0 and parts["sampling_ms"] > 0
         assert parts["tokens_per_s"] == pytest.approx(1000 * n / parts["step_ms"], rel=0.01)
+        if available():  # llama.cpp evaluated as many tokens a call as the step had rows
+            assert parts["llama_cpp_tokens_per_s"] == pytest.approx(1000 * n / parts["llama_cpp_ms"], rel=0.01)
     text = format_breakdown(result)
-    assert "matmuls" in text and "3 rows" in text and "llama.cpp" not in text
+    assert "matmuls" in text and "3 rows" in text and ("llama.cpp tokens/s" in text) == available()
     code, out = bench("breakdown", "--rows", "9")
     assert code == 1 and "at most 8" in out
 

@@ -64,7 +64,10 @@ def read_rows(inputs: dict[str, np.ndarray], dims: Dims) -> tuple[np.ndarray, np
 
 class LastFed:
     """Each slot's last write (token, position) and the logits it gave. A decode row that repeats it (an idle
-    row) would rewrite a cache entry with what produced it: its logits are these, it is not run again."""
+    row) would rewrite a cache entry with what produced it: its logits are these, it is not run again.
+
+    A slot fed several rows in one call (drafted tokens, ``speculation.py``) keeps no last write: the next call
+    rewrites positions before its last row's (a rejected draft's), so a row there is never a repeat."""
 
     def __init__(self, dims: Dims) -> None:
         self.fed = np.full((dims.slots, 2), -1, dtype=np.int64)
@@ -75,9 +78,10 @@ class LastFed:
         return (self.fed[slots] == np.stack([ids, pos], 1)).all(1)
 
     def record(self, slots: np.ndarray, ids: np.ndarray, pos: np.ndarray, logits: np.ndarray) -> None:
-        """The rows' last (token, position) and their logits."""
+        """The rows' last (token, position) and their logits; none for a slot fed several rows."""
         self.fed[slots] = np.stack([ids, pos], 1)
         self.logits[slots] = logits
+        self.fed[slots[np.bincount(slots, minlength=len(self.fed))[slots] > 1]] = -1
 
 
 class TokenHistory:

@@ -4,6 +4,7 @@ repeats its context. Sampled requests are not speculated."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
@@ -70,3 +71,31 @@ def test_num_speculative_tokens_is_a_model_parameter_in_range(tmp_path) -> None:
     for bad in ("-1", "17", "four"):
         with pytest.raises(SessionError, match="num_speculative_tokens must be an integer from 0 to 16"):
             BackendSettings.from_model_dir(tmp_path, {"num_speculative_tokens": bad})
+
+
+def test_a_drafted_position_fed_again_is_run_again_not_taken_from_the_last_call(smol) -> None:
+    """A slot's rows of one call (its token and two drafts), then the next call's after the first draft was
+    rejected: its row at the second draft's position, with the same token, attends over the new token before it.
+    It gets what one-row steps give, not the logits the rejected draft's call left (found by the bench: greedy
+    answers changed at 2 and 3 drafted tokens)."""
+    model, _ = smol
+    dims = Dims(batch_size=1, prefill_seq_len=8, ctx_len=32, vocab=model.config.vocab_size, full_batch_size=1)
+
+    def prefilled():
+        session = open_cpu_session(model, dims, True, "fp32")
+        ids = np.array([[5, 6, 7, 8, 0, 0, 0, 0]])
+        session.run({"input_ids": ids, "position_ids": np.array([[0, 1, 2, 3, -1, -1, -1, -1]]),
+                     "batch_index": np.array([[0]])})
+        return session
+
+    def rows(session, *fed: tuple[int, int]):
+        ids, pos = np.array([[t] for t, _ in fed]), np.array([[p] for _, p in fed])
+        return session.run({"input_ids": ids, "position_ids": pos, "batch_index": np.zeros((len(fed), 1), int)})
+
+    drafted = prefilled()
+    rows(drafted, (9, 4), (10, 5), (11, 6))  # the token and two drafts; the first draft is rejected
+    again = rows(drafted, (12, 5), (11, 6))["logits"][1, -1]  # the model's token, the same second draft
+    single = prefilled()
+    for fed in ((9, 4), (12, 5)):
+        rows(single, fed)
+    assert np.array_equal(again, rows(single, (11, 6))["logits"][0, -1])

@@ -16,6 +16,7 @@ one token each).
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 import time
 from collections.abc import Callable
@@ -139,6 +140,11 @@ def decode_parts(engine, rows: int, steps: int = 32, peer: Callable[[int], objec
     return StepParts(rows, round(statistics.mean(positions)), **{k: min(v) for k, v in times.items()})
 
 
+def llama_cpp_installed() -> bool:
+    """Whether llama-cpp-python (the llama extra) is here to time llama.cpp beside the engine."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
 class LlamaCpp:
     """llama.cpp on the embedded GGUF (llama-cpp-python): ``tokens(n)`` evaluates n tokens of one sequence in one
     call, at the same place of the same prompt each time."""
@@ -172,15 +178,13 @@ def breakdown(rows: tuple[int, ...] = (1, 8), steps: int = 32, threads: int = 0,
     from backend_model.threads import choose_threads
     from repo_gen.samples import EMBEDDED_KV
 
-    from .llama_cpp import available
-
     threads = choose_threads(threads)[0]
     settings = BackendSettings(precision=PRECISION, cpu_threads=threads, prefix_caching=False,
                                compile=compile_config.validate(EMBEDDED_KV))
     progress(f"loading the embedded model at {PRECISION} on {threads} thread(s) ...")
     engine, _ = build_engine(settings, progress=lambda m: None)
     out: dict[str, Any] = {"precision": PRECISION, "threads": torch.get_num_threads(), "steps": steps}
-    peer = LlamaCpp(threads) if llama and available() else None
+    peer = LlamaCpp(threads) if llama and llama_cpp_installed() else None
     if llama:
         out["llama_cpp"] = peer is not None
     try:

@@ -222,7 +222,7 @@ def test_the_matmul_ceiling_times_every_matmul_of_a_decode_step() -> None:
 
 def test_the_breakdown_splits_a_decode_step_of_the_demo_engine_at_each_row_count() -> None:
     from console.bench.breakdown import breakdown, format_breakdown
-    from console.bench.llama_cpp import available
+    from console.bench.breakdown import llama_cpp_installed as available  # make test installs it (--test)
 
     result = breakdown(rows=(1, 3), steps=3, threads=1, llama=available())
     for n in (1, 3):

@@ -49,9 +49,14 @@ class Web:
         return self.page.locator(selector).first.inner_text()
 
     def wait_text(self, selector: str, *needles: str, timeout: int = WAIT_MS) -> str:
-        self.page.wait_for_function(
-            "([sel, needles]) => { const e = document.querySelector(sel); const t = e ? e.innerText : '';"
-            " return needles.every(n => t.includes(n)); }", arg=[selector, list(needles)], timeout=timeout)
+        """Until the element's text holds every needle; on a timeout the failure says what it held instead."""
+        try:
+            self.page.wait_for_function(
+                "([sel, needles]) => { const e = document.querySelector(sel); const t = e ? e.innerText : '';"
+                " return needles.every(n => t.includes(n)); }", arg=[selector, list(needles)], timeout=timeout)
+        except Exception as exc:  # playwright's TimeoutError
+            pytest.fail(f"{selector} never held {list(needles)} in {timeout} ms ({type(exc).__name__}); it held: "
+                        f"{self.page.evaluate('s => document.querySelector(s)?.innerText', selector)!r}")
         return self.text(selector)
 
     def table(self, selector: str) -> list[list[str]]:

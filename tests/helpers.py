@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import http.server
 import json
@@ -152,6 +154,37 @@ class LlamaServer(LlamaCppServer):
             super().start(timeout)
         except RuntimeError as exc:
             pytest.fail(str(exc))
+
+
+SHARED = "shared"  # the folder of what the workers of one run make once (made_once), under the run's temp root
+
+
+def shared_root(factory: pytest.TempPathFactory) -> Path:
+    """Where the workers of this run meet: under pytest-xdist, beside their own temp folders; alone, in this
+    session's temp folder."""
+    base = factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / SHARED
+
+
+def made_once(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder ``name``, written by ``make(folder)`` once per run: the first worker to ask makes it under a lock,
+    the others wait for it and read the same files. A folder that a failed ``make`` left is made again."""
+    root = shared_root(factory)
+    root.mkdir(parents=True, exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            make(folder)
+            done.touch()
+    return folder
+
+
+def remove_shared(factory: pytest.TempPathFactory) -> None:
+    """Remove what the workers made once (the controller, at the end of the run: no worker still reads it)."""
+    with contextlib.suppress(OSError):
+        shutil.rmtree(factory.getbasetemp() / SHARED)
 
 
 @lru_cache(maxsize=1)

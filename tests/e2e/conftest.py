@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import made_once
 from twin_data import CTX_LEN, TOKENS
 
 from backend_model import specializations
@@ -28,20 +30,25 @@ def smol():
 
 @pytest.fixture(scope="session")
 def graphs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """{"regular": folder, "continuous": folder}: the regular one through the CLI, the other through the API."""
+    """{"regular": folder, "continuous": folder}: the regular one through the CLI, the other through the API;
+    exported once per run (``made_once``: pytest-xdist's workers share them)."""
+    root = made_once(tmp_path_factory, "graphs", export_graphs)
+    yield {"regular": root / "regular", "continuous": root / "continuous"}
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # 1.3 GB: not kept among pytest's last three runs
+        shutil.rmtree(root.parent, ignore_errors=True)  # (the workers' run: its controller removes them)
+
+
+def export_graphs(root: Path) -> None:
     from click.testing import CliRunner
 
     from console.cli import main
     from repo_gen.onnx_export import export
 
-    root = tmp_path_factory.mktemp("graphs")
     result = CliRunner().invoke(main, ["onnx", "export", "--ctx-len", str(CTX_LEN), "--prefill-seq-len", "8",
                                        "--batch-size", "2", "-o", str(root / "regular")])
     assert result.exit_code == 0, result.output
     export("embedded", root / "continuous", ctx_len=CTX_LEN, prefill_seq_len=4, full_batch_size=4,
            progress=lambda message: None)
-    yield {"regular": root / "regular", "continuous": root / "continuous"}
-    shutil.rmtree(root, ignore_errors=True)  # 1.3 GB: not kept among pytest's last three runs
 
 
 Compile = Callable[..., Path]
@@ -56,8 +63,8 @@ def compiled(graphs) -> Compile:
     def make(batch_size: int = 1, prefill_seq_len: int = 8, full_batch_size: int = 0, flat: bool = False) -> Path:
         key = (batch_size, prefill_seq_len, full_batch_size, flat)
         if key not in made:
-            folder = graphs["regular"].parent / f"compiled-{len(made)}"  # removed with the graphs
-            folder.mkdir()
+            # beside the graphs, removed with them; a name of its own (the workers share the graphs' folder)
+            folder = Path(tempfile.mkdtemp(prefix=f"compiled-{len(made)}-", dir=graphs["regular"].parent))
             source = graphs["continuous" if full_batch_size else "regular"] / "model.onnx"
             os.link(source, folder / "model.onnx")
             entries = specializations.build(batch_size, prefill_seq_len, CTX_LEN, full_batch_size)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import shutil
 import subprocess
 import urllib.request
@@ -103,6 +104,12 @@ class Prometheus(Process):
                           f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
                          folder / "prometheus.log")
         self.url = f"http://127.0.0.1:{self.port}"
+
+    def targets(self) -> str:
+        """Each scrape target's health and last error, as Prometheus's targets page says them."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=5) as answer:
+            active = json.load(answer)["data"]["activeTargets"]
+        return "targets: " + ", ".join(f"{t['scrapeUrl']} {t['health']} {t['lastError']!r}" for t in active)
 
     def ready(self) -> bool:
         try:

@@ -72,11 +72,14 @@ def signalled(cmd: list[str], ready: Callable[[str], bool], sig: int, on: str = 
     return seen, out, err, proc.returncode
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` s."""
+def wait_until(condition: Callable[[], object], timeout: float, what: str,
+               state: Callable[[], str] | None = None) -> None:
+    """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` s (and what ``state()`` says then:
+    what the wait held)."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}" + (f"; {state()}" if state else ""))
         time.sleep(0.05)
 
 

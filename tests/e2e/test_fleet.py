@@ -71,7 +71,8 @@ def fleet(embedded_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         prometheus = Prometheus(folder, [s.handle.metrics_url.split("//", 1)[1].split("/", 1)[0] for s in servers])
         wait_until(prometheus.ready, WAIT, "Prometheus to be ready")
         api = PrometheusAPI(prometheus.url)
-        wait_until(lambda: len([s for s in api.query("up == 1")]) == SERVERS, WAIT, "Prometheus to scrape all three")
+        wait_until(lambda: len([s for s in api.query("up == 1")]) == SERVERS, WAIT, "Prometheus to scrape all three",
+                   prometheus.targets)
         wait_until(lambda: set(haproxy.states().values()) == {"UP"}, WAIT, "haproxy to see every server UP")
         yield Fleet(servers, haproxy, prometheus)
     finally:

@@ -3,6 +3,7 @@
 
 # pytest's workers (pytest-xdist): each file runs whole on one worker, so its module fixtures start once
 TEST_WORKERS ?= 2
+PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 run:
 	@scripts/setup.sh
@@ -13,14 +14,14 @@ test:
 	@.venv/bin/ruff check .
 	@.venv/bin/lint-imports --no-cache  # the layers (pyproject.toml [tool.importlinter])
 	@.venv/bin/mypy  # the files of pyproject.toml [tool.mypy]: console/core, clients, front and backend_model
-	@.venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	@$(PYTEST) --durations=15 $(PYTEST_ARGS)
 
 test-fast:
 	@scripts/setup.sh --tools
 	@.venv/bin/ruff check .
 	@.venv/bin/lint-imports --no-cache
 	@.venv/bin/mypy
-	@.venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/fast $(PYTEST_ARGS)
+	@$(PYTEST) tests/fast $(PYTEST_ARGS)
 
 # The peer tier, outside `make test`: real vLLM in its own venv (built once by scripts/setup-vllm.sh) and llama.cpp's
 # llama-server (built once by scripts/setup-llama-server.sh).

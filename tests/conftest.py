@@ -165,8 +165,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from console.server.process import _stop_all
 
     _drop_unreadable_snapshot_records(session)
-    if session.config.pluginmanager.hasplugin("dsession"):  # pytest-xdist's controller: its workers are done
-        remove_shared(session.config._tmp_path_factory)  # type: ignore[attr-defined]
+    remove_shared(session.config._tmp_path_factory)  # type: ignore[attr-defined]
 
     _stop_all()  # what a test left running on purpose (session fixtures) stops like at interpreter exit
     mark = os.environ[SESSION_MARK]

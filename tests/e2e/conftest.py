@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,13 +29,11 @@ def smol():
 
 
 @pytest.fixture(scope="session")
-def graphs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """{"regular": folder, "continuous": folder}: the regular one through the CLI, the other through the API;
-    exported once per run (``made_once``: pytest-xdist's workers share them)."""
+    exported once per run (``made_once``: pytest-xdist's workers share them; removed at the run's end)."""
     root = made_once(tmp_path_factory, "graphs", export_graphs)
-    yield {"regular": root / "regular", "continuous": root / "continuous"}
-    if not os.environ.get("PYTEST_XDIST_WORKER"):  # 1.3 GB: not kept among pytest's last three runs
-        shutil.rmtree(root.parent, ignore_errors=True)  # (the workers' run: its controller removes them)
+    return {"regular": root / "regular", "continuous": root / "continuous"}
 
 
 def export_graphs(root: Path) -> None:

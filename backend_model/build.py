@@ -16,7 +16,16 @@ from typing import Any
 from . import compile_config, cpu_support, devices, specializations
 from .contract import Dims, SessionError
 from .engine import Engine
-from .models import EMBEDDED, Progress, eos_ids, load_config, load_pretrained, load_tokenizer
+from .models import (
+    EMBEDDED,
+    Progress,
+    eos_ids,
+    load_config,
+    load_pretrained,
+    load_tokenizer,
+    read_tensors,
+    safetensors_files,
+)
 from .parameters import BOOLEANS, ENGINES, TRUE, VARIES_WITH_BATCH
 from .qaic_session import QaicSession, open_qpc, qaic_available
 from .threads import choose_threads
@@ -169,21 +178,36 @@ def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str):
     from .hf_sessions import CpuRecomputeSession, TransformersKVSession
 
     kind = cpu_support.session_for(model.config.to_dict(), use_kv_cache, precision, dims.ctx_len)
-    session_cls = {cpu_support.LLAMA_FAMILY: CpuKVSession, cpu_support.TRANSFORMERS_KV: TransformersKVSession,
-                   cpu_support.RECOMPUTE: CpuRecomputeSession}[kind]
-    return session_cls(model, dims, precision)
+    if kind == cpu_support.LLAMA_FAMILY:
+        return CpuKVSession.of(model, dims, precision)
+    return {cpu_support.TRANSFORMERS_KV: TransformersKVSession, cpu_support.RECOMPUTE: CpuRecomputeSession}[kind](
+        model, dims, precision)
 
 
 def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> tuple[Engine, str]:
-    """The CPU engine and what the model's log line says about it; the config is checked before the weights load."""
+    """The CPU engine and what the model's log line says about it; the config is checked before the weights load.
+
+    The Llama-family session reads the safetensors files itself when they are here: it never runs transformers'
+    model, so building one (importing its modelling code, initialising its weights) is skipped.
+    """
     import torch
 
-    config = load_config(settings.hf_model_name, progress).to_dict()
-    kind = cpu_support.session_for(config, settings.use_kv_cache, settings.precision, settings.compile["ctx_len"])
+    config = load_config(settings.hf_model_name, progress)
+    kind = cpu_support.session_for(config.to_dict(), settings.use_kv_cache, settings.precision,
+                                   settings.compile["ctx_len"])
     torch.set_num_threads(threads)
-    model, tokenizer = load_pretrained(settings.hf_model_name, progress)
-    session = open_cpu_session(model, settings.dims(model.config.vocab_size), settings.use_kv_cache, settings.precision)
-    engine = Engine(session, tokenizer, eos_ids(model, tokenizer))
+    dims = settings.dims(config.vocab_size)
+    files = safetensors_files(settings.hf_model_name, progress) if kind == cpu_support.LLAMA_FAMILY else None
+    if files:
+        from .cpu_session import CpuKVSession
+
+        tokenizer, eos = load_tokenizer(settings.hf_model_name, progress, config)
+        session = CpuKVSession(config, read_tensors(files), dims, settings.precision)
+    else:
+        model, tokenizer = load_pretrained(settings.hf_model_name, progress)
+        session = open_cpu_session(model, dims, settings.use_kv_cache, settings.precision)
+        eos = eos_ids(model, tokenizer)
+    engine = Engine(session, tokenizer, eos)
     varies = VARIES_WITH_BATCH.get(settings.precision)
     extra = f" session={kind} precision={settings.precision}" + (f" ({varies})" if varies else "")
     if not settings.use_kv_cache:  # recomputing every token on the CPU is slow: a short answer by default

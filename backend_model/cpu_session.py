@@ -13,6 +13,8 @@ would change with its neighbours). A prefill runs one prompt at a time.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -57,23 +59,25 @@ class CpuKVSession:
     keeps_prefix = True  # a slot's cache stays as it is until the slot is prefilled again (the engine reuses it)
     speculates = True  # a decode step may feed several positions of one slot, a row each (speculation.py)
 
-    def __init__(self, model, dims: Dims, precision: str = "fp32") -> None:
+    def __init__(self, config, weights: Mapping[str, torch.Tensor], dims: Dims, precision: str = "fp32") -> None:
+        """``weights``: the checkpoint's tensors by their transformers names (``model.layers.0.mlp.up_proj.weight``),
+        from the safetensors files or from a loaded model's ``state_dict()``."""
         from transformers.activations import ACT2FN
 
-        cfg = model.config
-        if cfg.model_type not in LLAMA_LIKE:
-            raise SessionError(f"the Llama-family KV session serves {', '.join(LLAMA_LIKE)}, not {cfg.model_type!r}")
+        if config.model_type not in LLAMA_LIKE:
+            raise SessionError(f"the Llama-family KV session serves {', '.join(LLAMA_LIKE)}, "
+                               f"not {config.model_type!r}")
         self.dims = dims
         self.dtype = torch_dtype(precision)
-        self.n_heads = cfg.num_attention_heads
-        self.n_kv = cfg.num_key_value_heads
-        self.head_dim = head_dim(cfg)
-        self.eps = cfg.rms_norm_eps
+        self.n_heads = config.num_attention_heads
+        self.n_kv = config.num_key_value_heads
+        self.head_dim = head_dim(config)
+        self.eps = config.rms_norm_eps
         self.scale = self.head_dim**-0.5
-        self.act = ACT2FN[cfg.hidden_act]
-        self.windows = set(layer_windows(cfg))
-        self._load_weights(model, precision, layer_windows(cfg))
-        cos, sin = rope_tables(cfg, dims.ctx_len)
+        self.act = ACT2FN[config.hidden_act]
+        self.windows = set(layer_windows(config))
+        self._load_weights(config, weights, precision)
+        cos, sin = rope_tables(config, dims.ctx_len)
         half = self.head_dim // 2  # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated)
         self.cos, self.sin = cos.to(self.dtype), torch.cat((-sin[:, :half], sin[:, half:]), -1).to(self.dtype)
         shape = (dims.slots, self.n_kv, dims.ctx_len, self.head_dim)
@@ -81,28 +85,42 @@ class CpuKVSession:
         self.v_cache = [torch.zeros(shape, dtype=self.dtype) for _ in self.layers]
         self.last = LastFed(dims)
 
-    def _load_weights(self, model, precision: str, windows: list[int | None]) -> None:
-        def own(t: torch.Tensor) -> torch.Tensor:
-            return t.detach().to(self.dtype).contiguous()
+    @classmethod
+    def of(cls, model, dims: Dims, precision: str = "fp32") -> CpuKVSession:
+        """The session on a loaded transformers model's weights."""
+        return cls(model.config, model.state_dict(), dims, precision)
 
-        def joined(*projs) -> Linear:
-            bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
-            return Linear(torch.cat([p.weight for p in projs]), bias, precision)
+    def _load_weights(self, config, weights: Mapping[str, torch.Tensor], precision: str) -> None:
+        """A bias is read where the checkpoint has one; tied embeddings are the output head, as transformers ties
+        them; a missing weight is a SessionError naming it."""
+        def tensor(name: str) -> torch.Tensor:
+            try:
+                return weights[name]
+            except KeyError:
+                raise SessionError(f"the checkpoint has no {name}") from None
 
-        inner = model.model
-        self.embed = own(inner.embed_tokens.weight)
-        self.norm = own(inner.norm.weight)
-        self.lm_head = Linear(model.lm_head.weight, model.lm_head.bias, precision)
+        def own(name: str) -> torch.Tensor:
+            return tensor(name).detach().to(self.dtype).contiguous()
+
+        def linear(*names: str) -> Linear:
+            biases = [weights.get(f"{n}.bias") for n in names]
+            bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
+            return Linear(torch.cat([tensor(f"{n}.weight") for n in names]), bias, precision)
+
+        self.embed = own("model.embed_tokens.weight")
+        self.norm = own("model.norm.weight")
+        tied = getattr(config, "tie_word_embeddings", False)
+        self.lm_head = linear("model.embed_tokens" if tied else "lm_head")
         self.layers: list[_Layer] = []
-        for blk, window in zip(inner.layers, windows):
-            at, mlp = blk.self_attn, blk.mlp
+        for i, window in enumerate(layer_windows(config)):
+            at, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
             layer = _Layer()
-            layer.in_norm = own(blk.input_layernorm.weight)
-            layer.post_norm = own(blk.post_attention_layernorm.weight)
-            layer.qkv = joined(at.q_proj, at.k_proj, at.v_proj)
-            layer.o = Linear(at.o_proj.weight, at.o_proj.bias, precision)
-            layer.gate_up = joined(mlp.gate_proj, mlp.up_proj)
-            layer.down = Linear(mlp.down_proj.weight, mlp.down_proj.bias, precision)
+            layer.in_norm = own(f"model.layers.{i}.input_layernorm.weight")
+            layer.post_norm = own(f"model.layers.{i}.post_attention_layernorm.weight")
+            layer.qkv = linear(at + "q_proj", at + "k_proj", at + "v_proj")
+            layer.o = linear(at + "o_proj")
+            layer.gate_up = linear(mlp + "gate_proj", mlp + "up_proj")
+            layer.down = linear(mlp + "down_proj")
             layer.window = window
             self.layers.append(layer)
 

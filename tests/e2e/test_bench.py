@@ -211,7 +211,7 @@ def test_the_matmul_ceiling_times_every_matmul_of_a_decode_step() -> None:
     from backend_model.cpu_session import CpuKVSession
 
     model = tiny_model("llama_biases_head_dim")
-    session = CpuKVSession(model, Dims(1, 4, 64, model.config.vocab_size, 2), "int4")
+    session = CpuKVSession.of(model, Dims(1, 4, 64, model.config.vocab_size, 2), "int4")
     fields = [getattr(layer, name) for layer in session.layers for name in layer.__slots__]
     every = [v for v in fields if isinstance(v, Linear)]
     assert {id(p) for p in session.products()} == {id(p) for p in [*every, session.lm_head]}

@@ -202,7 +202,7 @@ def test_int4_session_generates_like_bf16(smol):
     dims = Dims(1, 8, 128, model.config.vocab_size, 2)
     texts = {}
     for precision in ("bf16", "int4"):
-        engine = Engine(CpuKVSession(model, dims, precision), tokenizer, eos_ids(model, tokenizer))
+        engine = Engine(CpuKVSession.of(model, dims, precision), tokenizer, eos_ids(model, tokenizer))
         texts[precision] = engine.generate(["The capital of France is"], SamplingParams(max_tokens=6))[0].text
     assert "Paris" in texts["int4"]
     assert texts["int4"] == texts["bf16"]
@@ -214,7 +214,7 @@ def test_a_prompt_gets_its_answer_alone_beside_any_number_of_others(smol, precis
     lengths, in whichever slot the scheduler gives it."""
     model, tokenizer = smol
     dims = Dims(batch_size=1, prefill_seq_len=32, ctx_len=256, vocab=model.config.vocab_size, full_batch_size=8)
-    engine = Engine(CpuKVSession(model, dims, precision), tokenizer, eos_ids(model, tokenizer))
+    engine = Engine(CpuKVSession.of(model, dims, precision), tokenizer, eos_ids(model, tokenizer))
     params = SamplingParams(max_tokens=16)
     alone = {p: engine.generate([p], params)[0].tokens for p in PROMPTS}
     for others in (1, 3, 7):

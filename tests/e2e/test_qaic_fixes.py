@@ -115,7 +115,7 @@ def test_a_qpc_without_qefficient_under_engine_auto_is_an_error_not_a_cpu_run(tm
 def test_a_repeated_decode_row_leaves_the_cpu_cache_as_it_was(smol):
     """An idle row repeats its last token and position: the cache keeps what produced it."""
     model, tokenizer = smol
-    session = CpuKVSession(model, Dims(1, 4, CTX_LEN, VOCAB, full_batch_size=2))
+    session = CpuKVSession.of(model, Dims(1, 4, CTX_LEN, VOCAB, full_batch_size=2))
     ids = tokenizer(PROMPTS[0]).input_ids
     for slot in (0, 1):
         chunk = np.full((1, 4), -1, np.int64)

@@ -71,7 +71,7 @@ def greedy_logits(session: CpuKVSession, rows: dict[int, list[int]], steps: int)
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
 def test_a_decode_row_is_the_same_alone_beside_others_and_in_any_slot(smol, precision: str) -> None:
     model, tokenizer = smol
-    session = CpuKVSession(model, Dims(1, 8, 64, model.config.vocab_size, 8), precision)
+    session = CpuKVSession.of(model, Dims(1, 8, 64, model.config.vocab_size, 8), precision)
     prompt = tokenizer("My name is").input_ids
     others = [tokenizer(p).input_ids for p in NEIGHBOURS]
     assert len({len(prompt), *map(len, others)}) == 5  # every row has its own length

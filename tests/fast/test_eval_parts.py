@@ -32,7 +32,7 @@ def tokenizer():
 def engines(tokenizer) -> dict[str, Engine]:
     """Two tiny random models on the CPU KV session (continuous batching): a reference and a different one."""
     dims = Dims(1, 4, 64, 49152, full_batch_size=2)
-    return {name: Engine(CpuKVSession(tiny_model("llama", seed), dims, "fp32"), tokenizer, [2])
+    return {name: Engine(CpuKVSession.of(tiny_model("llama", seed), dims, "fp32"), tokenizer, [2])
             for name, seed in (("a", 0), ("b", 1))}
 
 

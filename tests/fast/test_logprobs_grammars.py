@@ -43,7 +43,7 @@ def smol():
 def engine(smol, precision: str = "fp32", slots: int = 4) -> Engine:
     model, tokenizer = smol
     dims = Dims(1, 16, 256, model.config.vocab_size, slots)
-    return Engine(CpuKVSession(model, dims, precision), tokenizer, eos_ids(model, tokenizer))
+    return Engine(CpuKVSession.of(model, dims, precision), tokenizer, eos_ids(model, tokenizer))
 
 
 def chat(smol, text: str) -> str:
@@ -160,7 +160,7 @@ def test_a_grammar_masks_a_copy_of_its_row_not_the_sessions_logits(smol) -> None
     """The engine reads a step's logits in place; a grammar's mask must not write into the session's array (a
     session may keep it, as a card's output buffer or the zero-cost bench session does)."""
     model, tokenizer = smol
-    kept = Kept(CpuKVSession(model, Dims(1, 16, 256, model.config.vocab_size, 2), "fp32"))
+    kept = Kept(CpuKVSession.of(model, Dims(1, 16, 256, model.config.vocab_size, 2), "fp32"))
     eng = Engine(kept, tokenizer, eos_ids(model, tokenizer))
     seqs = [eng.prepare(eng.encode(chat(smol, "A phone number?")),
                         SamplingParams(max_tokens=12, structured_outputs={"regex": PHONE})),

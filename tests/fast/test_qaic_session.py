@@ -112,10 +112,10 @@ def test_specializations_json_gives_ctx_len(qpc_dir, smol):
 def test_engine_through_the_adapter_matches_the_cpu_session(qpc_dir, smol):
     model, tokenizer = smol
     dims = Dims(batch_size=1, prefill_seq_len=4, ctx_len=128, vocab=model.config.vocab_size, full_batch_size=2)
-    card = CpuKVSession(model, dims)
+    card = CpuKVSession.of(model, dims)
     fake = FakeQaicRuntime(kv_specs(2, 4, 128, dims.vocab), compute=card.run)
     via_card = Engine(QaicSession(qpc_dir, opener=opening(fake)), tokenizer, eos_ids(model, tokenizer))
-    direct = Engine(CpuKVSession(model, dims), tokenizer, eos_ids(model, tokenizer))
+    direct = Engine(CpuKVSession.of(model, dims), tokenizer, eos_ids(model, tokenizer))
     prompts = ["My name is", "Maroon bells", "The capital of France is"]  # 3 prompts, 2 slots: refill
     params = SamplingParams(max_tokens=8)
     expected = [s.tokens for s in direct.generate(prompts, params)]
@@ -143,7 +143,7 @@ def test_causal_qpc_gets_left_padded_sequences_with_a_mask(qpc_dir, smol):
     assert not session.kv and session.dims.ctx_len == seq_len and not fake.skipped
     engine = Engine(session, tokenizer, eos_ids(model, tokenizer))
     (seq,) = engine.generate(["My name is"], SamplingParams(max_tokens=6))
-    cpu = Engine(CpuKVSession(model, Dims(1, 8, 64, vocab, 1)), tokenizer, eos_ids(model, tokenizer))
+    cpu = Engine(CpuKVSession.of(model, Dims(1, 8, 64, vocab, 1)), tokenizer, eos_ids(model, tokenizer))
     assert seq.tokens == cpu.generate(["My name is"], SamplingParams(max_tokens=6))[0].tokens
     assert len(fake.calls) == 6  # one full recompute per generated token
 

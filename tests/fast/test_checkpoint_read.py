@@ -1,0 +1,85 @@
+"""The Llama-family session read from the safetensors files holds what it holds built from transformers' model.
+
+The backend reads a Llama-family checkpoint's tensors itself (``models.safetensors_files``, ``read_tensors``)
+instead of building transformers' model; the session must be the same to the bit: every weight, and so every
+logit. Each Llama-family tiny model is saved as ``save_pretrained`` writes it (tied and untied embeddings,
+biases, head_dim, windows), in one file and in shards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tiny_models import tiny_model
+from transformers import AutoConfig, AutoTokenizer
+
+from backend_model.build import BackendSettings, build_engine
+from backend_model.contract import Dims, SessionError
+from backend_model.cpu_session import CpuKVSession
+from backend_model.models import prepare_embedded, read_tensors, safetensors_files
+
+ARCHITECTURES = ["llama", "llama_biases_head_dim", "llama_rope_yarn", "mistral_window", "qwen2_window"]
+DIMS = Dims(1, 8, 64, 49152, 2)
+PROMPT = np.array([[5, 17, 300, 9, 44, 1001, 7, 2]], dtype=np.int64)
+
+
+def state(session: CpuKVSession) -> list[torch.Tensor]:
+    """Every tensor the session computes with, in order."""
+    out = [session.embed, session.norm, session.cos, session.sin]
+    for linear in [session.lm_head] + [p for layer in session.layers for p in (layer.qkv, layer.o, layer.gate_up,
+                                                                              layer.down)]:
+        out += [t for t in (linear.weight, linear.bias) if t is not None]
+    out += [t for layer in session.layers for t in (layer.in_norm, layer.post_norm)]
+    return out
+
+
+def prefill(session: CpuKVSession) -> np.ndarray:
+    inputs = {"input_ids": PROMPT, "position_ids": np.arange(8, dtype=np.int64)[None], "batch_index": np.zeros((1, 1),
+                                                                                                         np.int64)}
+    return session.run(inputs)["logits"]
+
+
+@pytest.mark.parametrize("shard", [None, "200KB"], ids=["one file", "shards"])
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_a_session_read_from_the_files_is_the_session_of_the_loaded_model(tmp_path: Path, name: str,
+                                                                          shard: str | None) -> None:
+    model = tiny_model(name)
+    model.save_pretrained(tmp_path, **({"max_shard_size": shard} if shard else {}))
+    files = safetensors_files(str(tmp_path))
+    assert files and (len(files) > 1) == bool(shard)
+    read = CpuKVSession(AutoConfig.from_pretrained(tmp_path), read_tensors(files), DIMS, "fp32")
+    loaded = CpuKVSession.of(model, DIMS, "fp32")
+    assert len(state(read)) == len(state(loaded))
+    for mine, theirs in zip(state(read), state(loaded)):
+        assert mine.dtype == theirs.dtype and torch.equal(mine, theirs)
+    np.testing.assert_array_equal(prefill(read), prefill(loaded))
+
+
+def test_a_checkpoint_without_a_weight_is_refused_naming_it(tmp_path: Path) -> None:
+    model = tiny_model("llama_biases_head_dim")
+    tensors = dict(model.state_dict())
+    del tensors["model.layers.1.mlp.down_proj.weight"]
+    with pytest.raises(SessionError, match=r"no model\.layers\.1\.mlp\.down_proj\.weight"):
+        CpuKVSession(model.config, tensors, DIMS, "fp32")
+
+
+def test_only_safetensors_are_read_directly(tmp_path: Path) -> None:
+    model = tiny_model("llama")
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    assert safetensors_files(str(tmp_path)) is None  # a .bin checkpoint: transformers' from_pretrained reads it
+
+
+def test_the_backend_reads_the_files_and_keeps_the_models_eos(tmp_path: Path) -> None:
+    """A folder without generation_config.json: the EOS ids are the model config's too, as a loaded model's."""
+    model = tiny_model("llama")
+    model.config.eos_token_id = 7  # not the tokenizer's (2)
+    model.save_pretrained(tmp_path)
+    (tmp_path / "generation_config.json").unlink()
+    AutoTokenizer.from_pretrained(prepare_embedded(progress=lambda m: None)).save_pretrained(tmp_path)
+    engine, _ = build_engine(BackendSettings(engine="cpu", hf_model_name=str(tmp_path)), progress=lambda m: None)
+    assert isinstance(engine.session, CpuKVSession)
+    assert set(engine.eos_ids) == {2, 7}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import made_once
-from twin_data import CTX_LEN, TOKENS
+from twin_data import CTX_LEN, PROMPTS, TOKENS
 
 from backend_model import specializations
 
@@ -78,12 +78,20 @@ def compiled(graphs) -> Compile:
 
 
 @pytest.fixture(scope="session")
-def reference(smol) -> Callable[[str], list[int]]:
-    """``reference(prompt)``: transformers fp32 greedy, full recompute, ``TOKENS`` tokens (computed once)."""
+def reference(smol, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], list[int]]:
+    """``reference(prompt)``: transformers fp32 greedy, full recompute, ``TOKENS`` tokens. The twin tests' prompts
+    are computed once per run (``made_once``: 3 s of CPU each, which the workers share), any other once a worker."""
     from console.twin.agreement import hf_greedy
 
     model, tokenizer = smol
-    cache: dict[str, list[int]] = {}
+
+    def make(folder: Path) -> None:
+        folder.mkdir()
+        tokens = {prompt: hf_greedy(model, tokenizer, prompt, TOKENS) for prompt in PROMPTS}
+        (folder / "tokens.json").write_text(json.dumps(tokens))
+
+    cache: dict[str, list[int]] = json.loads((made_once(tmp_path_factory, "references", make) / "tokens.json")
+                                             .read_text())
 
     def tokens(prompt: str) -> list[int]:
         if prompt not in cache:

@@ -33,7 +33,7 @@ def make_engine(smol, *, slots: int = 4, continuous: bool = True, prefill: int =
     model, tokenizer = smol
     dims = Dims(batch_size=1 if continuous else slots, prefill_seq_len=prefill, ctx_len=ctx,
                 vocab=model.config.vocab_size, full_batch_size=slots if continuous else 0)
-    session = (CpuKVSession if kv else CpuRecomputeSession)(model, dims)
+    session = CpuKVSession.of(model, dims) if kv else CpuRecomputeSession(model, dims)
     return Engine(session, tokenizer, eos_ids(model, tokenizer))
 
 

@@ -9,6 +9,8 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
+import torch
+from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 from twin_data import CTX_LEN, PROMPTS, TOKENS, VOCAB
 
 from backend_model import specializations
@@ -23,8 +25,10 @@ PARAMS = SamplingParams(max_tokens=TOKENS)
 
 
 def twin_engine(folder, smol) -> Engine:
+    """The twin on the threads a served model takes (``engine_threads``), as ``serve`` opens it."""
     model, tokenizer = smol
-    return Engine(QaicSession(folder, opener=onnx_opener()), tokenizer, eos_ids(model, tokenizer))
+    opener = onnx_opener(threads=torch.get_num_threads())
+    return Engine(QaicSession(folder, opener=opener), tokenizer, eos_ids(model, tokenizer))
 
 
 def assert_matches_transformers(seqs, prompts, reference) -> None:

@@ -8,6 +8,9 @@ biases, head_dim, windows), in one file and in shards.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +86,22 @@ def test_the_backend_reads_the_files_and_keeps_the_models_eos(tmp_path: Path) ->
     engine, _ = build_engine(BackendSettings(engine="cpu", hf_model_name=str(tmp_path)), progress=lambda m: None)
     assert isinstance(engine.session, CpuKVSession)
     assert set(engine.eos_ids) == {2, 7}
+
+
+def test_a_hub_name_in_the_local_cache_is_read_from_its_snapshot(tmp_path: Path) -> None:
+    """A hub name already in the Hugging Face cache (the layout ``from_pretrained`` downloads into) loads offline from
+    its snapshot's safetensors, without building transformers' model."""
+    snapshot = tmp_path / "hub" / "models--someorg--tiny-llama" / "snapshots" / "abc123"
+    tiny_model("llama").save_pretrained(snapshot)
+    AutoTokenizer.from_pretrained(prepare_embedded(progress=lambda m: None)).save_pretrained(snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    script = ("import sys; from backend_model.build import BackendSettings, build_engine; "
+              "from backend_model.models import safetensors_files; "
+              "files = safetensors_files('someorg/tiny-llama'); "
+              "engine, _ = build_engine(BackendSettings(engine='cpu', hf_model_name='someorg/tiny-llama'), print); "
+              "print(files, type(engine.session).__name__, 'transformers.models.llama.modeling_llama' in sys.modules)")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"[{snapshot / 'model.safetensors'!r}] CpuKVSession False"

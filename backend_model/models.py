@@ -213,8 +213,11 @@ def safetensors_files(source: str | None, progress: Progress = print) -> list[Pa
     if index is None:
         single = _local_file(where, SAFETENSORS)
         return None if single is None else [single]
-    shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    files = [_local_file(where, shard) for shard in shards]
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # from_pretrained says what is wrong with it
+        return None
+    files = [_local_file(where, str(shard)) for shard in shards]
     return None if any(f is None for f in files) else files  # type: ignore[return-value]
 
 

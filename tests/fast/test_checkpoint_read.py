@@ -69,6 +69,13 @@ def test_a_checkpoint_without_a_weight_is_refused_naming_it(tmp_path: Path) -> N
         CpuKVSession(model.config, tensors, DIMS, "fp32")
 
 
+@pytest.mark.parametrize("index", ["{", '{"metadata": {}}', '{"weight_map": ["a"]}'])
+def test_a_broken_shard_index_is_left_to_from_pretrained(tmp_path: Path, index: str) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors.index.json").write_text(index)
+    assert safetensors_files(str(tmp_path)) is None
+
+
 def test_only_safetensors_are_read_directly(tmp_path: Path) -> None:
     model = tiny_model("llama")
     model.config.save_pretrained(tmp_path)

@@ -59,6 +59,19 @@ class Web:
                         f"{self.page.evaluate('s => document.querySelector(s)?.innerText', selector)!r}")
         return self.text(selector)
 
+    def wait_points(self, plot: str, count: int, timeout: int = WAIT_MS) -> None:
+        """Until the plot draws ``count`` points; on a timeout the failure says what it drew and what the chat and
+        the summary held."""
+        try:
+            self.page.wait_for_function("([sel, n]) => document.querySelectorAll(sel + ' .mark-symbol path').length"
+                                        " === n", arg=[plot, count], timeout=timeout)
+        except Exception as exc:  # playwright's TimeoutError
+            state = self.page.evaluate(
+                "sel => ({points: document.querySelectorAll(sel + ' .mark-symbol path').length, plot: document"
+                ".querySelector(sel)?.innerText, summary: document.querySelector('#qc-summary')?.innerText, chat:"
+                " document.querySelector('#qc-chat')?.innerText?.slice(-500)})", plot)
+            pytest.fail(f"{plot} never drew {count} points in {timeout} ms ({type(exc).__name__}): {state!r}")
+
     def table(self, selector: str) -> list[list[str]]:
         """A Dataframe's rows as cell texts."""
         return self.page.evaluate("sel => [...document.querySelectorAll(sel + ' .virtual-row')].map(r =>"

@@ -212,8 +212,7 @@ def test_batch_markup_stays_text_and_speed_shows_latency_apart(web: Web) -> None
     summary = web.text("#qc-summary")
     assert "Batch" in summary and "latency ms" in summary and "TTFT" not in summary and "Stream" not in summary
     # the latency plot draws both replies as points, the x axis counts whole replies
-    page.wait_for_function("document.querySelectorAll('#qc-plot-latency .mark-symbol path').length === 2",
-                           timeout=WAIT_MS)
+    web.wait_points("#qc-plot-latency", 2)
     assert web.x_labels("#qc-plot-latency") == ["1", "2"]
     page.locator("#qc-plot-ttft").scroll_into_view_if_needed()
     assert page.locator("#qc-plot-ttft .mark-symbol path").count() == 0
@@ -228,8 +227,7 @@ def test_batch_markup_stays_text_and_speed_shows_latency_apart(web: Web) -> None
     page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'", timeout=WAIT_MS)
     web.send("Hi!")
     web.tab("Speed")
-    page.wait_for_function("document.querySelectorAll('#qc-plot-ttft .mark-symbol path').length === 1",
-                           timeout=WAIT_MS)  # a series of one point is drawn
+    web.wait_points("#qc-plot-ttft", 1)  # a series of one point is drawn
     summary = web.wait_text("#qc-summary", "Stream")
     assert summary.index("Batch") < summary.index("Stream") and "TTFT ms" in summary.split("Stream")[1]
     assert page.evaluate("window.__pwned") is None

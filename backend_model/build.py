@@ -178,10 +178,9 @@ def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str):
     from .hf_sessions import CpuRecomputeSession, TransformersKVSession
 
     kind = cpu_support.session_for(model.config.to_dict(), use_kv_cache, precision, dims.ctx_len)
-    if kind == cpu_support.LLAMA_FAMILY:
-        return CpuKVSession.of(model, dims, precision)
-    return {cpu_support.TRANSFORMERS_KV: TransformersKVSession, cpu_support.RECOMPUTE: CpuRecomputeSession}[kind](
-        model, dims, precision)
+    open_session = {cpu_support.LLAMA_FAMILY: CpuKVSession.of, cpu_support.TRANSFORMERS_KV: TransformersKVSession,
+                    cpu_support.RECOMPUTE: CpuRecomputeSession}[kind]
+    return open_session(model, dims, precision)
 
 
 def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> tuple[Engine, str]:

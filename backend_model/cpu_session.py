@@ -102,10 +102,13 @@ class CpuKVSession:
         def own(name: str) -> torch.Tensor:
             return tensor(name).detach().to(self.dtype).contiguous()
 
+        def joined(parts: list) -> torch.Tensor:  # one projection is used as it is: no copy of its weights
+            return parts[0] if len(parts) == 1 else torch.cat(parts)
+
         def linear(*names: str) -> Linear:
             biases = [weights.get(f"{n}.bias") for n in names]
-            bias = None if biases[0] is None else torch.cat(biases)  # type: ignore[arg-type]
-            return Linear(torch.cat([tensor(f"{n}.weight") for n in names]), bias, precision)
+            bias = None if biases[0] is None else joined(biases)
+            return Linear(joined([tensor(f"{n}.weight") for n in names]), bias, precision)
 
         self.embed = own("model.embed_tokens.weight")
         self.norm = own("model.norm.weight")

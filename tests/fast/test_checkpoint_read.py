@@ -18,11 +18,13 @@ import pytest
 import torch
 from tiny_models import tiny_model
 from transformers import AutoConfig, AutoTokenizer
+from twin_data import qeff_fixtures
 
 from backend_model.build import BackendSettings, build_engine
 from backend_model.contract import Dims, SessionError
 from backend_model.cpu_session import CpuKVSession
 from backend_model.models import prepare_embedded, read_tensors, safetensors_files
+from backend_model.sampling import SamplingParams
 
 ARCHITECTURES = ["llama", "llama_biases_head_dim", "llama_rope_yarn", "mistral_window", "qwen2_window"]
 DIMS = Dims(1, 8, 64, 49152, 2)
@@ -112,3 +114,17 @@ def test_a_hub_name_in_the_local_cache_is_read_from_its_snapshot(tmp_path: Path)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == f"[{snapshot / 'model.safetensors'!r}] CpuKVSession False"
+
+
+def test_the_qeff_fixtures_hf_folder_is_read_directly_and_answers_as_transformers_did() -> None:
+    """The real tiny-llama of the QEfficient fixtures, loaded by the backend from its safetensors, answers each
+    prompt with the greedy tokens transformers recorded for it when the fixtures were made (``hf_greedy.json``)."""
+    qeff = qeff_fixtures()
+    assert safetensors_files(str(qeff.hf)) == [qeff.hf / "model.safetensors"]
+    settings = BackendSettings(engine="cpu", hf_model_name=str(qeff.hf))
+    settings.compile["ctx_len"] = 128
+    engine, description = build_engine(settings, progress=lambda m: None)
+    assert isinstance(engine.session, CpuKVSession) and "session=llama-family" in description
+    for prompt, tokens in qeff.reference.items():
+        (seq,) = engine.generate([prompt], SamplingParams(max_tokens=len(tokens)))
+        assert seq.tokens == tokens, prompt

@@ -122,11 +122,11 @@ def _speed_tab() -> dict[str, Any]:
     with gr.Row():
         for key in ("ttft", "latency"):
             view[key] = gr.ScatterPlot(empty[key], x="reply", y=views.PLOTS[key][0], x_title="reply", y_title="ms",
-                                       title=views.plot_title(key, empty[key]), y_axis_format=",.0f", height=240,
-                                       sort=[], elem_id=f"qc-plot-{key}")
+                                       title=views.PLOTS[key][1], y_axis_format=",.0f", height=240, sort=[],
+                                       elem_id=f"qc-plot-{key}", **views.plot_label(key, empty[key]))
         view["tps"] = gr.ScatterPlot(empty["tps"], x="reply", y="tokens/s", color="mode", x_title="reply",
-                                     title=views.plot_title("tps", empty["tps"]), y_axis_format=",.1f", height=240,
-                                     sort=[], elem_id="qc-plot-tps")
+                                     title=views.PLOTS["tps"][1], y_axis_format=",.1f", height=240, sort=[],
+                                     elem_id="qc-plot-tps", **views.plot_label("tps", empty["tps"]))
     view["table"] = gr.Dataframe(views.speed_table([]), label="Per reply (times in ms)", interactive=False,
                                  elem_id="qc-speed")
     return {k: view[k] for k in ("summary", "table", "ttft", "latency", "tps")}  # the order speed() returns

@@ -161,10 +161,9 @@ class WebConsole:
     def speed(turns: list[Turn]) -> tuple[Any, ...]:
         """The Speed tab: summary per mode, the per-reply table, and its plots."""
         table = views.speed_table(turns)
-        order = list(table["reply"].astype(str))
         plots = views.plot_data(table)
         return (views.summary_markdown(turns), table,
-                *(gr.update(value=plots[key], sort=order, title=views.plot_title(key, plots[key]))
+                *(gr.update(value=plots[key], **views.plot_label(key, plots[key]))
                   for key in ("ttft", "latency", "tps")))
 
     # ---- server

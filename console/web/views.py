@@ -37,10 +37,10 @@ REPO_COLUMNS = ["model", "type", "modes", "source", "valid"]
 # the figures first, so a narrow page shows them without scrolling; the prompt, which may be long, last
 SPEED_COLUMNS = ["reply", "mode", "TTFT ms", "ITL ms", "latency ms", "tokens/s", "output tokens", "finish",
                  "prepare ms", "model", "prompt"]
-PLOTS = {  # the Speed tab's plots: key -> (y column, title, the title while it has nothing to draw)
-    "ttft": ("TTFT ms", "Stream · time to first token (ms)", "Stream · no stream replies yet"),
-    "latency": ("latency ms", "Batch · request latency (ms)", "Batch · no batch replies yet"),
-    "tps": ("tokens/s", "Output tokens/s", "Output tokens/s · no replies yet"),
+PLOTS = {  # the Speed tab's plots: key -> (y column, title, the label while it has nothing to draw)
+    "ttft": ("TTFT ms", "Stream · time to first token (ms)", "no stream replies yet"),
+    "latency": ("latency ms", "Batch · request latency (ms)", "no batch replies yet"),
+    "tps": ("tokens/s", "Output tokens/s", "no replies yet"),
 }
 HUGE = 2**31 - 1  # a bound this large is the wire type's, not a rule worth a hint
 SUMMARY_LABELS = {  # transcript.summary() key -> label (times in ms, as everywhere on the page)
@@ -287,7 +287,7 @@ def speed_table(turns: Sequence[Turn]) -> pd.DataFrame:
 
 def plot_data(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Plot frames: stream TTFT and batch latency apart, tokens/s of both; ``reply`` is a category ("1", "2" ...)
-    so the x axis shows whole reply numbers and one reply is one point."""
+    so the x axis shows whole reply numbers, in the rows' order, and one reply is one point."""
     frame = table.assign(reply=table["reply"].astype(str))
     stream, batch = frame[frame["mode"] == "stream"], frame[frame["mode"] != "stream"]
     return {
@@ -297,10 +297,11 @@ def plot_data(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
     }
 
 
-def plot_title(key: str, frame: pd.DataFrame) -> str:
-    """A Speed plot's title, saying when it has nothing to draw yet."""
-    _, title, empty = PLOTS[key]
-    return title if len(frame) else empty
+def plot_label(key: str, frame: pd.DataFrame) -> dict[str, Any]:
+    """A Speed plot's label: why it is empty, hidden once it draws. Only its data and label change after it is
+    built: a new title or sort redraws the whole chart, and Gradio's plot can then keep the older drawing when
+    that redraw crosses the one of its tab being shown."""
+    return {"label": "" if len(frame) else PLOTS[key][2], "show_label": not len(frame)}
 
 
 def summary_markdown(turns: Sequence[Turn]) -> str:

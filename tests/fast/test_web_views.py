@@ -294,10 +294,10 @@ def test_the_speed_table_shows_the_figures_first_and_empty_plots_say_so() -> Non
     columns = views.SPEED_COLUMNS
     assert columns[:6] == ["reply", "mode", "TTFT ms", "ITL ms", "latency ms", "tokens/s"] and columns[-1] == "prompt"
     plots = views.plot_data(views.speed_table([batch_turn()]))
-    assert views.plot_title("latency", plots["latency"]) == "Batch · request latency (ms)"
-    assert views.plot_title("ttft", plots["ttft"]) == "Stream · no stream replies yet"
+    assert views.plot_label("latency", plots["latency"]) == {"label": "", "show_label": False}
+    assert views.plot_label("ttft", plots["ttft"]) == {"label": "no stream replies yet", "show_label": True}
     empty = views.plot_data(views.speed_table([]))
-    assert views.plot_title("latency", empty["latency"]) == "Batch · no batch replies yet"
+    assert views.plot_label("latency", empty["latency"]) == {"label": "no batch replies yet", "show_label": True}
 
 
 def test_control_hints_leave_out_wire_limits_and_a_bad_value_marks_its_field() -> None:

@@ -49,14 +49,17 @@ class Web:
         return self.page.locator(selector).first.inner_text()
 
     def wait_text(self, selector: str, *needles: str, timeout: int = WAIT_MS) -> str:
-        """Until the element's text holds every needle; on a timeout the failure says what it held instead."""
+        """Until the element's text holds every needle; on a timeout the failure says what it held instead, and how
+        the chat ends (a reply's figures and how it ended)."""
         try:
             self.page.wait_for_function(
                 "([sel, needles]) => { const e = document.querySelector(sel); const t = e ? e.innerText : '';"
                 " return needles.every(n => t.includes(n)); }", arg=[selector, list(needles)], timeout=timeout)
         except Exception as exc:  # playwright's TimeoutError
+            held = self.page.evaluate("s => [document.querySelector(s)?.innerText, document.querySelector('#qc-chat')"
+                                      "?.innerText?.slice(-300)]", selector)
             pytest.fail(f"{selector} never held {list(needles)} in {timeout} ms ({type(exc).__name__}); it held: "
-                        f"{self.page.evaluate('s => document.querySelector(s)?.innerText', selector)!r}")
+                        f"{held[0]!r}; the chat ends: {held[1]!r}")
         return self.text(selector)
 
     def wait_points(self, plot: str, count: int, timeout: int = WAIT_MS) -> None:

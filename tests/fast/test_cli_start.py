@@ -3,8 +3,10 @@ ends with the one line that installs it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -18,10 +20,14 @@ PROBE = ("import atexit, sys\n"
 
 
 def run_cli(*args: str, block: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """``qaic-console ARGS`` in a fresh interpreter; ``block``: modules that are not installed there."""
+    """``qaic-console ARGS`` in a fresh interpreter; ``block``: modules that are not installed there. Its temp dir is
+    its own: what other consoles left in /tmp (a killed web console's folder, which ``web`` removes, saying so) is
+    not its output."""
     blocked = "".join(f"sys.modules[{name!r}] = None\n" for name in block)
     code = PROBE.format(heavy=HEAVY, block=blocked, args=list(args))
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    with tempfile.TemporaryDirectory() as tmp:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "TMPDIR": tmp})
 
 
 def imported(done: subprocess.CompletedProcess) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from google.protobuf import text_format
-from helpers import python38
+from helpers import outside_env, python38
 from tritonclient.grpc import model_config_pb2
 
 from backend_model.models import cache_root
@@ -195,6 +195,7 @@ def test_generate_serve_and_ask_from_the_exported_folder(exported: Path, sdk_pyt
 
 def test_the_sdk_venv_holds_only_tritonclient_and_numpy(sdk_python: Path) -> None:
     for module in ("console", "repo_gen", "torch", "transformers"):
-        done = subprocess.run([str(sdk_python), "-c", f"import {module}"], capture_output=True, text=True, cwd="/")
+        done = subprocess.run([str(sdk_python), "-c", f"import {module}"], capture_output=True, text=True, cwd="/",
+                              env=outside_env())  # a PYTHONPATH to the checkout is not the venv's
         assert done.returncode != 0 and f"No module named '{module}'" in done.stderr
 

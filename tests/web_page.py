@@ -49,31 +49,28 @@ class Web:
         return self.page.locator(selector).first.inner_text()
 
     def wait_text(self, selector: str, *needles: str, timeout: int = WAIT_MS) -> str:
-        """Until the element's text holds every needle; on a timeout the failure says what it held instead, and how
-        the chat ends (a reply's figures and how it ended)."""
-        try:
-            self.page.wait_for_function(
-                "([sel, needles]) => { const e = document.querySelector(sel); const t = e ? e.innerText : '';"
-                " return needles.every(n => t.includes(n)); }", arg=[selector, list(needles)], timeout=timeout)
-        except Exception as exc:  # playwright's TimeoutError
-            held = self.page.evaluate("s => [document.querySelector(s)?.innerText, document.querySelector('#qc-chat')"
-                                      "?.innerText?.slice(-300)]", selector)
-            pytest.fail(f"{selector} never held {list(needles)} in {timeout} ms ({type(exc).__name__}); it held: "
-                        f"{held[0]!r}; the chat ends: {held[1]!r}")
+        """Until the element's text holds every needle (on a timeout, see :meth:`_until`)."""
+        self._until("([sel, needles]) => { const e = document.querySelector(sel); const t = e ? e.innerText : '';"
+                    " return needles.every(n => t.includes(n)); }", [selector, list(needles)], selector,
+                    f"never held {list(needles)}", timeout)
         return self.text(selector)
 
     def wait_points(self, plot: str, count: int, timeout: int = WAIT_MS) -> None:
-        """Until the plot draws ``count`` points; on a timeout the failure says what it drew and what the chat and
-        the summary held."""
+        """Until the plot draws ``count`` points (on a timeout, see :meth:`_until`)."""
+        self._until("([sel, n]) => document.querySelectorAll(sel + ' .mark-symbol path').length === n",
+                    [plot, count], plot, f"never drew {count} points", timeout)
+
+    def _until(self, condition: str, arg: Any, selector: str, failure: str, timeout: int) -> None:
+        """Wait for a JS condition; on a timeout the failure says what the page held: the element's text and
+        points drawn, the Speed summary, and how the chat ends (a reply's figures and how it ended)."""
         try:
-            self.page.wait_for_function("([sel, n]) => document.querySelectorAll(sel + ' .mark-symbol path').length"
-                                        " === n", arg=[plot, count], timeout=timeout)
+            self.page.wait_for_function(condition, arg=arg, timeout=timeout)
         except Exception as exc:  # playwright's TimeoutError
             state = self.page.evaluate(
-                "sel => ({points: document.querySelectorAll(sel + ' .mark-symbol path').length, plot: document"
-                ".querySelector(sel)?.innerText, summary: document.querySelector('#qc-summary')?.innerText, chat:"
-                " document.querySelector('#qc-chat')?.innerText?.slice(-500)})", plot)
-            pytest.fail(f"{plot} never drew {count} points in {timeout} ms ({type(exc).__name__}): {state!r}")
+                "sel => ({held: document.querySelector(sel)?.innerText, points: document.querySelectorAll(sel +"
+                " ' .mark-symbol path').length, summary: document.querySelector('#qc-summary')?.innerText, chat:"
+                " document.querySelector('#qc-chat')?.innerText?.slice(-500)})", selector)
+            pytest.fail(f"{selector} {failure} in {timeout} ms ({type(exc).__name__}): {state!r}")
 
     def table(self, selector: str) -> list[list[str]]:
         """A Dataframe's rows as cell texts."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fake_server import FakeServer, registered
-from helpers import SESSION_MARK, LlamaServer, marked_servers, remove_shared
+from helpers import SERVER_START, SESSION_MARK, LlamaServer, marked_servers, remove_shared
 
 ECHO_CONFIG = """\
 backend: "python"
@@ -97,7 +97,7 @@ def embedded_server(embedded_repo: Path):
     from console.server import TritonServer
 
     server = TritonServer(embedded_repo)
-    server.start(timeout=600)
+    server.start(timeout=SERVER_START)
     yield server
     server.stop()
 

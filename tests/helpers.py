@@ -25,6 +25,9 @@ from console.bench.llama_cpp import LlamaCppServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSION_MARK = "QAIC_TEST_SESSION"
+# a long server start (several models) waits this long: under pytest-timeout's 600 s, so a start that hangs fails
+# with the server's own error and its log's tail, not with pytest's stack dump
+SERVER_START = 400
 SERVER_NAMES = ("tritonserver", "triton_python_backend_stub", "guard.py", "llama_cpp.server", "llama-server",
                 "vllm.entrypoints", "VLLM::")  # vLLM's OpenAI server; its engine and workers name themselves VLLM::
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import SERVER_START
 from tiny_models import save_tiny
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from triton_wire import Stream, generate, http_infer, joined
@@ -54,7 +55,7 @@ def tiny_server(tiny_repo):
     from console.server import TritonServer
 
     server = TritonServer(tiny_repo[1])
-    server.start(timeout=900)
+    server.start(timeout=SERVER_START)
     yield server
     server.stop()
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import wait_for_log
+from helpers import SERVER_START, wait_for_log
 
 from console.clients import (
     Cancelled,
@@ -196,7 +196,7 @@ def test_server_dying_mid_stream(tmp_path: Path) -> None:
 
     write_samples(("smollm2_decoupled",), tmp_path)
     server = TritonServer(tmp_path)
-    server.start(timeout=600)
+    server.start(timeout=SERVER_START)
     try:
         call = stream(server.grpc_url, "smollm2_decoupled", PROMPTS, GenerationParams(max_tokens=400),
                       Timeouts(network=120, idle=30))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from helpers import wait_for_log
+from helpers import SERVER_START, wait_for_log
 from tritonclient.utils import InferenceServerException
 
 from console.server import TritonServer
@@ -49,7 +49,7 @@ def grown(tmp_path_factory: pytest.TempPathFactory):
     done = run(src, "-c", "import sys; from repo_gen.samples import write_samples; "
                           f"write_samples(({MODEL!r},), sys.argv[1])", str(repo))
     assert done.returncode == 0, done.stderr
-    server = TritonServer(repo).start(timeout=600)
+    server = TritonServer(repo).start(timeout=SERVER_START)
     yield src, server
     server.stop()
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import tritonclient.http as httpclient
+from helpers import SERVER_START
 
 from console.metrics.scrape import scrape
 from repo_gen.command import main as generate
@@ -54,7 +55,7 @@ def test_each_instance_opens_its_own_group_and_reports_under_its_label(grouped: 
     from console.server import TritonServer
 
     server = TritonServer(grouped)
-    server.start(timeout=600)
+    server.start(timeout=SERVER_START)
     try:
         log = "\n".join(server.log_tail(600))
         opened = sorted(re.findall(r"grouped: engine=cpu .* instance=(\d) devices=([\d,]+)", log))

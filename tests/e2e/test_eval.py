@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import LLAMA_MODEL, cli, greedy_answer
+from helpers import LLAMA_MODEL, SERVER_START, cli, greedy_answer
 
 from console.server import TritonServer
 from repo_gen.samples import write_samples
@@ -31,7 +31,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     repo = tmp_path_factory.mktemp("eval_repo")
     write_samples((FP32, INT4), repo)
     server = TritonServer(repo)
-    server.start(timeout=600)
+    server.start(timeout=SERVER_START)
     yield server
     server.stop()
 

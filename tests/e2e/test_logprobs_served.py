@@ -13,6 +13,7 @@ import jsonschema
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from helpers import SERVER_START
 from triton_wire import tensor
 from tritonclient.utils import InferenceServerException
 
@@ -37,7 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     write_samples((BATCH, STREAM), repo)
     engine, _ = build_engine(BackendSettings.from_model_dir(repo / BATCH, SAMPLES[BATCH].parameters()),
                              progress=lambda m: None)
-    server = TritonServer(repo).start(timeout=600)
+    server = TritonServer(repo).start(timeout=SERVER_START)
     yield server, engine
     server.stop()
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from helpers import wait_until
+from helpers import SERVER_START, wait_until
 from tritonclient.utils import InferenceServerException
 
 from console.clients.wire import tensor
@@ -34,7 +34,7 @@ TOO_BIG = 2**32 + 5
 def server(tmp_path_factory: pytest.TempPathFactory):
     repo = tmp_path_factory.mktemp("rejections")
     write_samples((BATCH, STREAM), repo)
-    served = TritonServer(repo).start(timeout=600)
+    served = TritonServer(repo).start(timeout=SERVER_START)
     yield served
     served.stop()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from google.protobuf import text_format
-from helpers import outside_env, python38
+from helpers import SERVER_START, outside_env, python38
 from tritonclient.grpc import model_config_pb2
 
 from backend_model.models import cache_root
@@ -181,7 +181,7 @@ def test_generate_serve_and_ask_from_the_exported_folder(exported: Path, sdk_pyt
                            "--force"], cwd=llm, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     server = TritonServer(llm / "llm_model_dir", models=("smollm2_decoupled",))
-    server.start(timeout=600)
+    server.start(timeout=SERVER_START)
     try:
         script = llm / "tests" / "stream-response" / "client_example_kv.py"
         asked = subprocess.run([str(sdk_python), str(script), "--prompt", "My name is", "--url", server.grpc_url,

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import SERVER_START, wait_until
 
 from backend_model.threads import auto_threads
 from console.bench.capacity import MODEL, client_capacity, write_zero_cost_repo
@@ -27,7 +27,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     write_samples(("smollm2_decoupled", "smollm2_decoupled_fp32"), repo)
     write_zero_cost_repo(repo)
     server = TritonServer(repo, models=("smollm2_decoupled", MODEL))
-    server.start(timeout=600)
+    server.start(timeout=SERVER_START)
     yield server
     server.stop()
 

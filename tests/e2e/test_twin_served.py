@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import SERVER_START
 from twin_data import events, generate_model, texts
 
 from backend_model import compile_config
@@ -51,7 +52,7 @@ def twin_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def twin_server(twin_repo: Path):
     from console.server import TritonServer
 
-    with TritonServer(twin_repo).start(timeout=900) as server:  # four twins load one after another
+    with TritonServer(twin_repo).start(timeout=SERVER_START) as server:  # four twins load one after another
         yield server
 
 

@@ -1,9 +1,8 @@
 # The two quick-start commands: `make run` and `make test` (see README.md).
 .PHONY: run test test-fast test-peers lint bench docs
 
-# pytest's workers (pytest-xdist): each file runs whole on one worker, so its module fixtures start once. Three on
-# two cores: the tests wait on servers they start (on 2 cores the suite took 796 s on two workers, 701-728 s on three).
-TEST_WORKERS ?= 3
+# pytest's workers (pytest-xdist): each file runs whole on one worker, so its module fixtures start once
+TEST_WORKERS ?= 2
 PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 run:

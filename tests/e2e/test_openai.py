@@ -121,11 +121,11 @@ def test_a_batch_timeout_closes_the_connection_at_once_and_says_what_the_server_
     events: list = []
     reader = threading.Thread(target=lambda: events.extend(call), daemon=True)
     reader.start()
-    wait_until(lambda: connections_to(llama_server.port) > before, 10, "the request's connection")
+    ours = new_connection(llama_server.port, before, "the request's connection")
     reader.join(30)
     (failure,) = events
     assert failure.kind == "timeout" and "llama.cpp's finishes an unstreamed request" in failure.message, failure
-    wait_until(lambda: connections_to(llama_server.port) == before, 5, "the connection to close")
+    wait_closed(llama_server.port, ours, 5, "the connection to close")
     wait_until(lambda: answers(llama_server), 120, "llama.cpp's server to finish what it was left with")
 
 
@@ -157,13 +157,26 @@ def test_stop_closes_the_stream_and_the_server_stops_generating(llama_server) ->
     assert short[0].stats.time_to_first_token < 10.0, short[0].stats
 
 
-def connections_to(port: int) -> int:
-    """How many ESTABLISHED TCP connections of this machine go to ``port`` (their remote end)."""
-    count = 0
+def connections_to(port: int) -> set[str]:
+    """The local ends of this machine's ESTABLISHED TCP connections to ``port`` (their remote end). A request's
+    connection is told by its local end, not by a count: a pooled one (a listing's) may close meanwhile."""
+    ends = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        remote, state = line.split()[2], line.split()[3]
-        count += int(remote.rsplit(":", 1)[1], 16) == port and state == "01"
-    return count
+        local, remote, state = line.split()[1:4]
+        if int(remote.rsplit(":", 1)[1], 16) == port and state == "01":
+            ends.add(local)
+    return ends
+
+
+def new_connection(port: int, before: set[str], what: str) -> set[str]:
+    """The connections to ``port`` opened since ``before`` was read, once there is one."""
+    wait_until(lambda: connections_to(port) - before, 10, what)
+    return connections_to(port) - before
+
+
+def wait_closed(port: int, ours: set[str], timeout: float, what: str) -> None:
+    """Until none of ``ours`` is open any more."""
+    wait_until(lambda: not ours & connections_to(port), timeout, what)
 
 
 def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
@@ -179,9 +192,9 @@ def test_stop_closes_a_queued_stream_at_once(llama_server) -> None:
     before = connections_to(llama_server.port)
     try:
         threading.Thread(target=lambda: list(waiting), daemon=True).start()
-        wait_until(lambda: connections_to(llama_server.port) > before, 10, "the queued request's connection")
+        ours = new_connection(llama_server.port, before, "the queued request's connection")
         queued.cancel()
-        wait_until(lambda: connections_to(llama_server.port) == before, 10, "the queued request's connection to close")
+        wait_closed(llama_server.port, ours, 10, "the queued request's connection to close")
         assert isinstance(next(first), TextDelta)  # the other request still streams
     finally:
         running.cancel()

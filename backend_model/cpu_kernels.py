@@ -27,6 +27,7 @@ from .contract import SessionError
 # groups of 32 along the input: the layout of the embedded GGUF's Q4_1 blocks, which it reproduces.
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32, "int4": torch.float32}
 INT4_GROUP = 32
+ALIGNMENT = 64  # bytes: where torch's CPU allocator starts a tensor
 
 
 def head_dim(config) -> int:
@@ -39,6 +40,13 @@ def torch_dtype(precision: str) -> torch.dtype:
         return DTYPES[precision]
     except KeyError:
         raise SessionError(f"precision must be one of {sorted(DTYPES)}, got {precision!r}") from None
+
+
+def aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, or its copy where torch allocates when it does not start on a 64-byte boundary (a safetensors
+    file's tensors start where its header's length puts them): on some CPUs (AVX without AVX2) a matrix product's
+    rounding depends on where its operands start, and the logits must be those of the model transformers loads."""
+    return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
 
 
 class Linear:
@@ -69,6 +77,9 @@ class Linear:
         elif precision == "int4" and weight.shape[1] % INT4_GROUP == 0 and weight.shape[0] % 16 == 0:
             self.int4 = pack_int4(weight.detach().float())
             self.weight = None
+        else:  # kept dense: maybe the checkpoint file's own memory (``models.read_tensors`` maps it)
+            self.weight = aligned(self.weight)
+            self.bias = None if self.bias is None else aligned(self.bias)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """The product for a call whose rows are one prompt's (a prefill chunk: fixed by the prompt)."""

@@ -26,7 +26,6 @@ EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PREP_VERSION = "1"
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
-ALIGNMENT = 64  # bytes: where torch's CPU allocator starts a tensor
 
 Progress = Callable[[str], None]  # typing.Callable: evaluated at run time, so 3.8-safe
 
@@ -234,22 +233,13 @@ def _local_file(where: Path | str, name: str) -> Path | None:
 
 
 def read_tensors(files: list[Path]) -> dict:
-    """Every tensor of the safetensors files by name, as stored (a session converts them to its precision).
-
-    A tensor the file holds off a 64-byte boundary (its header's length sets where the data starts) is copied to
-    one that is on it, where torch allocates: on some CPUs (AVX without AVX2) a matrix product's rounding depends
-    on where its operands start, and the logits must be those of the model transformers loads."""
+    """Every tensor of the safetensors files by name, as stored (a session converts them to its precision)."""
     from safetensors.torch import load_file
 
     tensors: dict = {}
     for path in files:
-        tensors.update((name, aligned(t)) for name, t in load_file(str(path)).items())
+        tensors.update(load_file(str(path)))
     return tensors
-
-
-def aligned(tensor):
-    """``tensor``, or its copy when it does not start on a 64-byte boundary."""
-    return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
 
 
 def eos_ids(model, tokenizer) -> set[int]:

@@ -8,6 +8,7 @@ behaviour runs on the fake server in ``tests/fast/test_web_fake.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -32,11 +33,15 @@ LOADED = ("smollm2_decoupled", "smollm2_kv", "echo_llm", "echo")
 @pytest.fixture(scope="module")
 def web_repo(tmp_path_factory: pytest.TempPathFactory, echo_repo: Path, python_model) -> Path:
     """Three embedded samples, a Python model with the prompt/text_output interface and no controls, and the
-    FP32 ``echo`` model (an interface the console does not speak)."""
-    from repo_gen.samples import write_samples
+    FP32 ``echo`` model (an interface the console does not speak). The stream sample holds 2048 positions, not
+    512: a reply Stop must cut lasts half a minute on a fast CPU, not six seconds a loaded browser can miss."""
+    from repo_gen.samples import EMBEDDED_KV, SAMPLES, write_samples
+    from repo_gen.writer import write_model
 
     repo = tmp_path_factory.mktemp("web_repo")
-    write_samples(("smollm2_decoupled", "smollm2_kv", "smollm2_causal"), repo)
+    write_samples(("smollm2_kv", "smollm2_causal"), repo)
+    long_context = {**EMBEDDED_KV, "ctx_len": 2048, "full_batch_size": 2}
+    write_model(dataclasses.replace(SAMPLES["smollm2_decoupled"], compile=long_context), repo)
     python_model(repo, "echo_llm", ECHO_LLM, llm=True)
     shutil.copytree(echo_repo / "echo", repo / "echo")
     return repo
@@ -160,7 +165,7 @@ def test_stream_grows_live_and_stop_cancels_on_the_server(web: Web) -> None:
     page = web.page
     web.clear()
     web.mode("stream")
-    web.fill("max-tokens", "300")
+    web.fill("max-tokens", "1500")
     web.send("Tell me a long story about a brave dragon.", until="streaming ·")
     reply = page.locator("#qc-chat .message.bot").last
     page.wait_for_function("() => /tok\\/s/.test(document.querySelector('#qc-live').innerText)", timeout=WAIT_MS)

@@ -17,6 +17,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from . import heap
 from .build import BackendSettings, build_engine
 from .engine import Engine
 from .errors import BadRequest
@@ -119,6 +120,10 @@ class TritonResponder:
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
+        with heap.loading():  # the stub loads without collections; what it loaded is never scanned again
+            self._initialize(args)
+
+    def _initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
         self.name = args["model_name"]
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)

@@ -4,8 +4,8 @@
 # pytest's workers (pytest-xdist): each file runs whole on one worker, so its module fixtures start once
 TEST_WORKERS ?= 2
 PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
-# mypy's cache outlives a clone: a fresh clone's check then hashes the files it read before (about 1 s, not 24)
-MYPY = .venv/bin/mypy --cache-dir "$${QAIC_CONSOLE_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/qaic-console}/mypy"
+# mypy's cache outlives a clone, in the console's cache (cache_root): a fresh clone's check hashes what it read before
+MYPY = .venv/bin/mypy --cache-dir "$$(.venv/bin/python -c 'from backend_model.models import cache_root; print(cache_root() / "mypy")')"
 
 run:
 	@scripts/setup.sh

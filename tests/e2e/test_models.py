@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -29,11 +30,17 @@ def test_embedded_preparation_is_cached_and_keyed(tmp_path, monkeypatch):
     assert again == []
     gguf = models.embedded_gguf()
     assert models._embedded_dir(gguf, "bf16") != folder  # another stored precision, another folder
-    copy = tmp_path / "src" / gguf.name
+    copy = tmp_path / "another_venv" / gguf.name
     copy.parent.mkdir()
-    shutil.copy2(gguf, copy)
-    copy.touch()
-    assert models._embedded_dir(copy, "fp32") != folder  # a changed source re-prepares
+    shutil.copyfile(gguf, copy)  # the same package in another virtual environment: another path, another mtime
+    assert models._embedded_dir(copy, "fp32") == folder  # finds what the first prepared
+    with open(copy, "r+b") as f:  # a changed source re-prepares
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    models._content_hash.cache_clear()  # what a new process sees, whatever the clock's grain between the writes
+    assert models._embedded_dir(copy, "fp32") != folder
 
 
 def test_hub_name_offline_fails_fast_with_a_clear_message(monkeypatch):

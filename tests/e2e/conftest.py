@@ -1,4 +1,5 @@
-"""Fixtures of the card-twin tests: the embedded model, its two exported graphs, the HF reference.
+"""Fixtures of the card-twin tests: the embedded model, its two exported graphs, the HF reference (kept between
+runs in the console's cache, under a key of everything that decides it).
 
 The graphs are exported once per session (regular and continuous batching); their axes are
 dynamic, so one graph serves every compile: ``compiled`` links it into a folder beside the
@@ -7,6 +8,8 @@ specializations.json of the dimensions a test wants, as a QPC of those dimension
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -77,18 +80,42 @@ def compiled(graphs) -> Compile:
     return make
 
 
+def reference_key() -> str:
+    """What decides the reference tokens: the embedded weights' folder (named by their content), the prompts, the
+    code that decodes, the versions of torch and transformers, their threads and the CPU's instruction sets."""
+    import torch
+    import transformers
+
+    from backend_model.models import prepare_embedded
+    from console.twin import agreement
+
+    cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    weights = prepare_embedded(progress=lambda message: None).name
+    parts = [weights, json.dumps([PROMPTS, TOKENS]), inspect.getsource(agreement.hf_greedy),
+             torch.__version__, transformers.__version__, str(torch.get_num_threads()), cpu]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
 def reference(smol, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], list[int]]:
     """``reference(prompt)``: transformers fp32 greedy, full recompute, ``TOKENS`` tokens. The twin tests' prompts
-    are computed once per run (``made_once``: 3 s of CPU each, which the workers share), any other once a worker."""
+    are computed once (3 s of CPU each) and kept in the console's cache under ``reference_key``, so a later run on
+    the same weights, code and CPU reads them; any other prompt is computed once a worker."""
+    from backend_model.models import cache_root
     from console.twin.agreement import hf_greedy
 
     model, tokenizer = smol
+    kept = cache_root() / "test-references" / f"{reference_key()}.json"
 
     def make(folder: Path) -> None:
         folder.mkdir()
-        tokens = {prompt: hf_greedy(model, tokenizer, prompt, TOKENS) for prompt in PROMPTS}
-        (folder / "tokens.json").write_text(json.dumps(tokens))
+        if not kept.is_file():
+            tokens = {prompt: hf_greedy(model, tokenizer, prompt, TOKENS) for prompt in PROMPTS}
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=kept.parent, suffix=".part", delete=False) as part:
+                part.write(json.dumps(tokens))
+            os.replace(part.name, kept)
+        shutil.copyfile(kept, folder / "tokens.json")
 
     cache: dict[str, list[int]] = json.loads((made_once(tmp_path_factory, "references", make) / "tokens.json")
                                              .read_text())

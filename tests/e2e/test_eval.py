@@ -14,10 +14,9 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import LLAMA_MODEL, SERVER_START, cli, greedy_answer
+from helpers import LLAMA_MODEL, cli, greedy_answer
 
 from console.server import TritonServer
-from repo_gen.samples import write_samples
 
 pytestmark = [pytest.mark.server]
 FP32, INT4 = "smollm2_decoupled_fp32", "smollm2_decoupled"
@@ -27,13 +26,9 @@ CORPUS = "It is for us the living, rather, to be dedicated here to the unfinishe
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory):
-    repo = tmp_path_factory.mktemp("eval_repo")
-    write_samples((FP32, INT4), repo)
-    server = TritonServer(repo)
-    server.start(timeout=SERVER_START)
-    yield server
-    server.stop()
+def served(embedded_server: TritonServer) -> TritonServer:
+    """The session's tritonserver: the embedded samples at fp32 and int4 among them."""
+    return embedded_server
 
 
 @pytest.fixture(scope="module")

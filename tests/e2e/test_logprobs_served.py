@@ -13,15 +13,15 @@ import jsonschema
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from helpers import SERVER_START
 from triton_wire import tensor
 from tritonclient.utils import InferenceServerException
 
 from backend_model.build import BackendSettings, build_engine
+from backend_model.engine import Engine
 from backend_model.sampling import SamplingParams
 from console.clients import GenerationParams, Reply, TextDelta, infer, stream
 from console.server import TritonServer
-from repo_gen.samples import SAMPLES, write_samples
+from repo_gen.samples import SAMPLES
 
 pytestmark = pytest.mark.server
 BATCH, STREAM = "smollm2_kv", "smollm2_decoupled"  # the same int4 engine, batch and decoupled
@@ -32,15 +32,12 @@ PERSON = {"type": "object", "additionalProperties": False, "required": ["name", 
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory):
-    """(server, engine): a tritonserver on the two samples, and their engine built in this process."""
-    repo = tmp_path_factory.mktemp("logprobs_repo")
-    write_samples((BATCH, STREAM), repo)
-    engine, _ = build_engine(BackendSettings.from_model_dir(repo / BATCH, SAMPLES[BATCH].parameters()),
+def served(embedded_repo, embedded_server: TritonServer) -> tuple[TritonServer, Engine]:
+    """(server, engine): the session's tritonserver on the embedded samples, and the batch sample's engine built in
+    this process from the same model folder."""
+    engine, _ = build_engine(BackendSettings.from_model_dir(embedded_repo / BATCH, SAMPLES[BATCH].parameters()),
                              progress=lambda m: None)
-    server = TritonServer(repo).start(timeout=SERVER_START)
-    yield server, engine
-    server.stop()
+    return embedded_server, engine
 
 
 def raw_infer(server, inputs: list) -> dict:

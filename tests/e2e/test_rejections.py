@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from helpers import SERVER_START, wait_until
+from helpers import wait_until
 from tritonclient.utils import InferenceServerException
 
 from console.clients.wire import tensor
 from console.server import TritonServer
-from repo_gen.samples import write_samples
 
 pytestmark = pytest.mark.server
 BATCH, STREAM = "smollm2_kv", "smollm2_decoupled"
@@ -31,12 +30,9 @@ TOO_BIG = 2**32 + 5
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    repo = tmp_path_factory.mktemp("rejections")
-    write_samples((BATCH, STREAM), repo)
-    served = TritonServer(repo).start(timeout=SERVER_START)
-    yield served
-    served.stop()
+def server(embedded_server: TritonServer) -> TritonServer:
+    """The session's tritonserver on the embedded samples: what it refuses must leave it serving the files after."""
+    return embedded_server
 
 
 def post(server: TritonServer, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -17,6 +17,8 @@ import pytest
 from helpers import SESSION_MARK, marked_servers, signalled
 
 from console.clients import GenerationParams, Timeouts, stream
+from console.clients.errors import Unreachable
+from console.clients.failures import GONE
 from console.clients.status import ask_status
 from console.core.controller import ServerController
 from console.server import StaleServerError, TritonServer
@@ -64,9 +66,11 @@ def answer(url: str) -> str:
 
 def assert_backend_death_said(failure, model: str, crashed: bool) -> None:
     """The call failed saying the model's backend died; or, when tritonserver itself went down with its stub
-    (Triton does, now and then, on a SIGKILLed stub), that the connection to the server was lost."""
+    (Triton does, now and then, on a SIGKILLed stub), that the connection to the server was lost, or, when no answer
+    had come yet, that the server went away."""
     if crashed:
-        assert "lost the connection to tritonserver" in failure.message or "does not answer" in failure.message
+        said = ("lost the connection to tritonserver", "does not answer", GONE)
+        assert failure.error is Unreachable and any(s in failure.message for s in said), failure
         return
     assert failure.kind == "server" and f"the backend of {model} died" in failure.message, failure
 

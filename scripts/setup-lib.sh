@@ -14,14 +14,16 @@ llama_cmake() {
   echo "$opts"
 }
 
-# step "what" command...: says what, runs the command into the log; on failure names the log and shows its tail
+# step "what" command...: says what, runs the command into the log with its exit code and seconds; on failure names
+# the log and shows its tail
 step() {
   local what=$1
   shift
   echo "[${TAG:-setup}] $what"
   echo "=== $what: $*" >>"$log"
-  local code=0
+  local code=0 start=$SECONDS
   "$@" >>"$log" 2>&1 || code=$?
+  echo "=== $what: exit code $code after $((SECONDS - start)) s" >>"$log"
   if [ "$code" != 0 ]; then
     echo "[${TAG:-setup}] failed: $what (exit code $code); the end of $log:" >&2
     tail -n 25 "$log" | sed 's/^/  | /' >&2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -170,5 +171,6 @@ def test_a_failing_build_step_names_its_log_and_shows_its_end(tmp_path: Path) ->
     log = next((tmp_path / "peers").glob("llama-server-0.3.36-*.build.log"))
     assert lines[1] == f"[setup-llama-server] failed: {what} (exit code 3); the end of {log}:"
     assert lines[2].startswith(f"  | === {what}: {python} -m pip download")
-    assert lines[3:] == ["  | Looking in indexes: https://pypi.org/simple",
-                         "  | ERROR: No matching distribution found for llama-cpp-python==0.3.36"]
+    assert lines[3:5] == ["  | Looking in indexes: https://pypi.org/simple",
+                          "  | ERROR: No matching distribution found for llama-cpp-python==0.3.36"]
+    assert re.fullmatch(rf"  \| === {re.escape(what)}: exit code 3 after [01] s", lines[5]) and len(lines) == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import warnings
 from pathlib import Path
@@ -33,12 +34,14 @@ def test_a_failing_step_names_its_log_and_shows_its_end(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stdout == f"[setup] creating {venv}\n"  # the step, not what the tool printed
     log = venv / "setup.log"
-    assert done.stderr.splitlines() == [
+    *said, timed = done.stderr.splitlines()
+    assert said == [
         f"[setup] failed: creating {venv} (exit code 3); the end of {log}:",
         f"  | === creating {venv}: {python} -m venv {venv}",
         "  | looking for ensurepip",
         "  | Error: no ensurepip here",
     ]
+    assert re.fullmatch(rf"  \| === creating {re.escape(str(venv))}: exit code 3 after [01] s", timed)
     assert "Error: no ensurepip here" in log.read_text()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import tritonclient.http as httpclient
-from helpers import SERVER_START
+from helpers import SERVER_START, wait_until
 
 from console.metrics.scrape import scrape
 from repo_gen.command import main as generate
@@ -84,7 +84,14 @@ def test_each_instance_opens_its_own_group_and_reports_under_its_label(grouped: 
         page = scrape(f"http://127.0.0.1:{server.metrics_port}/metrics")
         assert page.instances("qaic_slots", "grouped") == {"0": 4.0, "1": 4.0}
         assert page.value("qaic_slots", "grouped") == 8.0  # summed over the instances
-        split = page.instances("qaic_request_success", "grouped")
-        assert sum(split.values()) == 12 and min(split.values()) >= 2, split
+
+        def successes() -> dict[str, float]:
+            return scrape(f"http://127.0.0.1:{server.metrics_port}/metrics").instances("qaic_request_success",
+                                                                                       "grouped")
+
+        # each instance's publisher thread flushes its counts soon after a request ends, not before its answer
+        wait_until(lambda: sum(successes().values()) == 12, 30, "12 successes in the metrics",
+                   state=lambda: f"the metrics say {successes()}")
+        assert min(successes().values()) >= 2, successes()
     finally:
         server.stop()

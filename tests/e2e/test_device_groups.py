@@ -81,17 +81,18 @@ def test_each_instance_opens_its_own_group_and_reports_under_its_label(grouped: 
         with ThreadPoolExecutor(len(prompts)) as pool:  # more than one instance's 4 slots: both must take some
             together = list(pool.map(generate_one, prompts))
         assert together[:2] == alone
-        page = scrape(f"http://127.0.0.1:{server.metrics_port}/metrics")
+        metrics = f"http://127.0.0.1:{server.metrics_port}/metrics"
+        page = scrape(metrics)
         assert page.instances("qaic_slots", "grouped") == {"0": 4.0, "1": 4.0}
         assert page.value("qaic_slots", "grouped") == 8.0  # summed over the instances
 
         def successes() -> dict[str, float]:
-            return scrape(f"http://127.0.0.1:{server.metrics_port}/metrics").instances("qaic_request_success",
-                                                                                       "grouped")
+            return scrape(metrics).instances("qaic_request_success", "grouped")
 
         # each instance's publisher thread flushes its counts soon after a request ends, not before its answer
         wait_until(lambda: sum(successes().values()) == 12, 30, "12 successes in the metrics",
                    state=lambda: f"the metrics say {successes()}")
-        assert min(successes().values()) >= 2, successes()
+        split = successes()
+        assert min(split.values()) >= 2, split
     finally:
         server.stop()

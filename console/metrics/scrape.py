@@ -120,6 +120,7 @@ def scrape(url: str, timeout: float = TIMEOUT_S) -> Scrape:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             body = response.read(MAX_BYTES + 1)
     except urllib.error.HTTPError as exc:
+        exc.close()  # its connection: now, not when the collector finds a cycle holding the error
         raise MetricsError(f"no metrics at {url} (HTTP {exc.code})") from None
     except http.client.HTTPException as exc:  # something that is not an HTTP server answers there
         raise MetricsError(f"no metrics at {url} (no HTTP answer: {type(exc).__name__})") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import time
 import urllib.error
@@ -40,6 +41,17 @@ def _loopback(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
+def detached(exc: urllib.error.HTTPError) -> urllib.error.HTTPError:
+    """The same error with its body read and its connection closed. An HTTPError holds the open socket it was read
+    from; kept in a reference cycle (an exception's traceback), the socket can be collected before the error
+    closes it, and Python then warns of an unclosed socket."""
+    with exc:
+        try:
+            body = exc.read()
+        except OSError:
+            body = b""
+    return urllib.error.HTTPError(exc.url, exc.code, exc.msg, exc.headers, io.BytesIO(body))
+
 @dataclass(frozen=True)
 class ServerHandle:
     """Endpoints of a running server (``host:port``, the form tritonclient expects) and its HTTP API.
@@ -61,13 +73,18 @@ class ServerHandle:
                    f"http://{host}:{metrics_port}/metrics" if metrics_port else None, key)
 
     def request(self, path: str, body: dict[str, Any] | None = None, timeout: float = 2.0) -> bytes:
-        """GET (or POST ``body`` as JSON) ``path``; urllib's errors pass through."""
+        """GET (or POST ``body`` as JSON) ``path``; urllib's errors pass through, an HTTPError holding its body
+        instead of the connection."""
         data = None if body is None else json.dumps(body).encode()
         method = "GET" if data is None else "POST"
         headers = {KEY_HEADER: self.key} if self.key else {}
         req = urllib.request.Request(f"http://{self.http_url}{path}", data=data, method=method, headers=headers)
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.read()
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as exc:
+            raise detached(exc) from None
+
 
     def is_ready(self, timeout: float = 1.0) -> bool:
         """``GET /v2/health/ready`` answered 200: the server answers and every model it loaded is ready (strict

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from console.clients.failures import GONE, WRONG_PORT, error_message
 from console.core.supervisor import RETRIES, pauses
 from console.serve_command import SERVE_RISK
 from console.server import guard, keys, logparse
+from console.server.health import ServerHandle
 from console.server.ports import beyond_loopback
 from console.server.procs import cmdline, group_members, parent
 
@@ -116,6 +118,27 @@ def http_port() -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def connections_to(port: int) -> int:
+    """How many of this process's open sockets are connected to ``port`` (``/proc/net/tcp``'s remote ports)."""
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    inodes = {row[9] for row in rows if int(row[2].rpartition(":")[2], 16) == port}
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # an fd closed meanwhile
+            mine.add(os.readlink(f"/proc/self/fd/{fd}").removeprefix("socket:[").removesuffix("]"))
+    return len(inodes & mine)
+
+
+def test_an_http_error_of_the_server_api_holds_its_body_not_its_connection() -> None:
+    """A held HTTPError kept its socket open; left in a reference cycle, the socket could be collected first, and
+    Python warned of an unclosed socket in whichever test the collector ran."""
+    with http_port() as port:
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            ServerHandle.on("127.0.0.1", port).request("/v2/repository/index", body={})
+        assert connections_to(port) == 0
+        assert caught.value.code == 501 and b"Unsupported method" in caught.value.read()
 
 
 def closed_port() -> int:

@@ -93,8 +93,8 @@ class OpenAIAdapter(Adapter):
             with urllib.request.urlopen(urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/health", "", "")),
                                         timeout=timeout):
                 pass
-        except urllib.error.HTTPError:
-            pass
+        except urllib.error.HTTPError as exc:
+            exc.close()  # an answer all the same; its connection closed now
         except urllib.error.URLError as exc:
             raise OSError(str(exc.reason)) from None
 

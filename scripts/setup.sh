@@ -28,8 +28,8 @@ pip="$VENV/bin/pip"
 if ! covered; then
   echo "[setup] installing into $VENV (the first run takes a few minutes)"
   step "upgrading pip" "$pip" install --upgrade pip
-  # One install, so pip resolves once (about 20 s less than one per part), with CPU torch pinned in it: an
-  # unpinned torch would pull a multi-GB CUDA build. The tools' levels add the test tools and the docs builder.
+  # One install, so pip resolves once, with CPU torch pinned in it: an unpinned torch would pull a multi-GB CUDA
+  # build. The tools' levels add the test tools and the docs builder.
   extras=all
   if [ -n "$level" ]; then extras=all,test,docs; fi
   step "installing CPU torch 2.13.0 and qaic-console [$extras]" "$pip" install "torch==2.13.0" -e ".[$extras]"

@@ -52,6 +52,7 @@ def detached(exc: urllib.error.HTTPError) -> urllib.error.HTTPError:
             body = b""
     return urllib.error.HTTPError(exc.url, exc.code, exc.msg, exc.headers, io.BytesIO(body))
 
+
 @dataclass(frozen=True)
 class ServerHandle:
     """Endpoints of a running server (``host:port``, the form tritonclient expects) and its HTTP API.
@@ -84,7 +85,6 @@ class ServerHandle:
                 return resp.read()
         except urllib.error.HTTPError as exc:
             raise detached(exc) from None
-
 
     def is_ready(self, timeout: float = 1.0) -> bool:
         """``GET /v2/health/ready`` answered 200: the server answers and every model it loaded is ready (strict

@@ -1,6 +1,10 @@
 # The two quick-start commands: `make run` and `make test` (see README.md).
 .PHONY: run test test-fast test-peers lint bench docs
 
+# Python writes its bytecode caches (__pycache__, git-ignored) whatever the shell said: the suite starts hundreds of
+# Python processes (clients, servers, backend stubs), and without the caches each one compiles the project again.
+unexport PYTHONDONTWRITEBYTECODE
+
 # pytest's workers (pytest-xdist): each file runs whole on one worker, so its module fixtures start once
 TEST_WORKERS ?= 2
 PYTEST = .venv/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile

@@ -2,6 +2,17 @@
 # llama-cpp-python whose sources vendor it; the llama extra pins the same), its CPU options, and the quiet step runner.
 # `step` needs `log` (the file) and TAG (the prefix of its lines, default setup).
 LLAMA_VERSION=0.3.36
+UV_VERSION=0.13.9  # the installer of scripts/setup.sh
+
+# pip_sources PIP: where pip looks for packages (its config files and PIP_* variables), as installer options, one per
+# line: --find-links, --index-url, --extra-index-url, each with its value (uv reads no pip config)
+pip_sources() {
+  local key values value
+  "$1" config list | sed -n "s/^\(global\|install\|:env:\)\.\(find-links\|index-url\|extra-index-url\)='\(.*\)'$/\2 \3/p" |
+    while read -r key values; do
+      for value in $values; do printf -- '--%s\n%s\n' "$key" "$value"; done
+    done
+}
 
 # llama.cpp's build options for this CPU's instruction sets, AMX left out (what -march=native would pick, but AMX)
 llama_cmake() {

@@ -85,3 +85,22 @@ def test_an_unknown_level_is_refused_before_anything_runs(tmp_path: Path) -> Non
     done = run_setup(tmp_path / "venv", "--tset")
     assert (done.returncode, done.stderr) == (2, "usage: scripts/setup.sh [--tools|--test]\n")
     assert not (tmp_path / "venv").exists()
+
+
+def test_the_installer_is_given_pips_sources(tmp_path: Path) -> None:
+    """uv reads no pip config: the find-links that hold the CPU torch on disk and the extra indexes are passed on,
+    from pip's config files and its PIP_* variables alike; other settings are not."""
+    pip = tmp_path / "pip"
+    pip.write_text("#!/bin/sh\n[ \"$*\" = 'config list' ] || exit 9\ncat <<'END'\n"
+                   "global.cert='/etc/ssl/certs/ca-certificates.crt'\n"
+                   "global.constraint='/etc/xdg/pip/constraints.txt'\n"
+                   "global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'\n"
+                   "install.index-url='https://mirror.example/simple'\n"
+                   ":env:.find-links='/opt/wheels'\nEND\n")
+    pip.chmod(0o755)
+    done = subprocess.run(["bash", "-c", f". {ROOT / 'scripts' / 'setup-lib.sh'} && pip_sources {pip}"],
+                          capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.splitlines() == [
+        "--extra-index-url", "file:///opt/pypi/simple", "--extra-index-url", "file:///opt/pypi-more/simple",
+        "--index-url", "https://mirror.example/simple", "--find-links", "/opt/wheels",
+    ]

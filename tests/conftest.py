@@ -141,6 +141,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ[SESSION_MARK] = uuid.uuid4().hex
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[pytest.TestReport]:
+    """A server that failed to start or to keep running: its log's last lines go with the failure's report (a hung
+    start said no more than "tritonserver not ready after 400 s")."""
+    from console.server.errors import ServerError
+
+    report = yield
+    error = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(error, ServerError) and error.log_tail:
+        report.sections.append(("tritonserver log (last lines)", "\n".join(error.log_tail)))
+    return report
+
+
 def _drop_unreadable_snapshot_records(session: pytest.Session) -> None:
     """pytest-textual-snapshot unpickles one record per snapshot test at the session's end, before pytest's summary;
     a record that a failed write left (a full disk) would crash it there and hide every failure: it is said and

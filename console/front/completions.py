@@ -243,18 +243,19 @@ class Completion:
                     if slot.generation is generation:
                         yield slot.shape.chunk("", finish=self._finish(slot), tokens=generation.tokens(slot.position))
             else:
-                for delta in new:
-                    slot = slots[(id(generation), delta.index)]
-                    yield slot.shape.chunk(delta.text, tokens=generation.tokens(delta.index))
+                for delta, tokens in new:
+                    yield slots[(id(generation), delta.index)].shape.chunk(delta.text, tokens=tokens)
             item = await queue.get() if feeds else None
 
     @staticmethod
     async def _feed(generation: Generation, queue: asyncio.Queue) -> None:
-        """``generation``'s responses into ``queue``, then None (or its APIError)."""
+        """``generation``'s responses into ``queue``, each delta with the log-probability entries that came with it
+        (taken now: the feed runs ahead of the stream, and a later response's entries must not go with this text),
+        then None (or its APIError)."""
         try:
             async with contextlib.aclosing(generation.deltas()) as deltas:
                 async for new in deltas:
-                    await queue.put((generation, new))
+                    await queue.put((generation, [(delta, generation.tokens(delta.index)) for delta in new]))
         except APIError as exc:
             await queue.put((generation, exc))
             return

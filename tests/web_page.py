@@ -143,8 +143,11 @@ class Web:
         assert ".md" in files.inner_text() and ".json" in files.inner_text()
         return json.loads((self.console.export_dir / f"{stem}.json").read_text())
 
-    def toast(self, needle: str) -> str:
-        return self.wait_text(".toast-body", needle)
+    def toast(self, needle: str, timeout: int = WAIT_MS) -> str:
+        """The text of the toast that says ``needle``, once one does (others may be showing)."""
+        found = "n => [...document.querySelectorAll('.toast-body')].map(e => e.innerText).find(t => t.includes(n))"
+        self._until(found, needle, ".toast-body", f"never said {needle!r}", timeout)
+        return str(self.page.evaluate(found, needle))
 
 
 @contextlib.contextmanager

@@ -159,9 +159,12 @@ def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
 
     inputs = {c["box"], turns, *fields.values()}
     outputs = [c["chatbot"], turns, c["live"], c["box"]]
+    # "multiple": every send reaches the handler, which refuses one while the tab's reply is still coming, saying
+    # so (Gradio's "once" drops it without a word, also just after the last frame, before the event completes)
     sending = gr.on([c["send"].click, c["box"].submit], send, inputs, outputs, concurrency_limit=None,
-                    show_progress="hidden")
-    retrying = c["retry"].click(retry, inputs, outputs, concurrency_limit=None, show_progress="hidden")
+                    show_progress="hidden", trigger_mode="multiple")
+    retrying = c["retry"].click(retry, inputs, outputs, concurrency_limit=None, show_progress="hidden",
+                                trigger_mode="multiple")
     clearing = c["clear"].click(clear, None, [c["chatbot"], turns, c["live"]], queue=False)
     for event in (sending, retrying, clearing):
         event.then(console.speed, turns, speed_outputs, show_progress="hidden")

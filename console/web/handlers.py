@@ -46,7 +46,10 @@ class Running:
         self._by_tab: dict[str, Exchange] = {}
 
     def begin(self, tab: str, exchange: Exchange) -> None:
+        """Make ``exchange`` the tab's; ClientError while the tab's last one is still running."""
         with self._lock:
+            if tab in self._by_tab:
+                raise ClientError("a reply is still coming: Stop ends it")
             self._by_tab[tab] = exchange
 
     def end(self, tab: str, exchange: Exchange) -> None:
@@ -93,44 +96,42 @@ class WebConsole:
     def _checked(self, tab: str, what: Callable[[], tuple[list[str], list[Turn]]], form: Mapping[str, Any],
                  clear_box: bool) -> Iterator[ChatFrame]:
         """Send ``what()`` gives (prompts, earlier turns) with the form's settings; a warning and nothing sent
-        when either is wrong."""
+        when either is wrong, no server answers or the tab's last reply is still coming."""
         try:
             prompts, earlier = what()
-            settings = self._settings(form)
+            snap = self.controller.snapshot
+            settings = self._settings(snap, form)
+            exchange = Exchange.new(settings, prompts)
+            self.running.begin(tab, exchange)
         except ClientError as exc:
             gr.Warning(str(exc))
             yield SKIP_CHAT
             return
-        yield from self._exchange(tab, prompts, earlier, settings, clear_box)
+        yield from self._exchange(tab, exchange, earlier, snap, settings, clear_box)
 
-    def _settings(self, form: Mapping[str, Any]) -> Settings:
+    @staticmethod
+    def _settings(snap: Snapshot, form: Mapping[str, Any]) -> Settings:
         """The form's settings; ClientError saying how to go on when no server answers."""
-        snap = self.controller.snapshot
-        if not snap.serving:
+        if not snap.serving or snap.server is None:
             raise ClientError(views.no_server(snap))
         return settings_from_form(form, "Server tab")
 
-    def _exchange(self, tab: str, prompts: list[str], earlier: list[Turn], settings: Settings,
+    def _exchange(self, tab: str, exchange: Exchange, earlier: list[Turn], snap: Snapshot, settings: Settings,
                   clear_box: bool) -> Iterator[ChatFrame]:
-        snap = self.controller.snapshot
-        exchange = Exchange.new(settings, prompts)
-        turn, turns = exchange.turn, [*earlier, exchange.turn]
-        server = snap.server
-        if server is None:
-            gr.Warning(views.no_server(snap))
-            yield SKIP_CHAT
-            return
+        """Run the tab's begun ``exchange``: frames of its progress, the last once it has ended (and the tab is
+        free for the next)."""
+        turn, turns, server = exchange.turn, [*earlier, exchange.turn], snap.server
+        assert server is not None  # _settings checked it
         info = snap.infos.get(settings.model)
         key = (settings.model, settings.tokenizer)
-        here = (settings.templated is not False and info is not None and
-                server.template_side(info, settings.tokenizer) == HERE)
-        loading = here and self.templates.state(key) != READY
-        box = "" if clear_box else gr.skip()
-        self.running.begin(tab, exchange)
-        yield views.messages(turns), turns, views.live_markdown(turn, time.perf_counter(), loading), box
-        shown = None
         frames = exchange.frames(server, settings, earlier, info, FRAME_S)
         try:  # Gradio closes this generator when the page goes away: closing the frames cancels the exchange
+            here = (settings.templated is not False and info is not None and
+                    server.template_side(info, settings.tokenizer) == HERE)
+            loading = here and self.templates.state(key) != READY
+            yield (views.messages(turns), turns, views.live_markdown(turn, time.perf_counter(), loading),
+                   "" if clear_box else gr.skip())
+            shown = None
             for _ in frames:
                 progress = (turn.sent_at, sum(map(len, turn.arrivals.values())), len(turn.replies), turn.failure)
                 chat = views.messages(turns) if progress != shown else gr.skip()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer, plain_info, registered, replies, reply
+from fake_server import FakeServer, hang, plain_info, registered, replies, reply
 from web_page import WAIT_MS, LogWatch, Web, open_page
 
 from console.core.controller import ServerController
@@ -109,6 +109,27 @@ def test_history_is_per_mode_and_never_sent_with_several_prompts(web: Web) -> No
     assert "Zorblax" in sent[1][0], "the stream history carries the earlier stream turn"
     assert "Zorblax" not in sent[2][0], "batch mode has its own history"
     assert not any("Zorblax" in s for s in sent[3]), "a|b prompts carry no history"
+
+
+def test_a_send_while_the_reply_comes_is_refused_saying_so_and_the_next_goes(web: Web, fake: FakeServer) -> None:
+    page, box = web.page, web.page.locator("#qc-input textarea")
+    web.clear()
+    web.mode("stream")
+    fake.enqueue(hang("Once upon"))
+    web.send("Tell me a story.", until="streaming ·")
+    running, sent = web.request_id(), len(fake.requests)
+    box.fill("And another one.")
+    page.locator("#qc-send").click()
+    assert "a reply is still coming: Stop ends it" in web.toast("still coming", timeout=30_000)
+    assert box.input_value() == "And another one.", "the refused message stays in the box"
+    assert web.request_id() == running and len(fake.requests) == sent, "nothing else went to the server"
+
+    page.locator("#qc-stop").click()
+    web.wait_text("#qc-live", "cancelled")
+    assert fake.saw_cancel(running, timeout=30)
+    web.send("And another one.")  # the tab is free as soon as the reply has ended
+    turns = web.export()["turns"][-2:]
+    assert [[r["prompt"] for r in t["replies"]] for t in turns] == [["Tell me a story."], ["And another one."]]
 
 
 def test_controls_are_checked_zero_is_sent_and_ignored_ones_are_named(web: Web, fake: FakeServer) -> None:

@@ -4,11 +4,13 @@
 LLAMA_VERSION=0.3.36
 UV_VERSION=0.13.9  # the installer of scripts/setup.sh
 
-# pip_sources PIP: where pip looks for packages (its config files and PIP_* variables), as installer options, one per
-# line: --find-links, --index-url, --extra-index-url, each with its value (uv reads no pip config)
+# pip_sources PIP: where pip looks for packages and what caps their versions (its config files and PIP_* variables),
+# as installer options, one per line: --find-links, --index-url, --extra-index-url, --constraint, each with its value
+# (uv reads no pip config)
 pip_sources() {
   local key values value
-  "$1" config list | sed -n "s/^\(global\|install\|:env:\)\.\(find-links\|index-url\|extra-index-url\)='\(.*\)'$/\2 \3/p" |
+  "$1" config list |
+    sed -n "s/^\(global\|install\|:env:\)\.\(find-links\|index-url\|extra-index-url\|constraint\)='\(.*\)'$/\2 \3/p" |
     while read -r key values; do
       for value in $values; do printf -- '--%s\n%s\n' "$key" "$value"; done
     done

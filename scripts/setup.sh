@@ -27,10 +27,10 @@ fi
 pip="$VENV/bin/pip"
 if ! covered; then
   echo "[setup] installing into $VENV (the first run takes a few minutes)"
-  step "upgrading pip" "$pip" install --upgrade pip
   # uv installs: from its cache it links each package in, where pip unpacks every wheel again (this one install:
   # 22-25 s against pip's 67 s, with a warm cache of each). It is given pip's sources (pip config: the find-links
-  # that hold the CPU torch on disk, the extra indexes) and, as pip does, takes the best version across them.
+  # that hold the CPU torch on disk, the extra indexes, the constraints) and, as pip does, takes the best version
+  # across them. The venv's own pip only installs uv and reads its config: it is not upgraded first.
   step "installing uv" "$pip" install "uv==$UV_VERSION"
   mapfile -t sources < <(pip_sources "$pip")
   uv=("$VENV/bin/uv" pip install --python "$VENV/bin/python" --index-strategy unsafe-best-match "${sources[@]}")

@@ -88,8 +88,8 @@ def test_an_unknown_level_is_refused_before_anything_runs(tmp_path: Path) -> Non
 
 
 def test_the_installer_is_given_pips_sources(tmp_path: Path) -> None:
-    """uv reads no pip config: the find-links that hold the CPU torch on disk and the extra indexes are passed on,
-    from pip's config files and its PIP_* variables alike; other settings are not."""
+    """uv reads no pip config: the find-links that hold the CPU torch on disk, the extra indexes and the
+    constraints are passed on, from pip's config files and its PIP_* variables alike; other settings are not."""
     pip = tmp_path / "pip"
     pip.write_text("#!/bin/sh\n[ \"$*\" = 'config list' ] || exit 9\ncat <<'END'\n"
                    "global.cert='/etc/ssl/certs/ca-certificates.crt'\n"
@@ -101,6 +101,7 @@ def test_the_installer_is_given_pips_sources(tmp_path: Path) -> None:
     done = subprocess.run(["bash", "-c", f". {ROOT / 'scripts' / 'setup-lib.sh'} && pip_sources {pip}"],
                           capture_output=True, text=True, timeout=30, check=True)
     assert done.stdout.splitlines() == [
+        "--constraint", "/etc/xdg/pip/constraints.txt",
         "--extra-index-url", "file:///opt/pypi/simple", "--extra-index-url", "file:///opt/pypi-more/simple",
         "--index-url", "https://mirror.example/simple", "--find-links", "/opt/wheels",
     ]

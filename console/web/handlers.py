@@ -132,7 +132,9 @@ class WebConsole:
             yield (views.messages(turns), turns, views.live_markdown(turn, time.perf_counter(), loading),
                    "" if clear_box else gr.skip())
             shown = None
-            for _ in frames:
+            for over in frames:
+                if over or turn.done:  # its ending is the last frame's, sent once the tab is free for the next
+                    continue
                 progress = (turn.sent_at, sum(map(len, turn.arrivals.values())), len(turn.replies), turn.failure)
                 chat = views.messages(turns) if progress != shown else gr.skip()
                 shown = progress

@@ -233,6 +233,41 @@ def test_stop_cancels_a_tabs_message_even_before_its_call_exists() -> None:
     assert not running.cancel("tab")
 
 
+def test_a_tab_is_free_for_the_next_send_before_any_frame_shows_the_ending(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    """A send made as soon as the page shows how the reply ended goes (one made earlier is refused, saying why)."""
+    from fake_server import FakeServer, plain_info, registered, reply
+
+    from console.web.handlers import WebConsole
+
+    fake = registered(FakeServer(), monkeypatch)
+    fake.serve(plain_info("echo_llm"))
+    fake.enqueue(reply("one", " two", " three", every=0.01))
+    controller = ServerController()
+    controller.connect(fake.url)
+    console = WebConsole(controller, tmp_path)
+
+    def next_send_goes() -> bool:
+        probe = Exchange.new(Settings("echo_llm"), ["next"])
+        try:
+            console.running.begin("tab", probe)
+        except ClientError:
+            return False
+        console.running.end("tab", probe)
+        return True
+
+    shown = []
+    try:
+        for frame in console.send("tab", "hello", [], {"model": "echo_llm", "mode": "batch", "chat": False}):
+            live = str(frame[2])
+            shown.append(live)
+            ended = live.startswith(("**done**", "**■", "**✖"))
+            assert next_send_goes() == ended, f"the tab is free exactly when the ending shows: {live}"
+    finally:
+        controller.stop()
+    assert shown[-1].startswith("**done**") and sum(s.startswith("**done**") for s in shown) == 1, shown
+
+
 def test_no_server_no_send(recwarn: pytest.WarningsRecorder, tmp_path: Path) -> None:
     from console.web.handlers import WebConsole
 

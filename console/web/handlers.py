@@ -135,7 +135,7 @@ class WebConsole:
             for over in frames:
                 if over or turn.done:  # its ending is the last frame's, sent once the tab is free for the next
                     continue
-                progress = (turn.sent_at, sum(map(len, turn.arrivals.values())), len(turn.replies), turn.failure)
+                progress = (turn.sent_at, sum(map(len, turn.arrivals.values())), len(turn.replies))
                 chat = views.messages(turns) if progress != shown else gr.skip()
                 shown = progress
                 yield chat, gr.skip(), views.live_markdown(turn, time.perf_counter(), loading), gr.skip()

@@ -19,13 +19,24 @@ EXIT_TIMEOUT = 3  # s tritonserver waits for in-flight requests when stopping (T
 RESTRICTED = "model-repository,shared-memory,logging,trace"  # model loads (code), shm registration, log/trace settings
 
 
+def restricted_arguments(key: str) -> list[str]:
+    """The administrative APIs (:data:`RESTRICTED`) for callers bringing ``key`` in :data:`~.health.KEY_HEADER` (gRPC:
+    ``triton-grpc-protocol-`` before it) only, and no Vertex AI endpoint: what every tritonserver of ``serve`` and of
+    ``deploy k8s`` is given."""
+    restricted = f"{RESTRICTED}:{KEY_HEADER}={key}"
+    return [
+        f"--http-restricted-api={restricted}",
+        f"--grpc-restricted-protocol={restricted}",
+        "--allow-vertex-ai=false",  # on by default where AIP_MODE=PREDICTION: an endpoint on 0.0.0.0, unrestricted
+    ]
+
+
 def server_arguments(binary: Path, repository: Path, models: Sequence[str], host: str,
                      ports: tuple[int | None, int | None, int | None], log_verbose: int, backend_dir: Path | None,
                      extra_args: Sequence[str]) -> list[str]:
     """The argument list: ``models`` (empty: all) from ``repository`` on ``host`` and the HTTP, gRPC and metrics
     ``ports``; ``extra_args`` last (given by hand, they win)."""
     http_port, grpc_port, metrics_port = ports
-    restricted = f"{RESTRICTED}:{KEY_HEADER}={SECRET}"
     args = [
         str(binary),
         f"--model-repository={repository}",
@@ -38,9 +49,7 @@ def server_arguments(binary: Path, repository: Path, models: Sequence[str], host
         f"--http-address={host}",
         f"--grpc-address={host}",
         f"--metrics-address={host}",
-        f"--http-restricted-api={restricted}",
-        f"--grpc-restricted-protocol={restricted}",
-        "--allow-vertex-ai=false",  # on by default where AIP_MODE=PREDICTION: an endpoint on 0.0.0.0, unrestricted
+        *restricted_arguments(SECRET),
     ]
     if not any(a.startswith("--exit-timeout-secs") for a in extra_args):
         args.append(f"--exit-timeout-secs={EXIT_TIMEOUT}")  # a hung request (dead stub) must not hold a stop

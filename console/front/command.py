@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the app imports FastAPI: a command imports it when it serve
     from .app import Front
 
 KEY_ENV = "QAIC_CONSOLE_API_KEY"
+DRAIN = 5  # s open requests get to finish once the front stops (new connections are refused at once)
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
@@ -65,14 +66,14 @@ class FrontServer:
     """uvicorn serving the front's app on ``host:port``: in a thread of its own (:meth:`start`) or in the
     calling one (:meth:`run`)."""
 
-    def __init__(self, front: Front, host: str, port: int) -> None:
+    def __init__(self, front: Front, host: str, port: int, drain: int = DRAIN) -> None:
         import uvicorn
 
         from .app import create_app
 
         self.front, self.host, self.port = front, host, port
         config = uvicorn.Config(create_app(front), host=host, port=port, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=drain)
         self.server = uvicorn.Server(config)
         self.thread: threading.Thread | None = None
 
@@ -103,12 +104,13 @@ class FrontServer:
 
 
 def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
-                 tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None
-                 ) -> FrontServer:
+                 tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None,
+                 drain: int = DRAIN) -> FrontServer:
     from .app import Front
     from .tokenizers import Tokenizers
 
-    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers), metrics_url, tool_parser), host, port)
+    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers), metrics_url, tool_parser), host, port,
+                       drain)
 
 
 class Beside:
@@ -146,9 +148,13 @@ class Beside:
 @click.option("--port", type=int, default=9000, show_default=True, help="Port the API listens on.")
 @click.option("--metrics-url", default=None,
               help="tritonserver's metrics page (its models' figures on /metrics; default: the HTTP port + 2).")
+@click.option("--drain", type=click.IntRange(min=0), default=DRAIN, show_default=True, metavar="SECONDS",
+              help="When stopped (SIGTERM, Ctrl-C): seconds the open requests and streams get to finish; new "
+                   "connections are refused at once.")
 @front_options
 def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, metrics_url: str | None,
-                   api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None) -> None:
+                   drain: int, api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...],
+                   tool_parser: str | None) -> None:
     """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /tokenize,
     /detokenize, /tokenizer_info, /metrics, /health) in front of a running tritonserver's LLM models, e.g.
     `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
@@ -166,7 +172,7 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
         triton.metrics_url = metrics_endpoint(metrics_url) if metrics_url else None
         grpc, _ = triton.url("stream")
         page, _ = triton.metrics()
-        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser)  # its libraries before serving
+        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser, drain)  # its libraries first
         click.echo(triton.connect())
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -1,29 +1,44 @@
 """The Kubernetes objects of ``qaic-console deploy k8s``: a model repository served by tritonserver pods.
 
 A Deployment (tritonserver and the OpenAI front side by side; ``qualcomm.com/qaic`` limits, Qualcomm's device
-plugin's resource, from the models' device groups), a Service, the Prometheus side (a PodMonitor and a
-PrometheusRule for the Prometheus Operator, or scrape annotations and a ConfigMap of the rules), a KEDA
-ScaledObject scaling on the backend's queue, and a PodDisruptionBudget. Plain dicts; :mod:`.deploy` writes them.
+plugin's resource, from the models' device groups; CPU and memory from :mod:`.sizing`), a Service, a
+NetworkPolicy, the Secret of the keys, the Prometheus side (a PodMonitor and a PrometheusRule for the Prometheus
+Operator, or scrape annotations and a ConfigMap of the rules), a KEDA ScaledObject scaling on the backend's queue,
+and a PodDisruptionBudget. Plain dicts; :mod:`.deploy` writes them.
+
+Each pod is as locked down as one ``serve``: tritonserver's administrative APIs answer only callers with the key
+of the Secret (the arguments ``serve`` gives, :func:`console.server.arguments.restricted_arguments`, with the key
+as ``$(VAR)``, which Kubernetes expands from the container's environment), the front asks clients for the API key
+of the Secret unless told not to, the containers run as a user without privileges on a read-only root, and a
+stop lets the streams in flight finish.
 """
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from console.front.command import KEY_ENV
+from console.server.arguments import restricted_arguments
 from repo_gen.staging import model_names
 
 from . import promql, rules
+from .sizing import HOST_ENGINES, ROUTING_DELAY, Model, Sizing, SizingError, model_spec, sizing
 
 DEVICE_RESOURCE = "qualcomm.com/qaic"  # one per SoC, as Qualcomm's Kubernetes device plugin advertises them
 IMAGE = "ghcr.io/quic/cloud_ai_triton_server:1.21.2.0"  # a placeholder: the image must hold this backend's needs
 FRONT_IMAGE = "qaic-console:latest"  # a placeholder: an image with qaic-console installed
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
+CLIENT_PORTS = ("http", "grpc", "openai")  # what the Service publishes; metrics only to the scraper's namespace
 POOL_LABEL = "qaic-console/inference-pool"  # an InferencePool's selector matches it (docs/deployment.md)
 MODELS_AT = "/models"
-API_KEY_ENV = "QAIC_CONSOLE_API_KEY"
-CPU_ENGINES = ("cpu", "onnx")  # the backend's engines that run on the host (backend_model/parameters.py ENGINES)
+API_KEY, TRITON_KEY = "api-key", "triton-key"  # the Secret's keys: the front's clients', tritonserver's own
+TRITON_KEY_ENV = "QAIC_CONSOLE_TRITON_KEY"
+USER = 1000  # the containers' user and group: not root (the images' files must be readable by others)
+WRITABLE = "/tmp"  # each container's one writable folder (an emptyDir), also its HOME (caches: ~/.cache)
 
 
 class ManifestError(Exception):
@@ -43,7 +58,10 @@ class Options:
     waiting_per_pod: int = 4
     operator: bool = True
     prometheus: str = "http://prometheus-operated.monitoring.svc:9090"
-    api_key_secret: str = ""  # a Secret's name (key api-key) for the front's key; "" -> the front has none
+    secret: str = ""  # the name of a Secret holding API_KEY and TRITON_KEY; "": deploy k8s writes one
+    api_key: bool = True  # False: the front serves without a key (--no-api-key)
+    scraper_namespace: str = "monitoring"  # the namespace whose pods may read the metrics port
+    read_only_root: bool = True
 
 
 def devices_per_instance(config: Any) -> list[int]:
@@ -53,7 +71,7 @@ def devices_per_instance(config: Any) -> list[int]:
 
     engine = config.parameters["engine"].string_value if "engine" in config.parameters else "auto"
     instances = sum(group.count or 1 for group in config.instance_group) or 1
-    if engine in CPU_ENGINES:
+    if engine in HOST_ENGINES:
         return [0] * instances
     text = config.parameters[PARAMETER].string_value if PARAMETER in config.parameters else ""
     try:
@@ -63,27 +81,43 @@ def devices_per_instance(config: Any) -> list[int]:
     return [len(group) for group in groups] if groups else [1] * instances
 
 
-def model_devices(folder: Path) -> int:
-    """The SoCs a model folder's instances take: each instance group's count times its device group's size."""
+def read_model(folder: Path) -> tuple[Model, int]:
+    """A model folder as the pod's sizing reads it, and the SoCs its instances take (each instance group's count
+    times its device group's size)."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
+
+    from backend_model import compile_config
 
     path = folder / "config.pbtxt"
     try:
         config = text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
-    except (OSError, text_format.ParseError) as exc:
+        compiled = folder / "compile_config.json"
+        compile_ = compile_config.load(compiled) if compiled.exists() else compile_config.validate({})
+    except (OSError, text_format.ParseError, compile_config.CompileConfigError) as exc:
         raise ManifestError(f"{path}: {' '.join(str(exc).split())}") from None
-    return sum(devices_per_instance(config))
+    parameters = {k: v.string_value for k, v in config.parameters.items()}
+    socs = devices_per_instance(config)
+    return Model(model_spec(folder.name, parameters, compile_), len(socs)), sum(socs)
 
 
-def repository_devices(repository: Path) -> dict[str, int]:
-    """Every model of the repository and the SoCs it takes."""
+def repository_models(repository: Path) -> dict[str, tuple[Model, int]]:
+    """Every model of the repository, and the SoCs it takes."""
     if not repository.is_dir():
         raise ManifestError(f"no model repository at {repository}")
     names = model_names(repository)
     if not names:
         raise ManifestError(f"{repository} holds no model folder")
-    return {name: model_devices(repository / name) for name in names}
+    return {name: read_model(repository / name) for name in names}
+
+
+def fresh_keys() -> dict[str, str]:
+    """New random keys for the Secret (letters, digits, '-' and '_': safe in tritonserver's arguments)."""
+    return {API_KEY: secrets.token_urlsafe(32), TRITON_KEY: secrets.token_urlsafe(32)}
+
+
+def secret_name(o: Options) -> str:
+    return o.secret or f"{o.name}-keys"
 
 
 def _labels(o: Options) -> dict[str, str]:
@@ -109,52 +143,86 @@ def _volume(o: Options) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             [{"name": "models", "mountPath": MODELS_AT, "readOnly": True}])
 
 
-def _tritonserver(o: Options, devices: int, mounts: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
+def _secret_env(o: Options, name: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name(o), "key": key}}}
+
+
+def _locked(o: Options, container: dict[str, Any], env: list[dict[str, Any]],
+            mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """``container`` without privileges, its root read-only (unless told otherwise) but for :data:`WRITABLE` (its
+    HOME), and a preStop that waits while the Service stops routing to the pod (SIGTERM follows: it drains)."""
+    name = container["name"]
+    return {**container, "env": [*env, {"name": "HOME", "value": WRITABLE}],
+            "volumeMounts": [*mounts, {"name": f"{name}-tmp", "mountPath": WRITABLE}],
+            "lifecycle": {"preStop": {"sleep": {"seconds": ROUTING_DELAY}}},
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                "readOnlyRootFilesystem": o.read_only_root}}
+
+
+def _tritonserver(o: Options, devices: int, size: Sizing, mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    resources = size.server_resources()
+    for amounts in resources.values():
+        amounts.update({DEVICE_RESOURCE: str(devices)} if devices else {})
+    return _locked(o, {
         "name": "tritonserver", "image": o.image,
         "command": ["tritonserver", f"--model-repository={MODELS_AT}", f"--http-port={PORTS['http']}",
-                    f"--grpc-port={PORTS['grpc']}", f"--metrics-port={PORTS['metrics']}"],
+                    f"--grpc-port={PORTS['grpc']}", f"--metrics-port={PORTS['metrics']}",
+                    f"--exit-timeout-secs={size.drain}", *restricted_arguments(f"$({TRITON_KEY_ENV})")],
         "ports": [{"name": n, "containerPort": PORTS[n]} for n in ("http", "grpc", "metrics")],
         "readinessProbe": _probe("/v2/health/ready", "http", 5, 3),
         "livenessProbe": _probe("/v2/health/live", "http", 10, 3),
         "startupProbe": _probe("/v2/health/live", "http", 10, 60),  # loading programs onto the cards takes time
-        "resources": {"limits": {DEVICE_RESOURCE: str(devices)}, "requests": {DEVICE_RESOURCE: str(devices)}}
-        if devices else {},
-        "volumeMounts": mounts,
-    }
+        "resources": resources,
+    }, [_secret_env(o, TRITON_KEY_ENV, TRITON_KEY)], mounts)
 
 
-def _front(o: Options) -> dict[str, Any]:
+def _front(o: Options, size: Sizing) -> dict[str, Any]:
     command = ["qaic-console", "openai", "--url", f"127.0.0.1:{PORTS['http']}", "--grpc-url",
                f"127.0.0.1:{PORTS['grpc']}", "--metrics-url", f"127.0.0.1:{PORTS['metrics']}", "--host", "0.0.0.0",
-               "--port", str(PORTS["openai"])]
-    env = []
-    if o.api_key_secret:
-        env = [{"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": o.api_key_secret, "key": "api-key"}}}]
-    else:
-        command.append("--no-api-key")
-    return {"name": "openai", "image": o.front_image, "command": command, "env": env,
-            "ports": [{"name": "openai", "containerPort": PORTS["openai"]}],
-            "readinessProbe": _probe("/health", "openai", 5, 3)}
+               "--port", str(PORTS["openai"]), "--drain", str(size.drain)]
+    command += [] if o.api_key else ["--no-api-key"]
+    env = [_secret_env(o, KEY_ENV, API_KEY)] if o.api_key else []
+    return _locked(o, {"name": "openai", "image": o.front_image, "command": command,
+                       "ports": [{"name": "openai", "containerPort": PORTS["openai"]}],
+                       "readinessProbe": _probe("/health", "openai", 5, 3),
+                       "resources": size.front_resources()}, env, [])
 
 
-def deployment(o: Options, devices: int) -> dict[str, Any]:
+def deployment(o: Options, devices: int, size: Sizing) -> dict[str, Any]:
     volumes, mounts = _volume(o)
     pod_labels = {**_labels(o), POOL_LABEL: o.name}
     annotations = {} if o.operator else {"prometheus.io/scrape": "true", "prometheus.io/port": str(PORTS["metrics"]),
                                          "prometheus.io/path": "/metrics"}
+    containers = [_tritonserver(o, devices, size, mounts), _front(o, size)]
+    volumes += [{"name": f"{c['name']}-tmp", "emptyDir": {}} for c in containers]
+    security = {"runAsNonRoot": True, "runAsUser": USER, "runAsGroup": USER, "fsGroup": USER,
+                "seccompProfile": {"type": "RuntimeDefault"}}
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(o),
             "spec": {"replicas": o.replicas, "selector": {"matchLabels": _labels(o)},
                      "template": {"metadata": {"labels": pod_labels, "annotations": annotations},
-                                  "spec": {"containers": [_tritonserver(o, devices, mounts), _front(o)],
-                                           "volumes": volumes}}}}
+                                  "spec": {"containers": containers, "volumes": volumes, "securityContext": security,
+                                           "terminationGracePeriodSeconds": size.grace_period}}}}
 
 
 def service(o: Options) -> dict[str, Any]:
-    ports = [{"name": n, "port": p, "targetPort": n, **({"appProtocol": "kubernetes.io/h2c"} if n == "grpc" else {})}
-             for n, p in PORTS.items()]
+    ports = [{"name": n, "port": PORTS[n], "targetPort": n,
+              **({"appProtocol": "kubernetes.io/h2c"} if n == "grpc" else {})} for n in CLIENT_PORTS]
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(o),
             "spec": {"selector": _labels(o), "ports": ports}}
+
+
+def network_policy(o: Options) -> dict[str, Any]:
+    """Clients may reach the pods' client ports; the metrics port only pods of the scraper's namespace."""
+    scraper = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": o.scraper_namespace}}}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(o),
+            "spec": {"podSelector": {"matchLabels": _labels(o)}, "policyTypes": ["Ingress"],
+                     "ingress": [{"ports": [{"port": n, "protocol": "TCP"} for n in CLIENT_PORTS]},
+                                 {"from": [scraper], "ports": [{"port": "metrics", "protocol": "TCP"}]}]}}
+
+
+def secret(o: Options, keys: Mapping[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {**_meta(o), "name": secret_name(o)}, "type": "Opaque",
+            "stringData": dict(keys)}
 
 
 def pod_monitor(o: Options) -> dict[str, Any]:
@@ -193,12 +261,26 @@ def disruption_budget(o: Options) -> dict[str, Any]:
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _labels(o)}}}
 
 
-def manifests(o: Options) -> dict[str, dict[str, Any]]:
-    """File name -> object, every one the options ask for."""
+def pod_sizing(o: Options) -> tuple[int, Sizing]:
+    """(SoCs, sizing) of one pod serving the repository's models."""
+    models = repository_models(o.repository).values()
+    try:
+        return sum(socs for _, socs in models), sizing(model for model, _ in models)
+    except SizingError as exc:
+        raise ManifestError(str(exc)) from None
+
+
+def manifests(o: Options, keys: Mapping[str, str] | None = None,
+              pod: tuple[int, Sizing] | None = None) -> dict[str, dict[str, Any]]:
+    """File name -> object, every one the options ask for; the Secret (unless ``o.secret`` names one) holds
+    ``keys``, else :func:`fresh_keys`; ``pod``: :func:`pod_sizing`'s, when read already."""
     if o.replicas < 1:
         raise ManifestError("--replicas must be at least 1")
-    devices = sum(repository_devices(o.repository).values())
-    out = {"deployment.yaml": deployment(o, devices), "service.yaml": service(o)}
+    devices, size = pod or pod_sizing(o)
+    out = {"deployment.yaml": deployment(o, devices, size), "service.yaml": service(o),
+           "networkpolicy.yaml": network_policy(o)}
+    if not o.secret:
+        out["secret.yaml"] = secret(o, keys or fresh_keys())
     if o.operator:
         out["podmonitor.yaml"] = pod_monitor(o)
     out["rules.yaml"] = rules_object(o)

@@ -1,12 +1,18 @@
 """A fleet on one machine: three real tritonservers (each loading one embedded sample) behind Debian's haproxy
 (HTTP, and gRPC over HTTP/2), scraped by a real Prometheus (Debian's, loading the shipped rules). The bench, the
 console and the OpenAI front work through the balancer unchanged; the fleet view reads Prometheus; a killed
-server is dropped by haproxy's health check and named by the fleet view."""
+server is dropped by haproxy's health check and named by the fleet view.
+
+And one pod of ``deploy k8s`` run here: its containers' commands as written, the Secret's keys in their
+environment, ``$(VAR)`` expanded as Kubernetes does (only the places change: binary, repository, loopback
+addresses and free ports): tritonserver's administrative APIs and the front answer only callers with the keys, and
+a stop (SIGTERM, as the kubelet sends after the preStop) lets a stream in flight finish."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,10 +20,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from fleet_parts import Haproxy, Prometheus
-from helpers import cli, json_rows, tritonserver_pid, wait_until
+from helpers import SERVER_START, cli, json_rows, tritonserver_pid, wait_until
 
 from console.fleet.query import Prometheus as PrometheusAPI
 from console.fleet.watch import watcher
@@ -180,3 +188,156 @@ def test_a_killed_server_is_dropped_by_the_health_check_and_named_by_the_fleet_v
     wait_until(lambda: target in fleet_view(fleet)["down"], 30, "the fleet view to name the missing server")
     server = document["levels"][0]["server"]
     assert target in server["down"] and f"down (up == 0): {target}" in server["note"], server
+
+
+# --------------------------------------------------------------------------- one pod of deploy k8s, run here
+
+KUBERNETES_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+PLACES = ("--model-repository", "--http-port", "--grpc-port", "--metrics-port", "--url", "--grpc-url",
+          "--metrics-url", "--host", "--port")  # where a process runs: the only values changed here
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """``$(VAR)`` replaced by VAR's value where the container defines it, ``$$`` by ``$``, as Kubernetes does."""
+    return KUBERNETES_REFERENCE.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+def container_command(container: dict[str, Any], secret: dict[str, str], places: dict[str, str]) -> tuple[
+        list[str], dict[str, str]]:
+    """The container's command as its process would get it (the Secret's keys in its environment, expanded), its
+    ``places`` changed (both ``--flag=value`` and ``--flag value``), and the environment it adds."""
+    env = {e["name"]: secret[e["valueFrom"]["secretKeyRef"]["key"]] for e in container["env"] if "valueFrom" in e}
+    command = [expand(arg, env) for arg in container["command"]]
+    out: list[str] = []
+    for arg in command:
+        name = arg.split("=", 1)[0]
+        if "=" in arg and name in places:
+            out.append(f"{name}={places[name]}")
+        elif out and out[-1] in places and "=" not in out[-1] and not arg.startswith("--"):
+            out.append(places[out[-1]])
+        else:
+            out.append(arg)
+    return out, env
+
+
+def status(url: str, method: str = "GET", headers: dict[str, str] | None = None, body: bytes | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The tritonserver and front processes of one pod of ``deploy k8s`` on the embedded streaming sample."""
+    from console.server import free_ports
+    from console.server.locate import backend_directory, find_tritonserver, server_env
+    from repo_gen.samples import write_samples
+
+    folder = tmp_path_factory.mktemp("pod")
+    write_samples((MODEL,), folder / "repo")
+    said = cli("deploy", "k8s", str(folder / "repo"), "-o", str(folder / "k8s"))
+    assert said.exit_code == 0, said.output
+    written = {f: yaml.safe_load((folder / "k8s" / f).read_text()) for f in ("deployment.yaml", "secret.yaml")}
+    secret = written["secret.yaml"]["stringData"]
+    triton, front = written["deployment.yaml"]["spec"]["template"]["spec"]["containers"]
+    http, grpc, metrics, openai = free_ports(4)
+    binary = find_tritonserver()
+    server_args, server_adds = container_command(triton, secret, {
+        "--model-repository": str(folder / "repo"), "--http-port": str(http), "--grpc-port": str(grpc),
+        "--metrics-port": str(metrics)})
+    assert server_args[0] == "tritonserver"
+    backend_dir = backend_directory(binary)
+    here = [f"--{api}-address=127.0.0.1" for api in ("http", "grpc", "metrics")]
+    here += [f"--backend-directory={backend_dir}"] if backend_dir else []
+    front_args, front_adds = container_command(front, secret, {
+        "--url": f"127.0.0.1:{http}", "--grpc-url": f"127.0.0.1:{grpc}", "--metrics-url": f"127.0.0.1:{metrics}",
+        "--host": "127.0.0.1", "--port": str(openai)})
+    assert front_args[0] == "qaic-console"
+    logs = folder / "logs"
+    logs.mkdir()
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        processes["tritonserver"] = subprocess.Popen(
+            [str(binary), *server_args[1:], *here], env=server_env(binary, server_adds), start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=(logs / "tritonserver").open("wb"), stderr=subprocess.STDOUT)
+        wait_until(lambda: status(f"http://127.0.0.1:{http}/v2/health/ready") == 200, SERVER_START,
+                   "the pod's tritonserver to be ready", lambda: (logs / "tritonserver").read_text()[-2000:])
+        processes["front"] = subprocess.Popen(
+            [CONSOLE, *front_args[1:]], env={**os.environ, **front_adds}, start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=(logs / "front").open("wb"), stderr=subprocess.STDOUT)
+        wait_until(lambda: status(f"http://127.0.0.1:{openai}/health") == 200, 120, "the pod's front to answer",
+                   lambda: (logs / "front").read_text()[-2000:])
+        yield {"keys": secret, "http": http, "grpc": grpc, "openai": openai, "processes": processes, "logs": logs,
+               "args": server_args, "container": triton["command"]}
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+
+
+ADMIN = (("GET", "/v2/systemsharedmemory/status"), ("GET", "/v2/logging"), ("POST", "/v2/repository/index"),
+         ("POST", "/v2/systemsharedmemory/region/r/unregister"))
+TOKENS = 64
+
+
+def test_the_pods_tritonserver_answers_its_administrative_apis_only_with_the_key(pod: dict[str, Any]) -> None:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from console.server.health import KEY_HEADER
+
+    key = pod["keys"]["triton-key"]
+    assert "$(QAIC_CONSOLE_TRITON_KEY)" in " ".join(pod["container"]) and f"{KEY_HEADER}={key}" in pod["args"][-2]
+    for method, path in ADMIN:
+        url = f"http://127.0.0.1:{pod['http']}{path}"
+        body = b"{}" if method == "POST" else None
+        assert status(url, method, body=body) == 403, path
+        assert status(url, method, {KEY_HEADER: key[::-1]}, body) == 403, path
+        assert status(url, method, {KEY_HEADER: key}, body) == 200, path
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{pod['grpc']}")
+    for call in (client.get_system_shared_memory_status, client.get_log_settings, client.get_model_repository_index):
+        with pytest.raises(InferenceServerException, match="This protocol is restricted"):
+            call()
+        assert call(headers={f"triton-grpc-protocol-{KEY_HEADER}": key}) is not None
+    client.close()
+
+
+def test_the_pods_front_refuses_a_request_without_the_key(pod: dict[str, Any]) -> None:
+    url = f"http://127.0.0.1:{pod['openai']}/v1/models"
+    assert status(url) == 401
+    assert status(url, headers={"Authorization": f"Bearer {pod['keys']['triton-key']}"}) == 401
+    assert status(url, headers={"Authorization": f"Bearer {pod['keys']['api-key']}"}) == 200
+
+
+def test_a_stopped_pod_admits_nothing_new_and_finishes_the_stream_in_flight(pod: dict[str, Any]) -> None:
+    """SIGTERM to each container's process, as the kubelet sends after the preStop, mid-stream (last: it stops the
+    pod)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"http://127.0.0.1:{pod['openai']}/v1", api_key=pod["keys"]["api-key"], max_retries=0,
+                    timeout=300)
+    stream = iter(client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=TOKENS, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    before = []
+    while not any(c.choices and c.choices[0].delta.content for c in before):
+        before.append(next(stream))
+    for process in pod["processes"].values():
+        process.send_signal(signal.SIGTERM)
+    wait_until(lambda: status(f"http://127.0.0.1:{pod['openai']}/health") == 0, 60, "the front to stop listening")
+    assert status(f"http://127.0.0.1:{pod['http']}/v2/health/ready") != 200  # tritonserver: not ready, draining
+    after = list(stream)
+    assert [c.choices[0].finish_reason for c in after if c.choices][-1] == "length"
+    assert after[-1].usage is not None and after[-1].usage.completion_tokens == TOKENS
+    assert sum(bool(c.choices and c.choices[0].delta.content) for c in after) >= TOKENS // 2, "not stopped mid-stream"
+    for name, process in pod["processes"].items():  # each one done: tritonserver exits 0, the front as SIGTERM's
+        assert process.wait(120) in (0, 128 + signal.SIGTERM), (name, (pod["logs"] / name).read_text()[-2000:])

@@ -1,7 +1,8 @@
 """``qaic-console deploy k8s``: the manifests it writes for the embedded samples validate offline, the built-in kinds
 against the Kubernetes API schemas (kubernetes-validate, strict: no unknown field) and the custom ones against
 their CRDs' published OpenAPI schemas (tests/fixtures/crds, SOURCE.md) with jsonschema (and no field the API
-server would prune)."""
+server would prune). Each pod is locked down as ``serve`` is (tests/e2e/test_fleet.py runs one), sized from its
+models, and drains when stopped."""
 
 from __future__ import annotations
 
@@ -14,10 +15,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from backend_model import compile_config
 from console.cli import main
-from console.fleet import promql, rules
+from console.fleet import promql, rules, sizing
 from console.fleet.manifests import DEVICE_RESOURCE, POOL_LABEL
+from console.server.arguments import restricted_arguments, server_arguments
+from console.server.guard import SECRET
+from repo_gen import memory
 from repo_gen.samples import write_samples
+from repo_gen.writer import ModelSpec
 
 CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds"
 KUBERNETES = "1.30.0"
@@ -79,14 +85,14 @@ def deploy(repository: Path, out: Path, *options: str) -> dict[str, dict[str, An
 
 def test_the_manifests_validate_and_say_what_the_cluster_needs(repository: Path, tmp_path: Path) -> None:
     written = deploy(repository, tmp_path / "k8s", "--replicas", "2", "--repository-from", "pvc:models",
-                     "--api-key-secret", "front-key")
-    assert {d["kind"] for d in written.values()} == {"Deployment", "Service", "PodMonitor", "PrometheusRule",
-                                                     "ScaledObject", "PodDisruptionBudget"}
+                     "--secret", "front-key")
+    assert {d["kind"] for d in written.values()} == {"Deployment", "Service", "NetworkPolicy", "PodMonitor",
+                                                     "PrometheusRule", "ScaledObject", "PodDisruptionBudget"}
     for document in written.values():
         validate(document)
     pod = written["deployment.yaml"]["spec"]["template"]
     triton, front = pod["spec"]["containers"]
-    assert triton["resources"]["limits"] == {DEVICE_RESOURCE: "2"}  # 2 card instances; the CPU model takes none
+    assert triton["resources"]["limits"][DEVICE_RESOURCE] == "2"  # 2 card instances; the CPU model takes none
     assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert triton["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "models"
@@ -95,7 +101,7 @@ def test_the_manifests_validate_and_say_what_the_cluster_needs(repository: Path,
     assert front["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "front-key"
     assert pod["metadata"]["labels"][POOL_LABEL] == "qaic-triton"
     assert written["deployment.yaml"]["spec"]["replicas"] == 2
-    assert {p["name"] for p in written["service.yaml"]["spec"]["ports"]} == {"http", "grpc", "metrics", "openai"}
+    assert {p["name"] for p in written["service.yaml"]["spec"]["ports"]} == {"http", "grpc", "openai"}
     assert written["rules.yaml"]["spec"] == rules.rules()
     trigger = written["scaledobject.yaml"]["spec"]["triggers"][0]
     assert trigger["type"] == "prometheus" and "qaic_num_requests_waiting" in trigger["metadata"]["query"]
@@ -111,9 +117,8 @@ def test_without_the_operator_pods_carry_scrape_annotations_and_the_rules_a_conf
     annotations = written["deployment.yaml"]["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == "8002"
     assert written["rules.yaml"]["data"]["qaic-console-rules.yaml"] == rules.RULES_FILE.read_text()
-    assert "volumes" not in written["deployment.yaml"]["spec"]["template"]["spec"] or \
-        written["deployment.yaml"]["spec"]["template"]["spec"]["volumes"] == []  # the image holds the repository
-    assert "--no-api-key" in written["deployment.yaml"]["spec"]["template"]["spec"]["containers"][1]["command"]
+    volumes = written["deployment.yaml"]["spec"]["template"]["spec"]["volumes"]
+    assert [v for v in volumes if "emptyDir" not in v] == []  # the image holds the repository
 
 
 def test_the_checks_catch_what_a_cluster_would_refuse_or_drop(repository: Path, tmp_path: Path) -> None:
@@ -156,8 +161,110 @@ def test_a_model_of_device_groups_asks_for_every_soc_of_its_groups(tmp_path: Pat
     config.write_text(text + 'parameters: { key: "device_groups" value: { string_value: "0,1;2,3" } }\n')
     written = deploy(repo, tmp_path / "k8s")
     triton = written["deployment.yaml"]["spec"]["template"]["spec"]["containers"][0]
-    assert triton["resources"]["limits"] == {DEVICE_RESOURCE: "4"}
+    assert triton["resources"]["limits"][DEVICE_RESOURCE] == "4"
     config.write_text(text + 'parameters: { key: "device_groups" value: { string_value: "0,1;1,2" } }\n')
     refused = CliRunner().invoke(main, ["deploy", "k8s", str(repo), "-o", str(tmp_path / "bad")])
     assert refused.exit_code == 1 and "QID 1 is in groups 0 and 1" in refused.output
     assert not (tmp_path / "bad").exists()
+
+
+def containers(written: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    return tuple(written["deployment.yaml"]["spec"]["template"]["spec"]["containers"])  # type: ignore[return-value]
+
+
+def test_tritonserver_gets_the_restrictions_serve_gives_with_the_key_of_the_secret(repository: Path,
+                                                                                   tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["deploy", "k8s", str(repository), "-o", str(tmp_path / "k8s")])
+    assert result.exit_code == 0, result.output
+    written = {p.name: yaml.safe_load(p.read_text()) for p in (tmp_path / "k8s").glob("*.yaml")}
+    triton, front = containers(written)
+    keys = written["secret.yaml"]["stringData"]
+    assert written["secret.yaml"]["metadata"]["name"] == "qaic-triton-keys" and len(keys["triton-key"]) >= 40
+    assert (tmp_path / "k8s" / "secret.yaml").stat().st_mode & 0o777 == 0o600
+    assert not any(key in result.output for key in keys.values())
+    restrictions = restricted_arguments("$(QAIC_CONSOLE_TRITON_KEY)")
+    assert triton["command"][-len(restrictions):] == restrictions and "--allow-vertex-ai=false" in restrictions
+    serve = server_arguments(Path("tritonserver"), repository, (), "127.0.0.1", (1, 2, 3), 0, None, ())
+    assert all(a in serve for a in restricted_arguments(SECRET))  # serve's, from the same place
+    assert {"name": "QAIC_CONSOLE_TRITON_KEY", "valueFrom": {"secretKeyRef": {"name": "qaic-triton-keys",
+                                                                              "key": "triton-key"}}} in triton["env"]
+    assert not any("TRITON_KEY" in str(e) for e in front["env"])  # the front needs no administrative API
+    again = deploy(repository, tmp_path / "k8s")  # a new run keeps the keys the running pods hold
+    assert again["secret.yaml"]["stringData"] == keys
+    other = deploy(repository, tmp_path / "other")
+    assert other["secret.yaml"]["stringData"]["triton-key"] != keys["triton-key"]
+
+
+def test_the_front_needs_the_key_of_the_secret_unless_told_otherwise(repository: Path, tmp_path: Path) -> None:
+    _, front = containers(deploy(repository, tmp_path / "k8s"))
+    assert "--no-api-key" not in front["command"] and front["command"][front["command"].index("--host") + 1] == \
+        "0.0.0.0"
+    assert {"name": "QAIC_CONSOLE_API_KEY", "valueFrom": {"secretKeyRef": {"name": "qaic-triton-keys",
+                                                                           "key": "api-key"}}} in front["env"]
+    result = CliRunner().invoke(main, ["deploy", "k8s", str(repository), "-o", str(tmp_path / "open"),
+                                       "--no-api-key"])
+    assert result.exit_code == 0 and "warning: --no-api-key: the OpenAI front answers anyone" in result.output
+    _, front = containers({p.name: yaml.safe_load(p.read_text()) for p in (tmp_path / "open").glob("*.yaml")})
+    assert "--no-api-key" in front["command"] and not any("API_KEY" in str(e) for e in front["env"])
+
+
+def test_the_metrics_port_is_published_to_the_scraper_only(repository: Path, tmp_path: Path) -> None:
+    written = deploy(repository, tmp_path / "k8s", "--scraper-namespace", "observability")
+    assert "metrics" not in {p["name"] for p in written["service.yaml"]["spec"]["ports"]}
+    clients, scraper = written["networkpolicy.yaml"]["spec"]["ingress"]
+    assert {p["port"] for p in clients["ports"]} == {"http", "grpc", "openai"} and "from" not in clients
+    assert scraper["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert scraper["from"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "observability"}}}]
+
+
+def test_every_container_is_sized_from_the_models_and_runs_without_privileges(repository: Path,
+                                                                             tmp_path: Path) -> None:
+    """The fixture: two card instances (their weights in the card's memory) and one int4 CPU instance."""
+    written = deploy(repository, tmp_path / "k8s")
+    pod = written["deployment.yaml"]["spec"]["template"]["spec"]
+    triton, front = pod["containers"]
+    compiled = compile_config.load(repository / "smollm2_decoupled" / "compile_config.json")
+    cpu_model = memory.estimate(ModelSpec("m", engine="cpu", hf_model_name="embedded", precision="int4",
+                                          compile=compiled), None)
+    assert cpu_model is not None
+    expected = sizing.SERVER_MEMORY + 3 * sizing.STUB_MEMORY + cpu_model.total * sizing.HEADROOM
+    assert triton["resources"]["requests"]["memory"] == f"{-(-expected // 2**20):.0f}Mi"
+    assert triton["resources"]["requests"]["cpu"] == str(1 + 2 + sizing.AUTO_THREADS)
+    for container in (triton, front):
+        resources = container["resources"]
+        assert resources["requests"] == resources["limits"] and {"cpu", "memory"} <= set(resources["requests"])
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                                "readOnlyRootFilesystem": True}
+        assert {"name": f"{container['name']}-tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+        assert container["lifecycle"]["preStop"] == {"sleep": {"seconds": sizing.ROUTING_DELAY}}
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    writable = deploy(repository, tmp_path / "writable", "--writable-root")
+    assert not containers(writable)[0]["securityContext"]["readOnlyRootFilesystem"]
+
+
+def test_the_grace_period_covers_the_longest_stream_the_models_allow(repository: Path, tmp_path: Path) -> None:
+    """KV-cache models stream up to 600 s (the consoles' and the front's timeout); a causal one up to 6000 s."""
+    for models, drain in ((("smollm2_kv",), 600), (("smollm2_kv", "smollm2_causal_decoupled"), 6000)):
+        repo = tmp_path / f"repo{drain}"
+        write_samples(models, repo)
+        written = deploy(repo, tmp_path / f"k8s{drain}")
+        pod = written["deployment.yaml"]["spec"]["template"]["spec"]
+        triton, front = pod["containers"]
+        assert f"--exit-timeout-secs={drain}" in triton["command"]
+        assert front["command"][front["command"].index("--drain") + 1] == str(drain)
+        assert pod["terminationGracePeriodSeconds"] == sizing.ROUTING_DELAY + drain + sizing.UNLOAD_MARGIN
+
+
+def test_a_host_model_that_cannot_be_estimated_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_samples(("smollm2_kv",), repo)
+    config = repo / "smollm2_kv" / "config.pbtxt"
+    config.write_text(config.read_text().replace('key: "engine" value: { string_value: "auto" }',
+                                                 'key: "engine" value: { string_value: "cpu" }')
+                      .replace('key: "hf_model_name" value: { string_value: "embedded" }',
+                               'key: "hf_model_name" value: { string_value: "nobody/not-here" }'))
+    result = CliRunner().invoke(main, ["deploy", "k8s", str(repo), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "smollm2_kv: its memory cannot be estimated" in result.output, result.output
+    assert not (tmp_path / "out").exists()

@@ -276,7 +276,8 @@ def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         wait_until(lambda: status(f"http://127.0.0.1:{openai}/health") == 200, 120, "the pod's front to answer",
                    lambda: (logs / "front").read_text()[-2000:])
         yield {"keys": secret, "http": http, "grpc": grpc, "openai": openai, "processes": processes, "logs": logs,
-               "args": server_args, "container": triton["command"]}
+               "args": server_args, "container": triton["command"],
+               "limits": {"tritonserver": triton["resources"]["limits"], "front": front["resources"]["limits"]}}
     finally:
         for process in processes.values():
             if process.poll() is None:
@@ -316,6 +317,28 @@ def test_the_pods_front_refuses_a_request_without_the_key(pod: dict[str, Any]) -
     assert status(url) == 401
     assert status(url, headers={"Authorization": f"Bearer {pod['keys']['triton-key']}"}) == 401
     assert status(url, headers={"Authorization": f"Bearer {pod['keys']['api-key']}"}) == 200
+
+
+def resident(pids: list[int]) -> int:
+    """Bytes resident in memory of ``pids`` (VmRSS)."""
+    lines = [line for pid in pids for line in Path(f"/proc/{pid}/status").read_text().splitlines()]
+    return sum(int(line.split()[1]) * 1024 for line in lines if line.startswith("VmRSS:"))
+
+
+def test_the_pods_processes_fit_in_the_memory_it_asks_for(pod: dict[str, Any]) -> None:
+    """After a chat (its model, tokenizer and chat template loaded): tritonserver and its stubs, and the front."""
+    from openai import OpenAI
+
+    from console.server.procs import group_members
+
+    client = OpenAI(base_url=f"http://127.0.0.1:{pod['openai']}/v1", api_key=pod["keys"]["api-key"], max_retries=0,
+                    timeout=300)
+    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=8)
+    assert reply.choices[0].message.content
+    for name, process in pod["processes"].items():
+        used, limit = resident(group_members(process.pid)), pod["limits"][name]["memory"]
+        print(f"{name}: {used / 2**20:.0f} MiB resident of its {limit}")  # shown with pytest -rP
+        assert limit.endswith("Mi") and used < int(limit[:-2]) * 2**20, (name, used, limit)
 
 
 def test_a_stopped_pod_admits_nothing_new_and_finishes_the_stream_in_flight(pod: dict[str, Any]) -> None:

@@ -341,6 +341,21 @@ def test_the_pods_processes_fit_in_the_memory_it_asks_for(pod: dict[str, Any]) -
         assert limit.endswith("Mi") and used < int(limit[:-2]) * 2**20, (name, used, limit)
 
 
+def exiting(grpc_port: int) -> bool:
+    """Whether tritonserver answers gRPC with UNAVAILABLE "Server exiting" (new requests refused)."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    try:
+        client.is_server_ready()
+    except InferenceServerException as exc:
+        return "Server exiting" in str(exc)
+    finally:
+        client.close()
+    return False
+
+
 def test_a_stopped_pod_admits_nothing_new_and_finishes_the_stream_in_flight(pod: dict[str, Any]) -> None:
     """SIGTERM to each container's process, as the kubelet sends after the preStop, mid-stream (last: it stops the
     pod)."""
@@ -357,7 +372,8 @@ def test_a_stopped_pod_admits_nothing_new_and_finishes_the_stream_in_flight(pod:
     for process in pod["processes"].values():
         process.send_signal(signal.SIGTERM)
     wait_until(lambda: status(f"http://127.0.0.1:{pod['openai']}/health") == 0, 60, "the front to stop listening")
-    assert status(f"http://127.0.0.1:{pod['http']}/v2/health/ready") != 200  # tritonserver: not ready, draining
+    wait_until(lambda: exiting(pod["grpc"]), 60, "tritonserver to say it is exiting")
+    assert status(f"http://127.0.0.1:{pod['http']}/v2/health/ready") == 0  # its HTTP endpoint takes no connection
     after = list(stream)
     assert [c.choices[0].finish_reason for c in after if c.choices][-1] == "length"
     assert after[-1].usage is not None and after[-1].usage.completion_tokens == TOKENS

@@ -90,6 +90,9 @@ def k8s(repository: Path, output_dir: Path, name: str, namespace: str, image: st
     click.echo(f"sizing: {pod[1]}")
     if no_api_key:
         click.echo("warning: --no-api-key: the OpenAI front answers anyone who can reach port 9000, without a key")
+    else:
+        click.echo(f"the front's API key, once applied: kubectl -n {namespace} get secret {secret_name(options)} "
+                   f"-o jsonpath='{{.data.{API_KEY}}}' | base64 -d")
     if image == IMAGE or front_image == FRONT_IMAGE:
         click.echo("note: --image and --front-image are placeholders until set: the tritonserver image with this "
                    "backend's packages, and one with qaic-console installed")

@@ -182,6 +182,7 @@ def test_tritonserver_gets_the_restrictions_serve_gives_with_the_key_of_the_secr
     assert written["secret.yaml"]["metadata"]["name"] == "qaic-triton-keys" and len(keys["triton-key"]) >= 40
     assert (tmp_path / "k8s" / "secret.yaml").stat().st_mode & 0o777 == 0o600
     assert not any(key in result.output for key in keys.values())
+    assert "kubectl -n default get secret qaic-triton-keys -o jsonpath='{.data.api-key}' | base64 -d" in result.output
     restrictions = restricted_arguments("$(QAIC_CONSOLE_TRITON_KEY)")
     assert triton["command"][-len(restrictions):] == restrictions and "--allow-vertex-ai=false" in restrictions
     serve = server_arguments(Path("tritonserver"), repository, (), "127.0.0.1", (1, 2, 3), 0, None, ())

@@ -67,32 +67,38 @@ def quantize(values: np.ndarray, fmt: str, axis: int = -1) -> np.ndarray:
     if pad:  # zeros change no block's largest magnitude
         x = np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), np.float32)], axis=-1)
     blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // BLOCK, BLOCK))
-    with np.errstate(invalid="ignore"):  # NaN blocks: their NaN scale makes every element NaN
-        exponent = scale_exponents(blocks, elem)[..., None]
-        scaled = blocks * np.ldexp(np.float32(1), -exponent)
-        out = round_to_element(scaled, elem) * np.ldexp(np.float32(1), exponent)
-    out[~np.isfinite(np.abs(blocks).max(axis=-1))] = np.nan
+    largest = np.abs(blocks).max(axis=-1)
+    exponent = scale_exponents(largest, elem)[..., None]
+    with np.errstate(invalid="ignore"):  # NaN inputs: their blocks are NaN below whatever they round to
+        out = round_to_element(blocks * np.ldexp(np.float32(1), -exponent), elem)
+    out *= np.ldexp(np.float32(1), exponent)
+    out[~np.isfinite(largest)] = np.nan  # the NaN scale
     out = out.reshape(x.shape)[..., :n]
     return np.moveaxis(out, -1, axis)
 
 
-def scale_exponents(blocks: np.ndarray, elem: Element) -> np.ndarray:
-    """Each block's shared exponent: floor(log2(max |V|)) - emax, at least -127. floor(log2) is read from
-    the float32 bits (a log2 in floating point can round up just below a power of two); a zero or
-    subnormal maximum reads -127. A non-finite block reads 0 (nothing overflows): the caller makes it NaN."""
-    largest = np.abs(blocks).max(axis=-1)
+def scale_exponents(largest: np.ndarray, elem: Element) -> np.ndarray:
+    """Each block's shared exponent from its largest magnitude: floor(log2(largest)) - emax, at least -127.
+    floor(log2) is read from the float32 bits (a log2 in floating point can round up just below a power of
+    two); zero and subnormals read -127. A non-finite block reads 0 (nothing overflows): the caller makes
+    it NaN."""
     biased = (largest.view(np.int32) >> 23) & 0xFF
-    exponent = biased.astype(np.int32) - 127 - elem.emax
+    exponent = biased - 127 - elem.emax
     exponent[biased == 0xFF] = 0
     return np.maximum(exponent, SCALE_MIN)
 
 
 def round_to_element(scaled: np.ndarray, elem: Element) -> np.ndarray:
     """float32 values rounded to the element grid (ties to even), saturated at its largest magnitude, signs
-    kept (a zero's too, where the element has -0)."""
+    kept (a zero's too, where the element has -0).
+
+    A magnitude in binade 2^e (at least emin) is a multiple of 2^(e - mbits): it is multiplied by the
+    power of two 2^-(e - mbits), rounded to an integer and multiplied back, both products exact. The
+    powers of two are built from their float32 bits: faster than ldexp. Magnitudes are below 2^128, so
+    e - mbits stays within float32's normal exponents."""
     magnitude = np.abs(scaled)
-    _, e = np.frexp(magnitude)  # magnitude = m * 2^e, m in [0.5, 1): floor(log2) = e - 1
-    step = np.maximum(e - 1, elem.emin) - elem.mbits
-    rounded = np.ldexp(np.rint(np.ldexp(magnitude, -step)), step).astype(np.float32)
-    signed = np.copysign(np.minimum(rounded, np.float32(elem.largest)), scaled)
+    step = np.maximum((magnitude.view(np.int32) >> 23) - 127, elem.emin) - elem.mbits
+    up, down = ((127 - step) << 23).view(np.float32), ((127 + step) << 23).view(np.float32)
+    rounded = np.minimum(np.rint(magnitude * up) * down, np.float32(elem.largest))
+    signed = np.copysign(rounded, scaled)
     return signed if elem.signed_zero else signed + np.float32(0)  # -0 + 0 is +0; every other value stays

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from . import compile_config, cpu_support, devices, specializations
-from .contract import Dims, SessionError
 from .engine import Engine
 from .models import (
     EMBEDDED,
@@ -27,8 +26,9 @@ from .models import (
     safetensors_files,
 )
 from .parameters import BOOLEANS, ENGINES, TRUE, VARIES_WITH_BATCH
-from .qaic_session import QaicSession, open_qpc, qaic_available
-from .threads import choose_threads
+from .sessions.protocol import Dims, SessionError
+from .sessions.qaic import QaicSession, open_qpc, qaic_available
+from .sessions.threads import choose_threads
 
 MAX_SPECULATIVE_TOKENS = 16
 CPU_CAUSAL_MAX_TOKENS = 32  # a causal model on the CPU recomputes the whole sequence for every token
@@ -174,8 +174,8 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
 
 def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str):
     """The CPU session ``cpu_support`` picks for the model's config (SessionError naming the field none serves)."""
-    from .cpu_session import CpuKVSession
-    from .hf_sessions import CpuRecomputeSession, TransformersKVSession
+    from .sessions.cpu import CpuKVSession
+    from .sessions.hf import CpuRecomputeSession, TransformersKVSession
 
     kind = cpu_support.session_for(model.config.to_dict(), use_kv_cache, precision, dims.ctx_len)
     open_session = {cpu_support.LLAMA_FAMILY: CpuKVSession.of, cpu_support.TRANSFORMERS_KV: TransformersKVSession,
@@ -198,7 +198,7 @@ def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> 
     dims = settings.dims(config.vocab_size)
     files = safetensors_files(settings.hf_model_name, progress) if kind == cpu_support.LLAMA_FAMILY else None
     if files:
-        from .cpu_session import CpuKVSession
+        from .sessions.cpu import CpuKVSession
 
         tokenizer, eos = load_tokenizer(settings.hf_model_name, progress, config)
         session = CpuKVSession(config, read_tensors(files), dims, settings.precision)

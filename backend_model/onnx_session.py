@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from . import onnx_graph, specializations
-from .contract import SessionError
-from .qaic_session import Opener
+from .sessions.protocol import SessionError
+from .sessions.qaic import Opener
 from .specializations import Symbols
 
 RETAINED_SUFFIX = "_RetainedState"

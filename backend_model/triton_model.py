@@ -24,10 +24,10 @@ from .errors import BadRequest
 from .inputs import Inputs, encode, encode_continuations, read_inputs
 from .logprobs import TokenLogprob, TokenTexts
 from .metrics import publish
-from .qaic_session import qaic_available
 from .sampling import SamplingParams
 from .serving import Request, Serving
-from .threads import served_cpu_models
+from .sessions.qaic import qaic_available
+from .sessions.threads import served_cpu_models
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 

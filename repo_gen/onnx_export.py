@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 
 from backend_model import specializations
-from backend_model.contract import SessionError
-from backend_model.cpu_session import LLAMA_LIKE, head_dim
 from backend_model.models import Progress, load_pretrained
 from backend_model.onnx_graph import INVALID_INDEX
+from backend_model.sessions.cpu import LLAMA_LIKE, head_dim
+from backend_model.sessions.protocol import SessionError
 
 GRAPH = "model.onnx"
 OPSET = 17

@@ -219,7 +219,7 @@ def engine_threads() -> Iterator[int]:
     CPU spins waiting for the busiest); restored after."""
     import torch
 
-    from backend_model.threads import auto_threads, available_cpus
+    from backend_model.sessions.threads import auto_threads, available_cpus
 
     before = torch.get_num_threads()
     torch.set_num_threads(auto_threads(available_cpus(), 1))

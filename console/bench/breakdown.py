@@ -175,7 +175,7 @@ def breakdown(rows: tuple[int, ...] = (1, 8), steps: int = 32, threads: int = 0,
 
     from backend_model import compile_config
     from backend_model.build import BackendSettings, build_engine
-    from backend_model.threads import choose_threads
+    from backend_model.sessions.threads import choose_threads
     from repo_gen.samples import EMBEDDED_KV
 
     threads = choose_threads(threads)[0]

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend_model.contract import Dims
 from backend_model.engine import Engine
 from backend_model.sampling import SamplingParams
+from backend_model.sessions.protocol import Dims
 
 BENCH_PROMPTS = [
     "My name is", "Maroon bells are", "The capital of France is", "Once upon a time",

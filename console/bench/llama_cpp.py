@@ -165,7 +165,7 @@ def alternate(measure: Callable[[str, int], Any], repeats: int, progress: Callab
 def llama_server_section(report: Any, opts: Any, progress: Callable[[str], None]) -> None:
     """The demo samples' precision served (gRPC streams) and llama-server (streamed completions) on the same GGUF
     and threads, alternately at 1 and 8 streams (``demo_*``: the samples smollm2_decoupled and smollm2_kv)."""
-    from backend_model.threads import choose_threads
+    from backend_model.sessions.threads import choose_threads
     from repo_gen.samples import SAMPLES
 
     from .report import STREAMS, best_rate, ratio

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from backend_model.contract import SessionError
 from backend_model.models import ModelSourceError
+from backend_model.sessions.protocol import SessionError
 from console.clients import ClientError
 
 from . import golden, report

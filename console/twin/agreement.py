@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend_model.contract import Dims
-from backend_model.cpu_session import CpuKVSession
 from backend_model.engine import Engine
 from backend_model.models import Progress, eos_ids, load_pretrained
 from backend_model.onnx_session import onnx_opener
-from backend_model.qaic_session import QaicSession
 from backend_model.sampling import SamplingParams
+from backend_model.sessions.cpu import CpuKVSession
+from backend_model.sessions.protocol import Dims
+from backend_model.sessions.qaic import QaicSession
 
 REFERENCE = "hf"
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from backend_model import compile_config, specializations
-from backend_model.contract import SessionError
 from backend_model.models import ModelSourceError
+from backend_model.sessions.protocol import SessionError
 
 from ..clients.errors import ClientError
 from ..clients.events import split_prompts

@@ -206,9 +206,9 @@ def test_the_loop_overhead_times_full_batch_decode_steps() -> None:
 def test_the_matmul_ceiling_times_every_matmul_of_a_decode_step() -> None:
     from tiny_models import tiny_model
 
-    from backend_model.contract import Dims
-    from backend_model.cpu_kernels import Linear
-    from backend_model.cpu_session import CpuKVSession
+    from backend_model.sessions.cpu import CpuKVSession
+    from backend_model.sessions.cpu_kernels import Linear
+    from backend_model.sessions.protocol import Dims
 
     model = tiny_model("llama_biases_head_dim")
     session = CpuKVSession.of(model, Dims(1, 4, 64, model.config.vocab_size, 2), "int4")

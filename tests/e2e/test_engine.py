@@ -8,13 +8,13 @@ from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 from twin_data import PROMPTS as REFERENCE_PROMPTS
 from twin_data import TOKENS
 
-from backend_model.contract import Dims
-from backend_model.cpu_session import CpuKVSession
 from backend_model.engine import Engine
 from backend_model.errors import BadRequest
-from backend_model.hf_sessions import CpuRecomputeSession
 from backend_model.models import eos_ids
 from backend_model.sampling import SamplingParams
+from backend_model.sessions.cpu import CpuKVSession
+from backend_model.sessions.hf import CpuRecomputeSession
+from backend_model.sessions.protocol import Dims
 
 PROMPTS = [
     "My name is",
@@ -182,7 +182,7 @@ def test_repetition_penalty_changes_a_repetitive_continuation(smol):
 
 
 def test_int4_reproduces_weights_on_a_q4_1_grid():
-    from backend_model.cpu_kernels import INT4_GROUP, Linear
+    from backend_model.sessions.cpu_kernels import INT4_GROUP, Linear
 
     torch.manual_seed(0)
     n, k = 64, 4 * INT4_GROUP

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import SERVER_START, wait_until
 
-from backend_model.threads import auto_threads
+from backend_model.sessions.threads import auto_threads
 from console.bench.capacity import MODEL, client_capacity, write_zero_cost_repo
 from console.server import TritonServer
 from repo_gen.samples import write_samples

@@ -20,12 +20,12 @@ from transformers import AutoTokenizer
 
 from backend_model import cpu_support
 from backend_model.build import open_cpu_session
-from backend_model.contract import Dims, SessionError
-from backend_model.cpu_session import CpuKVSession
 from backend_model.engine import Engine
-from backend_model.hf_sessions import CpuRecomputeSession, TransformersKVSession
 from backend_model.models import eos_ids, prepare_embedded
 from backend_model.sampling import SamplingParams
+from backend_model.sessions.cpu import CpuKVSession
+from backend_model.sessions.hf import CpuRecomputeSession, TransformersKVSession
+from backend_model.sessions.protocol import Dims, SessionError
 
 PROMPTS = ["My name is", "Once upon a time, in a faraway kingdom, there lived"]  # the second outgrows windows of 8
 TOKENS = 16

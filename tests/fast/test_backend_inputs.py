@@ -205,9 +205,9 @@ def test_bad_logprobs_grammars_and_continuations_are_named_in_one_line(inputs: d
 
 
 def test_a_continuation_is_tokenised_without_special_tokens_and_checked_against_its_prompt() -> None:
-    from backend_model.contract import Dims
     from backend_model.engine import Engine
     from backend_model.inputs import encode_continuations
+    from backend_model.sessions.protocol import Dims
     from console.bench.engine import ZeroCostSession
 
     tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))

@@ -14,11 +14,11 @@ import pytest
 import torch
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
-from backend_model.contract import Dims
-from backend_model.cpu_kernels import DTYPES, Linear
-from backend_model.cpu_session import CpuKVSession
 from backend_model.models import load_pretrained
 from backend_model.parameters import VARIES_WITH_BATCH
+from backend_model.sessions.cpu import CpuKVSession
+from backend_model.sessions.cpu_kernels import DTYPES, Linear
+from backend_model.sessions.protocol import Dims
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)]  # SmolLM2: qkv, o, gate_up, down, head
 ROW_COUNTS = (*range(1, 10), 16)

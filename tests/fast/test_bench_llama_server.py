@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from backend_model.threads import choose_threads
+from backend_model.sessions.threads import choose_threads
 from console.bench import llama_cpp, streams
 from console.bench import report as perf
 from console.bench.engine import Timed

@@ -21,10 +21,10 @@ from transformers import AutoConfig, AutoTokenizer
 from twin_data import qeff_fixtures
 
 from backend_model.build import BackendSettings, build_engine
-from backend_model.contract import Dims, SessionError
-from backend_model.cpu_session import CpuKVSession
 from backend_model.models import prepare_embedded, read_tensors, safetensors_files
 from backend_model.sampling import SamplingParams
+from backend_model.sessions.cpu import CpuKVSession
+from backend_model.sessions.protocol import Dims, SessionError
 
 ARCHITECTURES = ["llama", "llama_biases_head_dim", "llama_rope_yarn", "mistral_window", "qwen2_window"]
 DIMS = Dims(1, 8, 64, 49152, 2)

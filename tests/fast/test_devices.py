@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from backend_model import build, compile_config, devices
 from backend_model.build import BackendSettings
-from backend_model.contract import SessionError
+from backend_model.sessions.protocol import SessionError
 from console import doctor
 from console.metrics.qaic import card_line
 from repo_gen import memory

@@ -14,10 +14,10 @@ from helpers import cli, engine_threads  # noqa: F401 (autouse: the engine's thr
 from tiny_models import tiny_model
 from transformers import AutoTokenizer
 
-from backend_model.contract import Dims
-from backend_model.cpu_session import CpuKVSession
 from backend_model.engine import Engine
 from backend_model.models import prepare_embedded
+from backend_model.sessions.cpu import CpuKVSession
+from backend_model.sessions.protocol import Dims
 from console.eval import golden, greedy, likelihood, report
 from console.eval.paths import Answer, EvalPath, SpecError, parse
 from console.eval.run import CORPUS, PROMPTS, Evaluation, evaluate, read_prompts

@@ -19,12 +19,12 @@ import pytest
 import torch
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
-from backend_model.contract import Dims
-from backend_model.cpu_session import CpuKVSession
 from backend_model.engine import Engine, Sequence
 from backend_model.errors import BadRequest
 from backend_model.models import eos_ids, load_pretrained
 from backend_model.sampling import SamplingParams
+from backend_model.sessions.cpu import CpuKVSession
+from backend_model.sessions.protocol import Dims
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a faraway kingdom,"]
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age", "job"],

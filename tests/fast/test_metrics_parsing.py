@@ -133,7 +133,7 @@ def tokenizer():
 
 
 def test_the_engine_tells_its_recorder_every_token_step_and_ending(tokenizer) -> None:
-    from backend_model.contract import Dims
+    from backend_model.sessions.protocol import Dims
 
     dims = Dims(batch_size=1, prefill_seq_len=4, ctx_len=128, vocab=len(tokenizer), full_batch_size=3)
     engine = Engine(ZeroCostSession(dims, digit_tokens(tokenizer)), tokenizer)
@@ -161,7 +161,7 @@ def test_the_engine_tells_its_recorder_every_token_step_and_ending(tokenizer) ->
 
 
 def test_a_first_token_is_timed_when_its_own_prefill_ends(tokenizer) -> None:
-    from backend_model.contract import Dims
+    from backend_model.sessions.protocol import Dims
 
     dims = Dims(batch_size=1, prefill_seq_len=4, ctx_len=128, vocab=len(tokenizer), full_batch_size=3)
     engine = Engine(ZeroCostSession(dims, digit_tokens(tokenizer)), tokenizer)
@@ -220,7 +220,7 @@ def test_without_qaic_util_the_card_is_said_absent() -> None:
 
 def test_the_wait_before_a_prefill_is_split_into_slot_wait_and_step_wait(tokenizer) -> None:
     """Waiting for a slot (all taken) is told apart from waiting, a slot free, for the engine's current step."""
-    from backend_model.contract import Dims
+    from backend_model.sessions.protocol import Dims
 
     dims = Dims(batch_size=1, prefill_seq_len=4, ctx_len=64, vocab=len(tokenizer), full_batch_size=2)
     now = [0.0]

@@ -425,7 +425,7 @@ def test_writer_rejects_bad_specs(tmp_path: Path) -> None:
 
 
 def test_precisions_match_the_cpu_engine() -> None:
-    from backend_model.cpu_session import DTYPES
+    from backend_model.sessions.cpu import DTYPES
 
     assert set(PRECISIONS) == set(DTYPES)
 
@@ -499,7 +499,7 @@ def test_list_missing_or_empty_dir(tmp_path: Path) -> None:
 
 def test_cpu_threads_reach_the_engine_settings(tmp_path: Path) -> None:
     from backend_model.build import BackendSettings
-    from backend_model.contract import SessionError
+    from backend_model.sessions.protocol import SessionError
 
     result = run(["gen", "--model_name", "threaded", *EMBEDDED, "--cpu_threads", "1", "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from backend_model.contract import Dims
 from backend_model.engine import Engine
 from backend_model.logprobs import TokenLogprob
 from backend_model.models import prepare_embedded
 from backend_model.sampling import SamplingParams
 from backend_model.serving import Request, Serving
+from backend_model.sessions.protocol import Dims
 from console.bench.engine import ZeroCostSession, digit_tokens, digits_after
 
 WAIT = 60.0  # generous: only a broken loop ever waits this long

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from backend_model import threads
 from backend_model.build import BackendSettings, build_engine
+from backend_model.sessions import threads
 from repo_gen.samples import EMBEDDED_SAMPLES, SAMPLES, write_samples
 from repo_gen.writer import ModelSpec, write_model
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .contract import SessionError
+from .protocol import SessionError
 
 # Activation dtype per precision: "int8" keeps fp32 activations with int8 weights (fbgemm dynamic
 # quantisation). "int4" keeps fp32 activations too (attention, norms and the KV cache run faster in

@@ -16,9 +16,9 @@ import inspect
 import numpy as np
 import torch
 
-from .contract import Dims, LastFed, SessionError, read_rows
+from ..cpu_support import DENSE
 from .cpu_kernels import torch_dtype
-from .cpu_support import DENSE
+from .protocol import Dims, LastFed, SessionError, read_rows
 
 
 class _RowSession:

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .contract import Dims, LastFed, SessionError, read_rows
+from ..cpu_support import LLAMA_LIKE
 from .cpu_kernels import DTYPES, INT4_GROUP, Linear, head_dim, rope_tables, torch_dtype
-from .cpu_support import LLAMA_LIKE
+from .protocol import Dims, LastFed, SessionError, read_rows
 
 __all__ = ["DTYPES", "INT4_GROUP", "LLAMA_LIKE", "CpuKVSession", "head_dim", "layer_windows"]
 

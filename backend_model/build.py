@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import compile_config, cpu_support, devices, specializations
+from .contract import compile_config, cpu_support, devices, specializations
+from .contract.parameters import BOOLEANS, ENGINES, TRUE, VARIES_WITH_BATCH
 from .engine import Engine
 from .models import (
     EMBEDDED,
@@ -25,7 +26,6 @@ from .models import (
     read_tensors,
     safetensors_files,
 )
-from .parameters import BOOLEANS, ENGINES, TRUE, VARIES_WITH_BATCH
 from .sessions.protocol import Dims, SessionError
 from .sessions.qaic import QaicSession, open_qpc, qaic_available
 from .sessions.threads import choose_threads

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from .contract.errors import BadRequest
 from .detok import Detokenizer, max_prompt_bytes, token_bytes_table
-from .errors import BadRequest
 from .grammar import Grammars, Matcher
 from .logprobs import Scores, TokenLogprob, TokenTexts
 from .metrics import Meter

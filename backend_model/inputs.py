@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .controls import CONTROLS, MAX_JSON_BYTES, Control, json_object
-from .errors import BadRequest
+from .contract.controls import CONTROLS, MAX_JSON_BYTES, Control, json_object
+from .contract.errors import BadRequest
 from .sampling import SamplingParams
 
 MAX_PROMPTS = 256

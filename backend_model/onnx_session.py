@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from . import onnx_graph, specializations
+from . import onnx_graph
+from .contract import specializations
+from .contract.specializations import Symbols
 from .sessions.protocol import SessionError
 from .sessions.qaic import Opener
-from .specializations import Symbols
 
 RETAINED_SUFFIX = "_RetainedState"
 DTYPES = {"tensor(int64)": np.int64, "tensor(float)": np.float32, "tensor(float16)": np.float16,

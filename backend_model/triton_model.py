@@ -19,8 +19,8 @@ import triton_python_backend_utils as pb_utils
 
 from . import heap
 from .build import BackendSettings, build_engine
+from .contract.errors import BadRequest
 from .engine import Engine
-from .errors import BadRequest
 from .inputs import Inputs, encode, encode_continuations, read_inputs
 from .logprobs import TokenLogprob, TokenTexts
 from .metrics import publish

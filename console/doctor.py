@@ -9,7 +9,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from backend_model import devices, models
+from backend_model import models
+from backend_model.contract import devices
 from console import server
 
 OK, FAIL, WARN, INFO, UNKNOWN = "ok", "FAIL", "warn", "info", "unknown"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from backend_model import devices
+from backend_model.contract import devices
 from console.clients import ClientError
 from console.core.controller import ServerController
 from console.core.supervisor import Supervisor

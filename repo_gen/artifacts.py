@@ -25,8 +25,9 @@ from .writer import BACKEND_PACKAGE, ENTRY_NAME, SKIPPED, TEMPLATE_NAME, TEMPLAT
 PACKAGE = Path(__file__).resolve().parent
 RELEASE = PACKAGE / "llm-models"  # the entry script and the sample clients (package data)
 GENERATOR_MODULES = ("__init__.py", "command.py", "memory.py", "samples.py", "spec.py", "staging.py", "writer.py")
-SHARED_BACKEND_MODULES = ("__init__.py", "compile_config.py", "controls.py", "cpu_support.py", "devices.py",
-                          "errors.py", "parameters.py", "qpc.py", "specializations.py")
+SHARED_BACKEND_MODULES = ("__init__.py", "contract/__init__.py", "contract/compile_config.py", "contract/controls.py",
+                          "contract/cpu_support.py", "contract/devices.py", "contract/errors.py",
+                          "contract/parameters.py", "contract/qpc.py", "contract/specializations.py")
 LLM_MODELS, BACKEND_DIR = "llm-models", "qaic_backend_python"
 
 
@@ -36,8 +37,8 @@ def seed_client_dir(mode: str) -> Path:
 
 
 def _copy_files(src: Path, names: tuple[str, ...], dst: Path) -> None:
-    dst.mkdir(parents=True, exist_ok=True)
     for name in names:
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / name, dst / name)
 
 

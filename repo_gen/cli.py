@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import click
 
-from backend_model.parameters import precision_label
+from backend_model.contract.parameters import precision_label
 
 from . import command
 from .command import DEFAULT_OUT, INPUT_ERRORS

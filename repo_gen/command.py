@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from backend_model import compile_config
-from backend_model.errors import SessionError
-from backend_model.parameters import ENGINES, PRECISIONS, VARIES_WITH_BATCH, precision_label
+from backend_model.contract import compile_config
+from backend_model.contract.errors import SessionError
+from backend_model.contract.parameters import ENGINES, PRECISIONS, VARIES_WITH_BATCH, precision_label
 
 from . import spec as spec_module
 from .samples import SAMPLES

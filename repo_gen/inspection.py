@@ -6,9 +6,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend_model import compile_config, devices, specializations
-from backend_model.errors import SessionError
-from backend_model.parameters import BOOLEANS, ENGINES, PRECISIONS, TRUE
+from backend_model.contract import compile_config, devices, specializations
+from backend_model.contract.errors import SessionError
+from backend_model.contract.parameters import BOOLEANS, ENGINES, PRECISIONS, TRUE
 
 from .spec import cpu_refusal
 from .staging import model_names

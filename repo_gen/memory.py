@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from backend_model import compile_config, devices
+from backend_model.contract import compile_config, devices
 
 from .writer import ModelSpec, RepoError
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from backend_model import specializations
+from backend_model.contract import specializations
 from backend_model.models import Progress, load_pretrained
 from backend_model.onnx_graph import INVALID_INDEX
 from backend_model.sessions.cpu import LLAMA_LIKE, head_dim

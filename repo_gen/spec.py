@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from backend_model import compile_config, cpu_support, devices
-from backend_model.errors import SessionError
-from backend_model.qpc import find_qpc, model_type_of
+from backend_model.contract import compile_config, cpu_support, devices
+from backend_model.contract.errors import SessionError
+from backend_model.contract.qpc import find_qpc, model_type_of
 
 from . import memory
 from .samples import SAMPLES

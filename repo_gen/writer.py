@@ -20,10 +20,10 @@ from pathlib import Path
 from string import Template
 from typing import Any, Callable
 
-from backend_model import compile_config, devices, specializations
-from backend_model.controls import CONTROLS
-from backend_model.errors import SessionError
-from backend_model.parameters import ENGINES, PRECISIONS
+from backend_model.contract import compile_config, devices, specializations
+from backend_model.contract.controls import CONTROLS
+from backend_model.contract.errors import SessionError
+from backend_model.contract.parameters import ENGINES, PRECISIONS
 
 from . import staging
 
@@ -162,7 +162,7 @@ def declared_io(config_text: str) -> tuple[list[str], list[str]]:
 
 def bundled_backend_package() -> Path:
     """The bundled backend's package folder (``backend_model/``) in this installation."""
-    return Path(compile_config.__file__).resolve().parent
+    return Path(compile_config.__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..cpu_support import LLAMA_LIKE
+from ..contract.cpu_support import LLAMA_LIKE
 from .cpu_kernels import DTYPES, INT4_GROUP, Linear, head_dim, rope_tables, torch_dtype
 from .protocol import Dims, LastFed, SessionError, read_rows
 

@@ -16,7 +16,7 @@ import inspect
 import numpy as np
 import torch
 
-from ..cpu_support import DENSE
+from ..contract.cpu_support import DENSE
 from .cpu_kernels import torch_dtype
 from .protocol import Dims, LastFed, SessionError, read_rows
 

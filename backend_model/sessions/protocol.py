@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import SessionError
+from ..contract.errors import SessionError
 
 __all__ = ["Dims", "LastFed", "Session", "SessionError", "TokenHistory", "read_rows"]
 

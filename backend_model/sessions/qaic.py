@@ -12,7 +12,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from ..qpc import RETAINED_PREFIXES, find_qpc, has_kv_cache, open_session, qaic_available, specializations_of
+from ..contract.qpc import RETAINED_PREFIXES, find_qpc, has_kv_cache, open_session, qaic_available, specializations_of
 from .protocol import Dims, TokenHistory
 
 __all__ = ["Opener", "QaicSession", "find_qpc", "open_qpc", "qaic_available", "read_dims"]

@@ -173,8 +173,8 @@ def breakdown(rows: tuple[int, ...] = (1, 8), steps: int = 32, threads: int = 0,
     model's automatic count)."""
     import torch
 
-    from backend_model import compile_config
     from backend_model.build import BackendSettings, build_engine
+    from backend_model.contract import compile_config
     from backend_model.sessions.threads import choose_threads
     from repo_gen.samples import EMBEDDED_KV
 

@@ -130,8 +130,8 @@ def best_rate(runs: list[Timed]) -> float:
 
 
 def _embedded_settings(precision: str) -> Any:
-    from backend_model import compile_config
     from backend_model.build import BackendSettings
+    from backend_model.contract import compile_config
     from repo_gen.samples import EMBEDDED_KV
 
     return BackendSettings(precision=precision, compile=compile_config.validate(EMBEDDED_KV))

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backend_model import controls as schema
-from backend_model.controls import Control
-from backend_model.errors import BadRequest
+from backend_model.contract import controls as schema
+from backend_model.contract.controls import Control
+from backend_model.contract.errors import BadRequest
 
 from .errors import ClientError
 

@@ -67,7 +67,7 @@ class Options:
 def devices_per_instance(config: Any) -> list[int]:
     """SoCs each model instance opens: none for the CPU engines, else its device group's size (the
     ``device_groups`` parameter, as ``--device-groups`` writes it), or one SoC an instance without groups."""
-    from backend_model.devices import PARAMETER, DeviceError, parse_groups
+    from backend_model.contract.devices import PARAMETER, DeviceError, parse_groups
 
     engine = config.parameters["engine"].string_value if "engine" in config.parameters else "auto"
     instances = sum(group.count or 1 for group in config.instance_group) or 1
@@ -87,7 +87,7 @@ def read_model(folder: Path) -> tuple[Model, int]:
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    from backend_model import compile_config
+    from backend_model.contract import compile_config
 
     path = folder / "config.pbtxt"
     try:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend_model.controls import BY_NAME
-from backend_model.errors import BadRequest
+from backend_model.contract.controls import BY_NAME
+from backend_model.contract.errors import BadRequest
 from console.clients import GenerationParams, Interface
 from console.clients import params as offered
 

@@ -13,7 +13,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
-from backend_model.devices import Device, parse, query
+from backend_model.contract.devices import Device, parse, query
 
 __all__ = ["UNVERIFIED", "CardReading", "CardSampler", "Device", "card_line", "parse", "query"]
 UNVERIFIED = ("unverified: the power and temperature lines are read by keyword (no published qaic-util output "

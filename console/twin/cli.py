@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from backend_model import compile_config, specializations
+from backend_model.contract import compile_config, specializations
 from backend_model.models import ModelSourceError
 from backend_model.sessions.protocol import SessionError
 

@@ -21,7 +21,7 @@ import pytest
 from helpers import made_once
 from twin_data import CTX_LEN, PROMPTS, TOKENS
 
-from backend_model import specializations
+from backend_model.contract import specializations
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ def grown(tmp_path_factory: pytest.TempPathFactory):
     """(src, server): the backend with one more row, and a tritonserver on the repository it generated."""
     src = tmp_path_factory.mktemp("grown_schema")
     shutil.copytree(bundled_backend_package(), src / "backend_model", ignore=shutil.ignore_patterns(*SKIPPED))
-    schema = src / "backend_model" / "controls.py"
+    schema = src / "backend_model" / "contract" / "controls.py"
     text = schema.read_text()
     assert text.count("\n)\nBY_NAME") == 1
     schema.write_text(text.replace("\n)\nBY_NAME", "\n" + ROW + ")\nBY_NAME"))  # the one edit: a row
@@ -58,7 +58,7 @@ def test_the_generated_config_and_the_served_copy_carry_the_row(grown) -> None:
     src, _ = grown
     config = (src / "repo" / MODEL / "config.pbtxt").read_text()
     assert '{ name: "probe_level" data_type: TYPE_INT64 dims: [ 1 ] optional: true },' in config
-    assert ROW in (src / "repo" / MODEL / "1" / "backend_model" / "controls.py").read_text()
+    assert ROW in (src / "repo" / MODEL / "1" / "backend_model" / "contract" / "controls.py").read_text()
 
 
 def test_the_console_offers_and_sends_the_row_and_the_sampler_gets_it(grown) -> None:

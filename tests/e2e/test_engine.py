@@ -8,8 +8,8 @@ from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 from twin_data import PROMPTS as REFERENCE_PROMPTS
 from twin_data import TOKENS
 
+from backend_model.contract.errors import BadRequest
 from backend_model.engine import Engine
-from backend_model.errors import BadRequest
 from backend_model.models import eos_ids
 from backend_model.sampling import SamplingParams
 from backend_model.sessions.cpu import CpuKVSession

@@ -14,10 +14,10 @@ import pytest
 import torch
 from twin_data import CTX_LEN, PROMPTS, VOCAB
 
-from backend_model import compile_config, specializations
 from backend_model.build import BackendSettings, _compile_qpc, build_engine, choose_engine
+from backend_model.contract import compile_config, specializations
+from backend_model.contract.qpc import model_type_of as detect_model_type
 from backend_model.onnx_session import OnnxInferenceSession
-from backend_model.qpc import model_type_of as detect_model_type
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.protocol import Dims, SessionError
 from backend_model.sessions.qaic import find_qpc, read_dims, retained_names

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from twin_data import PROMPTS, VOCAB
 
-from backend_model import specializations
+from backend_model.contract import specializations
 from console.cli import main
 from console.twin.agreement import Agreement, Divergence
 from console.twin.cli import report

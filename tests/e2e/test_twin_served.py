@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from helpers import SERVER_START
 from twin_data import events, generate_model, texts
 
-from backend_model import compile_config
 from backend_model.build import BackendSettings, build_engine
+from backend_model.contract import compile_config
 from backend_model.sampling import SamplingParams
 from console.cli import main
 from console.clients import GenerationParams, TextDelta, generate, infer, stream

@@ -18,8 +18,8 @@ from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 from tiny_models import TINY, tiny_model
 from transformers import AutoTokenizer
 
-from backend_model import cpu_support
 from backend_model.build import open_cpu_session
+from backend_model.contract import cpu_support
 from backend_model.engine import Engine
 from backend_model.models import eos_ids, prepare_embedded
 from backend_model.sampling import SamplingParams

@@ -10,9 +10,9 @@ import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import AutoTokenizer
 
-from backend_model.controls import MAX_JSON_BYTES, MAX_JSON_DEPTH
+from backend_model.contract.controls import MAX_JSON_BYTES, MAX_JSON_DEPTH
+from backend_model.contract.errors import BadRequest
 from backend_model.detok import UTF8_SHRINK, longest_token_bytes, max_prompt_bytes, token_bytes_table
-from backend_model.errors import BadRequest
 from backend_model.inputs import encode, read_inputs
 from backend_model.models import prepare_embedded
 from backend_model.sampling import SamplingParams

@@ -14,8 +14,8 @@ import pytest
 import torch
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
+from backend_model.contract.parameters import VARIES_WITH_BATCH
 from backend_model.models import load_pretrained
-from backend_model.parameters import VARIES_WITH_BATCH
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.cpu_kernels import DTYPES, Linear
 from backend_model.sessions.protocol import Dims

@@ -14,7 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 from click.testing import CliRunner
 
-from backend_model import controls as schema
+from backend_model.contract import controls as schema
 from console.clients import CONTROLS, ClientError, GenerationParams, ModelInfo, Tensor, interface_of
 from console.clients import params as params_module
 from console.core import controls
@@ -49,7 +49,7 @@ def test_one_rule_per_control_everywhere() -> None:
 
 def test_the_backend_and_the_consoles_share_each_rows_rule() -> None:
     """The same row refuses the same value on both sides; only the name it is called by differs."""
-    from backend_model.errors import BadRequest
+    from backend_model.contract.errors import BadRequest
 
     row = schema.BY_NAME["top_p"]
     with pytest.raises(BadRequest, match=r"^top_p must be a number > 0 and <= 1, got 1.5$"):

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from backend_model import compile_config
+from backend_model.contract import compile_config
 from console.cli import main
 from console.fleet import promql, rules, sizing
 from console.fleet.manifests import DEVICE_RESOURCE, POOL_LABEL

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from backend_model import build, compile_config, devices
+from backend_model import build
 from backend_model.build import BackendSettings
+from backend_model.contract import compile_config, devices
 from backend_model.sessions.protocol import SessionError
 from console import doctor
 from console.metrics.qaic import card_line

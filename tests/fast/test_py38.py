@@ -15,8 +15,9 @@ from py38_runtime import findings
 from repo_gen.artifacts import GENERATOR_MODULES, RELEASE
 
 ROOT = Path(__file__).resolve().parents[2]
-STANDARD_LIBRARY_ONLY = ("backend_model.errors", "backend_model.parameters", "backend_model.controls",
-                         "backend_model.compile_config", "backend_model.cpu_support", "backend_model.qpc",
+STANDARD_LIBRARY_ONLY = ("backend_model.contract.errors", "backend_model.contract.parameters",
+                         "backend_model.contract.controls", "backend_model.contract.compile_config",
+                         "backend_model.contract.cpu_support", "backend_model.contract.qpc",
                          "backend_model.metrics", "repo_gen.writer", "repo_gen.samples", "repo_gen.staging",
                          "repo_gen.memory", "repo_gen.spec", "repo_gen.command")
 

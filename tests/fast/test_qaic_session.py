@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend_model import compile_config
 from backend_model.build import BackendSettings, choose_engine
+from backend_model.contract import compile_config
 from backend_model.engine import Engine
 from backend_model.models import eos_ids, load_pretrained
 from backend_model.sampling import SamplingParams

@@ -14,8 +14,8 @@ from click.testing import CliRunner, Result
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from backend_model import compile_config
-from backend_model.qpc import DETECT_MESSAGE
+from backend_model.contract import compile_config
+from backend_model.contract.qpc import DETECT_MESSAGE
 from console.cli import main as console_main
 from repo_gen import staging
 from repo_gen.cli import gen, repo_group
@@ -104,7 +104,7 @@ def test_each_sample_generates(tmp_path: Path, name: str) -> None:
     assert params["hf_model_name"] == sample.hf_model_name
     assert json.loads((folder / "compile_config.json").read_text()) == sample.compile
     assert (folder / "1" / "model.py").is_file()
-    assert (folder / "1" / "backend_model" / "compile_config.py").is_file()  # self-contained backend copy
+    assert (folder / "1" / "backend_model" / "contract" / "compile_config.py").is_file()  # self-contained backend copy
     assert not list((folder / "1").rglob("__pycache__"))
     assert inspect_model(folder).valid
 

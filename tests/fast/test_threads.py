@@ -63,7 +63,7 @@ def test_the_command_line_of_a_process_is_read(tmp_path: Path) -> None:
 def test_an_engine_uses_and_reports_the_threads_it_picked() -> None:
     import torch
 
-    from backend_model import compile_config
+    from backend_model.contract import compile_config
 
     before = torch.get_num_threads()
     settings = BackendSettings(compile=compile_config.validate(SAMPLES["smollm2_kv"].compile),

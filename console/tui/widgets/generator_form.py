@@ -12,8 +12,8 @@ from textual.containers import Vertical
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Checkbox, Select
 
-from backend_model.compile_config import CompileConfigError
-from backend_model.parameters import ENGINES
+from backend_model.contract.compile_config import CompileConfigError
+from backend_model.contract.parameters import ENGINES
 from backend_model.sessions.protocol import SessionError
 from repo_gen.samples import SAMPLES
 from repo_gen.spec import generate

@@ -15,7 +15,7 @@ from typing import Any
 
 from .contract import compile_config, cpu_support, devices, specializations
 from .contract.parameters import BOOLEANS, ENGINES, TRUE, VARIES_WITH_BATCH
-from .engine import Engine
+from .engine.loop import Engine
 from .models import (
     EMBEDDED,
     Progress,

@@ -20,11 +20,11 @@ import triton_python_backend_utils as pb_utils
 from . import heap
 from .build import BackendSettings, build_engine
 from .contract.errors import BadRequest
-from .engine import Engine
+from .engine.logprobs import TokenLogprob, TokenTexts
+from .engine.loop import Engine
+from .engine.metrics import publish
+from .engine.sampling import SamplingParams
 from .inputs import Inputs, encode, encode_continuations, read_inputs
-from .logprobs import TokenLogprob, TokenTexts
-from .metrics import publish
-from .sampling import SamplingParams
 from .serving import Request, Serving
 from .sessions.qaic import qaic_available
 from .sessions.threads import served_cpu_models

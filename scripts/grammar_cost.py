@@ -16,8 +16,8 @@ import time
 import numpy as np
 from transformers import AutoTokenizer
 
-from backend_model.detok import token_bytes_table
-from backend_model.grammar import Grammars
+from backend_model.engine.detok import token_bytes_table
+from backend_model.engine.grammar import Grammars
 from backend_model.models import prepare_embedded
 
 ROWS = 8

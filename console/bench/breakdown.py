@@ -110,7 +110,7 @@ def decode_parts(engine, rows: int, steps: int = 32, peer: Callable[[int], objec
     neighbour's load hits every part alike."""
     import torch
 
-    from backend_model.sampling import SamplingParams
+    from backend_model.engine.sampling import SamplingParams
 
     session = engine.session
     timed = _TimedSession(session)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend_model.engine import Engine
-from backend_model.sampling import SamplingParams
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 from backend_model.sessions.protocol import Dims
 
 BENCH_PROMPTS = [

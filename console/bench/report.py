@@ -217,7 +217,7 @@ def speculation_section(report: Report, opts: ReportOptions, progress: Progress)
     """One sequence at a time, prompt lookup on and off alternately: the repetitive set, then the bench prompts."""
     from pathlib import Path
 
-    from backend_model.sampling import SamplingParams
+    from backend_model.engine.sampling import SamplingParams
 
     from .engine import BENCH_PROMPTS
     from .prompts import read_jsonl

@@ -10,7 +10,7 @@ token arrived once and in order.
 from __future__ import annotations
 
 from backend_model.build import BackendSettings
-from backend_model.engine import Engine
+from backend_model.engine.loop import Engine
 from backend_model.triton_model import TritonPythonModel as BackendModel
 from console.bench.engine import ZeroCostSession, digit_tokens
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from backend_model.engine import Engine
-from backend_model.sampling import SamplingParams
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 
 from .paths import Answer, EvalPath
 

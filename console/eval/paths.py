@@ -20,8 +20,8 @@ from typing import Any
 from backend_model.build import BackendSettings, build_engine
 from backend_model.contract import compile_config
 from backend_model.contract.parameters import PRECISIONS
-from backend_model.engine import Engine
-from backend_model.sampling import SamplingParams
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 from console.clients import ClientError, Failure, GenerationParams, ModelInfo, Reply
 from console.core.adapters import Adapter, adapter_for
 from console.core.request import Settings, prepare, read_info

@@ -14,7 +14,7 @@ from triton_wire import Stream, generate, http_infer, joined, tensor
 from tritonclient.utils import InferenceServerException
 
 from backend_model.build import BackendSettings, build_engine
-from backend_model.sampling import SamplingParams
+from backend_model.engine.sampling import SamplingParams
 from repo_gen.samples import SAMPLES
 
 pytestmark = pytest.mark.server

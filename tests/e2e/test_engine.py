@@ -9,9 +9,9 @@ from twin_data import PROMPTS as REFERENCE_PROMPTS
 from twin_data import TOKENS
 
 from backend_model.contract.errors import BadRequest
-from backend_model.engine import Engine
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import eos_ids
-from backend_model.sampling import SamplingParams
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.hf import CpuRecomputeSession
 from backend_model.sessions.protocol import Dims

@@ -17,8 +17,8 @@ from triton_wire import tensor
 from tritonclient.utils import InferenceServerException
 
 from backend_model.build import BackendSettings, build_engine
-from backend_model.engine import Engine
-from backend_model.sampling import SamplingParams
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 from console.clients import GenerationParams, Reply, TextDelta, infer, stream
 from console.server import TritonServer
 from repo_gen.samples import SAMPLES

@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 from click.testing import CliRunner
 from helpers import wait_until
 
-from backend_model.metrics import METRICS
+from backend_model.engine.metrics import METRICS
 from console.cli import main
 from console.metrics import Scrape, Window, scrape
 from console.server import free_port

@@ -27,8 +27,8 @@ SDK_22_12 = ["tritonclient[all]==2.29.0", "numpy<1.25"]  # what nvcr.io/nvidia/t
 PROMPT = "My name is|Maroon bells"
 SEED_MISTRAL = {"num_cores": 16, "prefill_seq_len": 32, "ctx_len": 256, "full_batch_size": 3, "mxfp6_matmul": True}
 BACKEND_MODULES = ("contract.errors", "contract.parameters", "contract.compile_config", "contract.cpu_support",
-                   "contract.qpc", "sessions.protocol", "sampling", "detok", "engine", "models", "sessions.qaic",
-                   "build")  # not the torch sessions, nor the server's triton_model
+                   "contract.qpc", "sessions.protocol", "engine.sampling", "engine.detok", "engine.loop", "models",
+                   "sessions.qaic", "build")  # not the torch sessions, nor the server's triton_model
 
 
 def _bare_venv() -> tuple[Path, str]:

@@ -14,10 +14,10 @@ from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 from twin_data import CTX_LEN, PROMPTS, TOKENS, VOCAB
 
 from backend_model.contract import specializations
-from backend_model.engine import Engine
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import eos_ids
 from backend_model.onnx_session import OnnxInferenceSession, onnx_opener
-from backend_model.sampling import SamplingParams
 from backend_model.sessions.protocol import Dims
 from backend_model.sessions.qaic import QaicSession, retained_names
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from twin_data import CTX_LEN, PROMPTS
 
 from backend_model.build import BackendSettings, build_engine
-from backend_model.sampling import SamplingParams
+from backend_model.engine.sampling import SamplingParams
 from repo_gen.cli import gen
 from repo_gen.inspection import list_models
 

@@ -15,7 +15,7 @@ from twin_data import events, generate_model, texts
 
 from backend_model.build import BackendSettings, build_engine
 from backend_model.contract import compile_config
-from backend_model.sampling import SamplingParams
+from backend_model.engine.sampling import SamplingParams
 from console.cli import main
 from console.clients import GenerationParams, TextDelta, generate, infer, stream
 from repo_gen.inspection import list_models

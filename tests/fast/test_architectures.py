@@ -20,9 +20,9 @@ from transformers import AutoTokenizer
 
 from backend_model.build import open_cpu_session
 from backend_model.contract import cpu_support
-from backend_model.engine import Engine
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import eos_ids, prepare_embedded
-from backend_model.sampling import SamplingParams
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.hf import CpuRecomputeSession, TransformersKVSession
 from backend_model.sessions.protocol import Dims, SessionError

@@ -74,7 +74,7 @@ def test_chat_turns_times_every_later_turn_once_on_an_engine() -> None:
     """The report's chats: each next turn is submitted when the last one's answer ends, with its history."""
     from transformers import AutoTokenizer
 
-    from backend_model.engine import Engine
+    from backend_model.engine.loop import Engine
     from backend_model.models import prepare_embedded
     from backend_model.sessions.protocol import Dims
     from console.bench.engine import ZeroCostSession, chat_turns, digit_tokens

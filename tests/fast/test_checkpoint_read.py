@@ -21,8 +21,8 @@ from transformers import AutoConfig, AutoTokenizer
 from twin_data import qeff_fixtures
 
 from backend_model.build import BackendSettings, build_engine
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import prepare_embedded, read_tensors, safetensors_files
-from backend_model.sampling import SamplingParams
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.protocol import Dims, SessionError
 

@@ -14,7 +14,7 @@ from helpers import cli, engine_threads  # noqa: F401 (autouse: the engine's thr
 from tiny_models import tiny_model
 from transformers import AutoTokenizer
 
-from backend_model.engine import Engine
+from backend_model.engine.loop import Engine
 from backend_model.models import prepare_embedded
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.protocol import Dims

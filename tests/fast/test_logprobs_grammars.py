@@ -20,9 +20,9 @@ import torch
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
 from backend_model.contract.errors import BadRequest
-from backend_model.engine import Engine, Sequence
+from backend_model.engine.loop import Engine, Sequence
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import eos_ids, load_pretrained
-from backend_model.sampling import SamplingParams
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.protocol import Dims
 

@@ -10,10 +10,10 @@ import types
 import pytest
 from transformers import AutoTokenizer
 
-from backend_model.engine import Engine
-from backend_model.metrics import Recorder, engine_gauges, publish
+from backend_model.engine.loop import Engine
+from backend_model.engine.metrics import Recorder, engine_gauges, publish
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import prepare_embedded
-from backend_model.sampling import SamplingParams
 from console.bench.engine import ZeroCostSession, digit_tokens
 from console.core.adapters import adapter_for
 from console.metrics import MetricsError, Scrape, Window, metrics_endpoint, rows, window

@@ -9,10 +9,10 @@ import pytest
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
 from backend_model.build import open_cpu_session
-from backend_model.engine import Engine
-from backend_model.metrics import Recorder
+from backend_model.engine.loop import Engine
+from backend_model.engine.metrics import Recorder
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import load_pretrained
-from backend_model.sampling import SamplingParams
 from backend_model.sessions.protocol import Dims
 
 SYSTEM = ("You are a careful assistant who answers questions about geography, history and science in short, "

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STANDARD_LIBRARY_ONLY = ("backend_model.contract.errors", "backend_model.contract.parameters",
                          "backend_model.contract.controls", "backend_model.contract.compile_config",
                          "backend_model.contract.cpu_support", "backend_model.contract.qpc",
-                         "backend_model.metrics", "repo_gen.writer", "repo_gen.samples", "repo_gen.staging",
+                         "backend_model.engine.metrics", "repo_gen.writer", "repo_gen.samples", "repo_gen.staging",
                          "repo_gen.memory", "repo_gen.spec", "repo_gen.command")
 
 

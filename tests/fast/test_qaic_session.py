@@ -16,9 +16,9 @@ import torch
 
 from backend_model.build import BackendSettings, choose_engine
 from backend_model.contract import compile_config
-from backend_model.engine import Engine
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import eos_ids, load_pretrained
-from backend_model.sampling import SamplingParams
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.protocol import Dims, SessionError
 from backend_model.sessions.qaic import QaicSession, find_qpc, qaic_available

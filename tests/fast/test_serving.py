@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from backend_model.engine import Engine
-from backend_model.logprobs import TokenLogprob
+from backend_model.engine.logprobs import TokenLogprob
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import prepare_embedded
-from backend_model.sampling import SamplingParams
 from backend_model.serving import Request, Serving
 from backend_model.sessions.protocol import Dims
 from console.bench.engine import ZeroCostSession, digit_tokens, digits_after

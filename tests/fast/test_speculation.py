@@ -9,12 +9,12 @@ import pytest
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
 
 from backend_model.build import BackendSettings, open_cpu_session
-from backend_model.engine import Engine
-from backend_model.metrics import Recorder
+from backend_model.engine.loop import Engine
+from backend_model.engine.metrics import Recorder
+from backend_model.engine.sampling import SamplingParams
+from backend_model.engine.speculation import propose
 from backend_model.models import load_pretrained
-from backend_model.sampling import SamplingParams
 from backend_model.sessions.protocol import Dims, SessionError
-from backend_model.speculation import propose
 
 REPETITIVE = ["def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n",
               "Roses are red, violets are blue. Roses are red, violets are"]

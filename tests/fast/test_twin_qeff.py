@@ -21,11 +21,11 @@ from backend_model import onnx_weights
 from backend_model.build import BackendSettings, build_engine
 from backend_model.contract import specializations
 from backend_model.contract.qpc import model_type_of, specializations_of
-from backend_model.engine import Engine
+from backend_model.engine.loop import Engine
+from backend_model.engine.sampling import SamplingParams
 from backend_model.models import load_tokenizer
 from backend_model.onnx_graph import INVALID_INDEX, prepare
 from backend_model.onnx_session import OnnxInferenceSession, onnx_opener
-from backend_model.sampling import SamplingParams
 from backend_model.sessions.protocol import Dims, SessionError
 from backend_model.sessions.qaic import QaicSession, binding_dims, find_qpc, read_dims, retained_names
 from console.cli import main

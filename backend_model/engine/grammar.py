@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .contract.errors import BadRequest
+from ..contract.errors import BadRequest
 
 LIBRARY = "llguidance"
 KINDS = ("json", "json_object", "regex", "choice")

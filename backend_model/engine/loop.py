@@ -37,13 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from .contract.errors import BadRequest
+from ..contract.errors import BadRequest
+from ..sessions.protocol import Session
 from .detok import Detokenizer, max_prompt_bytes, token_bytes_table
 from .grammar import Grammars, Matcher
 from .logprobs import Scores, TokenLogprob, TokenTexts
 from .metrics import Meter
 from .sampling import Sampler, SamplingParams
-from .sessions.protocol import Session
 from .speculation import propose
 
 _ids = itertools.count(1)

@@ -165,7 +165,7 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
         if settings.hf_model_name == EMBEDDED:  # the tokenizer must be the QPC's model's, not SmolLM2's
             raise SessionError("engine qaic needs hf_model_name: the model the QPC was compiled from (its tokenizer)")
         return QaicSession(settings.aic_binary_dir or _compile_qpc(settings, progress), settings.device_ids, open_qpc)
-    from .onnx_session import onnx_opener
+    from .twin.session import onnx_opener
 
     c = settings.compile
     fallback = specializations.build(c["batch_size"], c["prefill_seq_len"], c["ctx_len"], c["full_batch_size"] or 0)

@@ -28,9 +28,9 @@ import torch
 
 from backend_model.contract import specializations
 from backend_model.models import Progress, load_pretrained
-from backend_model.onnx_graph import INVALID_INDEX
 from backend_model.sessions.cpu import LLAMA_LIKE, head_dim
 from backend_model.sessions.protocol import SessionError
+from backend_model.twin.graph import INVALID_INDEX
 
 GRAPH = "model.onnx"
 OPSET = 17

@@ -17,10 +17,10 @@ from typing import Any
 from backend_model.engine.loop import Engine
 from backend_model.engine.sampling import SamplingParams
 from backend_model.models import Progress, eos_ids, load_pretrained
-from backend_model.onnx_session import onnx_opener
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.protocol import Dims
 from backend_model.sessions.qaic import QaicSession
+from backend_model.twin.session import onnx_opener
 
 REFERENCE = "hf"
 

@@ -17,10 +17,10 @@ from twin_data import CTX_LEN, PROMPTS, VOCAB
 from backend_model.build import BackendSettings, _compile_qpc, build_engine, choose_engine
 from backend_model.contract import compile_config, specializations
 from backend_model.contract.qpc import model_type_of as detect_model_type
-from backend_model.onnx_session import OnnxInferenceSession
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.protocol import Dims, SessionError
 from backend_model.sessions.qaic import find_qpc, read_dims, retained_names
+from backend_model.twin.session import OnnxInferenceSession
 
 KV = [{"batch_size": 1, "seq_len": 32, "ctx_len": 256, "full_batch_size": 4},
       {"batch_size": 4, "seq_len": 1, "ctx_len": 256, "full_batch_size": 4}]

@@ -17,9 +17,9 @@ from backend_model.contract import specializations
 from backend_model.engine.loop import Engine
 from backend_model.engine.sampling import SamplingParams
 from backend_model.models import eos_ids
-from backend_model.onnx_session import OnnxInferenceSession, onnx_opener
 from backend_model.sessions.protocol import Dims
 from backend_model.sessions.qaic import QaicSession, retained_names
+from backend_model.twin.session import OnnxInferenceSession, onnx_opener
 
 PARAMS = SamplingParams(max_tokens=TOKENS)
 

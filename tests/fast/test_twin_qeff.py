@@ -17,17 +17,17 @@ import pytest
 from click.testing import CliRunner
 from twin_data import QEFF_GRAPH, QeffFixtures, qeff_fixtures
 
-from backend_model import onnx_weights
 from backend_model.build import BackendSettings, build_engine
 from backend_model.contract import specializations
 from backend_model.contract.qpc import model_type_of, specializations_of
 from backend_model.engine.loop import Engine
 from backend_model.engine.sampling import SamplingParams
 from backend_model.models import load_tokenizer
-from backend_model.onnx_graph import INVALID_INDEX, prepare
-from backend_model.onnx_session import OnnxInferenceSession, onnx_opener
 from backend_model.sessions.protocol import Dims, SessionError
 from backend_model.sessions.qaic import QaicSession, binding_dims, find_qpc, read_dims, retained_names
+from backend_model.twin.graph import INVALID_INDEX, prepare
+from backend_model.twin.session import OnnxInferenceSession, onnx_opener
+from backend_model.twin.weights import refer, without_weights
 from console.cli import main
 
 VOCAB, CTX = 49152, 128
@@ -312,12 +312,12 @@ def test_embedded_weights_are_read_from_the_file_itself(tmp_path):
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 32])],
         [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.ones(32, np.float32), "b")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
-    weightless, ranges = onnx_weights.without_weights(tmp_path / "m.onnx")
+    weightless, ranges = without_weights(tmp_path / "m.onnx")
     assert set(ranges) == {"w"} and len(weightless) < weight.nbytes  # the 128-byte bias stays in the graph
     offset, length = ranges["w"]
     assert (tmp_path / "m.onnx").read_bytes()[offset:offset + length] == weight.tobytes()
     model = onnx.load_from_string(weightless)
-    onnx_weights.refer(model, "m.onnx", ranges)
+    refer(model, "m.onnx", ranges)
     options = ort.SessionOptions()
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(tmp_path))
     x = {"x": np.arange(128, dtype=np.float32).reshape(2, 64)}

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from . import onnx_graph
-from .contract import specializations
-from .contract.specializations import Symbols
-from .sessions.protocol import SessionError
-from .sessions.qaic import Opener
+from ..contract import specializations
+from ..contract.specializations import Symbols
+from ..sessions.protocol import SessionError
+from ..sessions.qaic import Opener
+from .graph import Prepared, prepare
 
 RETAINED_SUFFIX = "_RetainedState"
 DTYPES = {"tensor(int64)": np.int64, "tensor(float)": np.float32, "tensor(float16)": np.float16,
@@ -176,9 +176,9 @@ class OnnxInferenceSession:
         raise ValueError(f"Failed to run\n\nAllowed shapes:{allowed}\n\nPassed shapes:\n{passed}")
 
 
-def _prepare(path: Path) -> tuple[bytes, onnx_graph.Prepared]:
+def _prepare(path: Path) -> tuple[bytes, Prepared]:
     try:
-        return onnx_graph.prepare(path)
+        return prepare(path)
     except OSError as exc:
         raise SessionError(f"cannot read ONNX graph {path}: {_first_line(exc)}") from None
     except Exception as exc:  # onnx's DecodeError, an invalid-index constant no rule places ...

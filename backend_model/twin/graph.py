@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import onnx_weights
+from .weights import refer, without_weights
 
 INVALID_INDEX = 2**31 - 1  # torch.iinfo(torch.int32).max: QEfficient's invalid cache index
 READS = {"GatherND": "gather", "ScatterND": "scatter"}  # ops whose input 1 is an index
@@ -57,9 +57,9 @@ def prepare(path: str | Path) -> tuple[bytes, Prepared]:
     import onnx
     import onnx.inliner
 
-    weightless, ranges = onnx_weights.without_weights(path)
+    weightless, ranges = without_weights(path)
     model = onnx.load_from_string(weightless)
-    onnx_weights.refer(model, Path(path).name, ranges)
+    refer(model, Path(path).name, ranges)
     inlined = len(model.functions)
     if inlined:
         model = onnx.inliner.inline_local_functions(model)

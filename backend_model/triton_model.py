@@ -17,17 +17,17 @@ from typing import List, Optional, Tuple
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from . import heap
 from .build import BackendSettings, build_engine
 from .contract.errors import BadRequest
 from .engine.logprobs import TokenLogprob, TokenTexts
 from .engine.loop import Engine
 from .engine.metrics import publish
 from .engine.sampling import SamplingParams
-from .inputs import Inputs, encode, encode_continuations, read_inputs
-from .serving import Request, Serving
 from .sessions.qaic import qaic_available
 from .sessions.threads import served_cpu_models
+from .triton import heap
+from .triton.inputs import Inputs, encode, encode_continuations, read_inputs
+from .triton.serving import Request, Serving
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 

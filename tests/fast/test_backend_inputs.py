@@ -14,8 +14,8 @@ from backend_model.contract.controls import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from backend_model.contract.errors import BadRequest
 from backend_model.engine.detok import UTF8_SHRINK, longest_token_bytes, max_prompt_bytes, token_bytes_table
 from backend_model.engine.sampling import SamplingParams
-from backend_model.inputs import encode, read_inputs
 from backend_model.models import prepare_embedded
+from backend_model.triton.inputs import encode, read_inputs
 
 
 def reader(**inputs: object):
@@ -206,8 +206,8 @@ def test_bad_logprobs_grammars_and_continuations_are_named_in_one_line(inputs: d
 
 def test_a_continuation_is_tokenised_without_special_tokens_and_checked_against_its_prompt() -> None:
     from backend_model.engine.loop import Engine
-    from backend_model.inputs import encode_continuations
     from backend_model.sessions.protocol import Dims
+    from backend_model.triton.inputs import encode_continuations
     from console.bench.engine import ZeroCostSession
 
     tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))

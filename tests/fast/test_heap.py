@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from backend_model import heap
+from backend_model.triton import heap
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,8 @@ from backend_model.engine.logprobs import TokenLogprob
 from backend_model.engine.loop import Engine
 from backend_model.engine.sampling import SamplingParams
 from backend_model.models import prepare_embedded
-from backend_model.serving import Request, Serving
 from backend_model.sessions.protocol import Dims
+from backend_model.triton.serving import Request, Serving
 from console.bench.engine import ZeroCostSession, digit_tokens, digits_after
 
 WAIT = 60.0  # generous: only a broken loop ever waits this long

@@ -23,9 +23,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .contract.controls import CONTROLS, MAX_JSON_BYTES, Control, json_object
-from .contract.errors import BadRequest
-from .engine.sampling import SamplingParams
+from ..contract.controls import CONTROLS, MAX_JSON_BYTES, Control, json_object
+from ..contract.errors import BadRequest
+from ..engine.sampling import SamplingParams
 
 MAX_PROMPTS = 256
 MAX_NAME_BYTES = 256  # id, status_of, status_key

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from .engine.logprobs import TokenLogprob
-from .engine.loop import Engine, Sequence, Update
-from .engine.sampling import SamplingParams
+from ..engine.logprobs import TokenLogprob
+from ..engine.loop import Engine, Sequence, Update
+from ..engine.sampling import SamplingParams
 
 Log = Callable[[str, str], None]  # (level, message); typing names: evaluated at run time, so 3.8-safe
 

@@ -20,14 +20,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from backend_model import shared_files
+
 from .writer import BACKEND_PACKAGE, ENTRY_NAME, SKIPPED, TEMPLATE_NAME, TEMPLATES, RepoError, bundled_backend_package
 
 PACKAGE = Path(__file__).resolve().parent
 RELEASE = PACKAGE / "llm-models"  # the entry script and the sample clients (package data)
 GENERATOR_MODULES = ("__init__.py", "command.py", "memory.py", "samples.py", "spec.py", "staging.py", "writer.py")
-SHARED_BACKEND_MODULES = ("__init__.py", "contract/__init__.py", "contract/compile_config.py", "contract/controls.py",
-                          "contract/cpu_support.py", "contract/devices.py", "contract/errors.py",
-                          "contract/parameters.py", "contract/qpc.py", "contract/specializations.py")
 LLM_MODELS, BACKEND_DIR = "llm-models", "qaic_backend_python"
 
 
@@ -47,7 +46,7 @@ def _fill(staged: Path) -> None:
     shutil.copytree(RELEASE, llm, ignore=shutil.ignore_patterns(*SKIPPED))  # symlinks become files
     _copy_files(PACKAGE, GENERATOR_MODULES, llm / "repo_gen")
     shutil.copytree(TEMPLATES, llm / "repo_gen" / TEMPLATES.name, ignore=shutil.ignore_patterns(*SKIPPED))
-    _copy_files(bundled_backend_package(), SHARED_BACKEND_MODULES, llm / BACKEND_PACKAGE)
+    _copy_files(bundled_backend_package(), shared_files(), llm / BACKEND_PACKAGE)
     backend = staged / BACKEND_DIR
     shutil.copytree(bundled_backend_package(), backend / BACKEND_PACKAGE, ignore=shutil.ignore_patterns(*SKIPPED))
     shutil.copy2(TEMPLATES / ENTRY_NAME, backend / ENTRY_NAME)

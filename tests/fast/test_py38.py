@@ -12,20 +12,35 @@ import pytest
 from helpers import python38
 from py38_runtime import findings
 
-from repo_gen.artifacts import GENERATOR_MODULES, RELEASE
+from backend_model import shared_files
+from repo_gen.artifacts import GENERATOR_MODULES, RELEASE, export
 
 ROOT = Path(__file__).resolve().parents[2]
-STANDARD_LIBRARY_ONLY = ("backend_model.contract.errors", "backend_model.contract.parameters",
-                         "backend_model.contract.controls", "backend_model.contract.compile_config",
-                         "backend_model.contract.cpu_support", "backend_model.contract.qpc",
-                         "backend_model.engine.metrics", "repo_gen.writer", "repo_gen.samples", "repo_gen.staging",
-                         "repo_gen.memory", "repo_gen.spec", "repo_gen.command")
+ALSO_STANDARD_LIBRARY_ONLY = ("backend_model.engine.metrics",)  # beside what the generator ships: the engine's meter
 
 
 def py38_files() -> list[Path]:
     """Every file that carries the promise (docs/container.md lists the same)."""
-    return sorted([*(ROOT / "backend_model").glob("*.py"), *(ROOT / "repo_gen" / m for m in GENERATOR_MODULES),
+    return sorted([*(ROOT / "backend_model").rglob("*.py"), *(ROOT / "repo_gen" / m for m in GENERATOR_MODULES),
                    ROOT / "repo_gen" / "templates" / "model.py", *RELEASE.rglob("*.py")])
+
+
+def shipped_modules(llm: Path) -> list[str]:
+    """The modules of the generator the release artifacts ship in ``llm`` (their llm-models/ folder)."""
+    files = [*(llm / "backend_model").rglob("*.py"), *(llm / "repo_gen").glob("*.py")]
+    return [".".join(f.relative_to(llm).with_suffix("").parts).removesuffix(".__init__") for f in sorted(files)]
+
+
+def test_the_promise_reads_every_sub_package_of_the_backend() -> None:
+    checked = {path.parent.name for path in py38_files() if path.parent.parent.name == "backend_model"}
+    assert checked == {"contract", "engine", "sessions", "triton", "twin"}
+    assert ROOT / "backend_model" / "engine" / "loop.py" in py38_files()
+
+
+def test_the_generator_ships_the_backend_files_the_package_declares(tmp_path: Path) -> None:
+    llm = export(tmp_path)[0]
+    shipped = sorted(str(f.relative_to(llm / "backend_model")) for f in (llm / "backend_model").rglob("*.py"))
+    assert shipped == sorted(shared_files()) and "contract/devices.py" in shipped
 
 
 def test_vermin_finds_nothing_newer_than_3_8() -> None:
@@ -65,14 +80,16 @@ def test_the_run_time_check_catches_what_vermin_misses(tmp_path: Path) -> None:
     assert list(findings(lazy)) == []
 
 
-def test_the_shared_modules_import_under_a_real_python_3_8_without_site_packages() -> None:
+def test_the_shared_modules_import_under_a_real_python_3_8_without_site_packages(tmp_path: Path) -> None:
     python = python38()
     if python is None:
         pytest.skip("no Python 3.8 interpreter here (the static checks above still ran)")
     compile_all = "import sys; [compile(open(f).read(), f, 'exec') for f in sys.argv[1:]]"  # no .pyc written
     compiled = subprocess.run([python, "-c", compile_all, *map(str, py38_files())], capture_output=True, text=True)
     assert compiled.returncode == 0, compiled.stderr
-    imports = "; ".join(f"import {m}" for m in STANDARD_LIBRARY_ONLY)
-    done = subprocess.run([python, "-E", "-s", "-S", "-c", imports], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
+    llm = export(tmp_path)[0]
+    for folder, modules in ((llm, shipped_modules(llm)), (ROOT, ALSO_STANDARD_LIBRARY_ONLY)):
+        imports = "; ".join(f"import {m}" for m in modules)
+        done = subprocess.run([python, "-E", "-s", "-S", "-c", imports], cwd=folder, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr

@@ -34,10 +34,11 @@ def _fingerprint() -> str:
     from repo_gen.writer import TEMPLATES, bundled_backend_package
 
     digest = hashlib.sha256()
-    templates = sorted(p for p in TEMPLATES.iterdir() if p.is_file())
-    files = [*sorted(bundled_backend_package().glob("*.py")), *templates, Path(samples.__file__)]
-    for path in files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    backend = bundled_backend_package()
+    named = [(str(p.relative_to(backend)), p) for p in sorted(backend.rglob("*.py"))]  # each room's files
+    named += [(p.name, p) for p in sorted(TEMPLATES.iterdir()) if p.is_file()]
+    for name, path in [*named, ("samples.py", Path(samples.__file__))]:
+        digest.update(name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

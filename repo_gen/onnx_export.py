@@ -23,6 +23,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -82,7 +83,7 @@ class CacheRead(torch.autograd.Function):
 class KVStep(torch.nn.Module):
     """One step of a Llama-family model with QEfficient's tensor interface."""
 
-    def __init__(self, model: torch.nn.Module, continuous: bool) -> None:
+    def __init__(self, model: Any, continuous: bool) -> None:  # transformers' model: Any, as the backend holds it
         super().__init__()
         cfg = model.config
         if cfg.model_type not in LLAMA_LIKE:
@@ -138,7 +139,7 @@ class KVStep(torch.nn.Module):
                           positions[:, None, :, None].expand(shape)], -1)
 
 
-def _interface(model: torch.nn.Module, continuous: bool):
+def _interface(model: Any, continuous: bool):
     """Example inputs, input/output names and dynamic axes, QEfficient's."""
     cfg = model.config
     size = head_dim(cfg)

@@ -92,7 +92,7 @@ def _response(**outputs) -> pb_utils.InferenceResponse:
 
 class TritonResponder:
     """Responses through Triton's response senders: new text per step, or everything at the end; the
-    ``logprobs`` output (JSON per prompt, :mod:`.logprobs`) beside the text when the request asks for it."""
+    ``logprobs`` output (JSON per prompt, :mod:`.engine.logprobs`) beside the text when the request asks for it."""
 
     def __init__(self, texts: TokenTexts) -> None:
         self.texts = texts

@@ -12,7 +12,7 @@ and one ``GatherND`` reads the cache back, with QEfficient's invalid index, INT3
 positions past a row's last one (and, with continuous batching, for position -1, prefill
 padding: the card writes nothing there). Scores there take -inf and values zeros, as in
 QEfficient's attention. So the card's twin runs this graph and QEfficient's the same way
-(:mod:`backend_model.onnx_graph`). The export is TorchScript at opset 17, as QEfficient's; the
+(:mod:`backend_model.twin.graph`). The export is TorchScript at opset 17, as QEfficient's; the
 layers are Hugging Face's own modules (norms, rotary table, projections, MLP).
 """
 

@@ -60,7 +60,7 @@ class ModelSpec:
     compile: dict[str, Any] = field(default_factory=dict)  # only the keys that were given
     engine: str = "auto"
     precision: str = "fp32"
-    cpu_threads: int = 0  # 0: automatic (backend_model.threads)
+    cpu_threads: int = 0  # 0: automatic (backend_model.sessions.threads)
     device_groups: str = ""  # "0,1;2,3": one model instance per group, each opening its SoCs
 
     @property
@@ -117,7 +117,7 @@ def check_spec(spec: ModelSpec) -> None:
 
 
 def control_inputs() -> str:
-    """The config's input entries of the controls (``backend_model.controls``), one per line, each with a comma."""
+    """The config's input entries of the controls (``backend_model.contract.controls``), a line each, with a comma."""
     return "\n".join(
         f'  {{ name: "{c.name}" data_type: {CONFIG_TYPES.get(c.datatype, "TYPE_" + c.datatype)} '
         f'dims: [ {", ".join(map(str, c.dims))} ] optional: true }},'

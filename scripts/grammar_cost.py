@@ -1,5 +1,6 @@
 """What a grammar's mask costs per decode step at 8 rows with the embedded SmolLM2's tokenizer: llguidance (the
-backend's pick, through ``backend_model.grammar``), xgrammar and outlines-core, on the same JSON schema and token walk.
+backend's pick, through ``backend_model.engine.grammar``), xgrammar and outlines-core, on the same JSON schema and
+token walk.
 
 Each step fills every row's mask of allowed tokens, applies it to the row's logits and advances the row past the next
 token of a valid answer. xgrammar and outlines-core are not dependencies: put them on PYTHONPATH to compare, e.g.

@@ -5,9 +5,9 @@ fill in, and how it travels: its Triton datatype and dims, and whether vLLM's ``
 JSON carries it too. A control is a number, a switch, a list of strings (``stop``) or a JSON object
 (``structured_outputs``, checked for its size and depth before it is parsed). From :data:`CONTROLS`
 come the generated ``config.pbtxt`` inputs (``repo_gen.writer``), the backend's parser and checks
-(``inputs``), and the consoles' table, CLI options, TUI fields and web inputs of the offered rows
+(``triton.inputs``), and the consoles' table, CLI options, TUI fields and web inputs of the offered rows
 (``console.clients.params``, ``console.core.controls``). Adding a control is one row here plus its
-effect in the engine (``sampling``, or ``engine`` for what is not sampling).
+effect in the engine (``engine.sampling``, or ``engine.loop`` for what is not sampling).
 
 Standard library only, Python 3.8: it is copied into every model and the generator ships it.
 """

@@ -4,9 +4,9 @@ The backend asks at load (``model.config.to_dict()``), the generator at write ti
 ``config.json``), so a model the CPU cannot serve is named before a server starts. Standard library
 only, and Python 3.8: the generator the release artifacts ship imports it.
 
-* ``LLAMA_FAMILY``: the lean KV session (``cpu_session``), every precision. It honours biases, the
+* ``LLAMA_FAMILY``: the lean KV session (``sessions.cpu``), every precision. It honours biases, the
   activation, sliding windows, head_dim, tied embeddings and the rope types below.
-* ``TRANSFORMERS_KV``: transformers' own model with a cache per slot (``hf_sessions``), fp32 or bf16;
+* ``TRANSFORMERS_KV``: transformers' own model with a cache per slot (``sessions.hf``), fp32 or bf16;
   the architectures listed are the ones tested token for token against ``generate``.
 * causal (no KV cache): transformers' own model recomputed at every token, any architecture, fp32 or bf16.
 

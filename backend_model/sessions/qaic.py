@@ -1,8 +1,8 @@
 """The QAIC session: the contract on a compiled QPC through QEfficient's ``QAICInferenceSession``.
 
 QEfficient and qaicrt exist only inside Qualcomm's environment (``/opt/qeff-env``), so they are
-imported lazily (by :mod:`.qpc`, when a QPC is opened). The runtime is opened through one seam, ``opener``: the
-card's (``open_qpc``) or its ONNX Runtime twin's (``onnx_session.onnx_opener``).
+imported lazily (by :mod:`..contract.qpc`, when a QPC is opened). The runtime is opened through one seam,
+``opener``: the card's (``open_qpc``) or its ONNX Runtime twin's (``twin.session.onnx_opener``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A request's inputs, read and checked: the bundled interface and the Triton vLLM backend's names.
 
 The bundled interface takes ``prompt`` (one or more prompts) and each control of the schema
-(:mod:`.controls`) as its own input. The Triton vLLM backend's names are accepted too, so NVIDIA's
+(:mod:`..contract.controls`) as its own input. The Triton vLLM backend's names are accepted too, so NVIDIA's
 tools (genai-perf ``--backend vllm``, AIPerf) run against this model unmodified: ``text_input`` (one
 prompt), ``stream`` (BOOL), ``sampling_parameters`` (a JSON object of the same controls) and
 ``exclude_input_in_output``. ``status_of`` with ``status_key`` asks whether the asker's own request

@@ -22,7 +22,7 @@ reaches:
 Position -1 in a regular graph reaches its ScatterND as -1 itself (no constant): the last cache
 position, as ONNX and PyTorch define a negative index. No valid read reaches it before a real
 token overwrites it, so it stays as it is. The weights are never loaded here: ONNX Runtime reads
-them from the file (:mod:`.onnx_weights`). ``onnx`` is imported lazily: only the twin needs it.
+them from the file (:mod:`.weights`). ``onnx`` is imported lazily: only the twin needs it.
 """
 
 from __future__ import annotations

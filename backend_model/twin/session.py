@@ -2,7 +2,7 @@
 
 A QPC is a QEfficient ONNX graph compiled for its specializations. The twin takes such a graph
 (dynamic ``batch_size`` / ``seq_len`` / ``ctx_len`` / ``full_batch_size`` input axes; QEfficient's
-own export or ``qaic-console onnx export``), made ready as the card runs it (:mod:`.onnx_graph`:
+own export or ``qaic-console onnx export``), made ready as the card runs it (:mod:`.graph`:
 custom ops inlined, invalid-index constants), and those specializations, and behaves as the
 card does: ``bindings`` and ``allowed_shapes`` (empty for a fixed-shape build, as qaicrt reports
 it), output buffers that fix the output shape, skipped buffers whose retained state stays inside

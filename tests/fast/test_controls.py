@@ -1,5 +1,5 @@
-"""The controls' schema (``backend_model.controls``) is the one list: the generated config's inputs, the consoles'
-table, the CLI options, the form values and the wire inputs come from it, each value checked once by its row.
+"""The controls' schema (``backend_model.contract.controls``) is the one list: the generated config's inputs, the
+consoles' table, the CLI options, the form values and the wire inputs come from it, each value checked once by its row.
 
 The row added to the schema and served by a real tritonserver is ``tests/e2e/test_control_schema.py``.
 """

@@ -1,4 +1,4 @@
-"""The stub's heap while a model loads (``backend_model.heap``): no collection, then all of it frozen."""
+"""The stub's heap while a model loads (``backend_model.triton.heap``): no collection, then all of it frozen."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ class InputValue:
 
 
 def entries(text: str) -> list[dict[str, Any]]:
-    """One prompt's ``logprobs`` output (a JSON array: ``backend_model.logprobs`` gives its shape) as its entries."""
+    """One prompt's ``logprobs`` output (a JSON array: ``backend_model.engine.logprobs`` gives its shape) as entries."""
     try:
         value = json.loads(text)
     except ValueError:

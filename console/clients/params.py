@@ -1,4 +1,4 @@
-"""The controls table: the controls of the schema (``backend_model.controls``) the consoles offer.
+"""The controls table: the controls of the schema (``backend_model.contract.controls``) the consoles offer.
 
 The click options, the TUI fields and the web controls are made from :data:`CONTROLS`, a view over the
 schema's offered rows; a request (:class:`GenerationParams`) may also set ``logprobs`` and

@@ -27,7 +27,7 @@ from repo_gen.memory import estimate, size
 from repo_gen.spec import local_config
 from repo_gen.writer import ModelSpec
 
-HOST_ENGINES = ("cpu", "onnx")  # the backend's engines that run on the host (backend_model/parameters.py ENGINES)
+HOST_ENGINES = ("cpu", "onnx")  # the backend's engines on the host (backend_model/contract/parameters.py ENGINES)
 SERVER_MEMORY = 256 * 2**20  # tritonserver itself (measured: 41 MB resident) and its shared-memory regions
 STUB_MEMORY = 1536 * 2**20  # a Python backend stub: Python, torch, transformers, a tokenizer (measured: 1.19 GB
 #                             resident for the embedded SmolLM2 at int4, whose weights and cache are 73 MB)

@@ -1,7 +1,7 @@
 """OpenAI request bodies -> a :class:`Job`: the prompt or the chat messages, the controls, the switches.
 
 Each field is checked once, before anything is sent: a control by its row of the controls schema
-(``backend_model.controls``, named by the field), the switches by their type. Fields a Triton LLM has no
+(``backend_model.contract.controls``, named by the field), the switches by their type. Fields a Triton LLM has no
 control for are taken at their no-op value only (penalties 0, no ``logit_bias``), a few that change nothing
 here are accepted and ignored, and any other field is refused, as OpenAI's API does. A completions ``prompt`` is one or
 more texts or token-id lists; ``n`` (with ``best_of`` equal to it) asks for that many answers to each.

@@ -4,7 +4,7 @@ names, read from Triton's metrics page at each scrape.
 The front's own are ``qaic_front_requests_total`` (by route and status) and ``qaic_front_request_seconds`` (by route,
 until the answer's last byte: a stream's whole length), kept by :class:`Measured`, an ASGI middleware, in the
 front's own registry. The bundled backend publishes its figures on Triton's metrics page as ``qaic_*`` (see
-``backend_model.metrics``) with vLLM's meaning, labelled ``model``; they are passed on as ``vllm:*`` with the
+``backend_model.engine.metrics``) with vLLM's meaning, labelled ``model``; they are passed on as ``vllm:*`` with the
 ``model_name`` label vLLM uses, of the same types (buckets included), so the tools that read vLLM's page (AIPerf's
 server metrics, the Gateway API Inference Extension's endpoint picker, vLLM's Grafana boards) read these unchanged.
 ``qaic_front_backend_metrics_up`` says whether Triton's page was read.

@@ -35,7 +35,7 @@ def _bytes(entry: dict[str, Any]) -> bytes:
 
 
 def completion_logprobs(tokens: list[dict[str, Any]], offset: int, text: str) -> dict[str, Any]:
-    """The completions shape of the backend's entries (``backend_model.logprobs``), their text starting at character
+    """The completions shape of the backend's entries (``backend_model.engine.logprobs``), their text from character
     ``offset`` of the choice's text; ``text``: theirs (a token's offset is where its bytes begin, in characters: a
     token ending inside a character starts that character, a special token or a stop string's adds nothing). An
     entry whose ``logprob`` is None (an echoed prompt's first token: nothing before it) has no alternatives."""

@@ -48,8 +48,8 @@ def unscored(tokenizer: Any, ids: list[int]) -> list[dict[str, Any]]:
 
 async def score(upstream: Any, info: ModelInfo, tokenizer: Any, prompts: Sequence[list[int]], top: int,
                 request_id: str) -> list[list[dict[str, Any]]]:
-    """Each prompt's tokens' entries (``backend_model.logprobs``' shape, ``top`` alternatives): its head's without a
-    log-probability, then the backend's, all prompts in one request."""
+    """Each prompt's tokens' entries (``backend_model.engine.logprobs``' shape, ``top`` alternatives): its head's
+    without a log-probability, then the backend's, all prompts in one request."""
     count = len(prompts)
 
     def split() -> list[tuple[int, str]]:

@@ -1,6 +1,6 @@
 """The QAIC card's telemetry from ``qaic-util -q``: status, NSPs in use, memory, networks, temperature and power.
 
-The devices are read by :mod:`backend_model.devices` from ``qaic-util -q`` as it really prints (published outputs
+Devices are read by :mod:`backend_model.contract.devices` from ``qaic-util -q`` as it really prints (published outputs
 of Platform SDK 1.5 and 1.6): ``Dram Total/Free``, ``Nsp Total/Free`` and ``Networks Active`` are its own lines.
 Those SDKs print no power or temperature; newer ones may (``-t``), and no sample of them was found, so a power or
 temperature line is read by keyword (the first number on a line whose key names ``power``/``temp``) and said

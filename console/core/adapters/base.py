@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts
@@ -110,6 +111,16 @@ class Adapter(ABC):
     @abstractmethod
     def default_model(self, mode: str) -> str:
         """The model a send of ``mode`` goes to when none is named."""
+
+    # ---- its model repository
+
+    def repository(self) -> Path | None:
+        """The folder it loads its models from, when that can be known here (None: it cannot)."""
+        return None
+
+    def load_model(self, model: str) -> None:
+        """Load ``model`` from its repository; OSError saying why it cannot."""
+        raise OSError(f"{self.name} loads no model on request")
 
     # ---- sending
 

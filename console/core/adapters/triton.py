@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import urllib.error
 from collections.abc import Sequence
+from pathlib import Path
 
 from console.clients import (
     Call,
@@ -31,6 +32,7 @@ from console.clients.failures import answers_http, error_message
 from console.clients.status import ask_status
 from console.server.health import ServerHandle
 from console.server.keys import key_for
+from console.server.ports import listening_at
 
 from ..template import chat_prompts
 from .base import Adapter, Framed, History, Progress, States, quiet
@@ -177,6 +179,14 @@ class TritonAdapter(Adapter):
 
     def listed_info(self, model: str) -> ModelInfo:
         return info_from_config(model, self.handle.model_config(model))
+
+    def repository(self) -> Path | None:
+        """The folder a tritonserver of this machine at this loopback address was started on (its command line)."""
+        server = listening_at(self.http_url or "")
+        return Path(server.repository) if server is not None and server.repository else None
+
+    def load_model(self, model: str) -> None:
+        self.handle.load_model(model)
 
     def default_model(self, mode: str) -> str:
         """The embedded sample for ``mode`` when the server serves it, else the first READY model that answers

@@ -21,7 +21,7 @@ from . import heap
 from .build import BackendSettings, build_engine
 from .engine import Engine
 from .errors import BadRequest
-from .inputs import Inputs, encode, encode_continuations, read_inputs
+from .inputs import Inputs, encode, encode_continuations, prompts_of, read_inputs
 from .logprobs import TokenLogprob, TokenTexts
 from .metrics import publish
 from .qaic_session import qaic_available
@@ -63,7 +63,8 @@ Parsed = Tuple[Request, List[List[int]], SamplingParams, Optional[List[List[int]
 def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> Parsed:
     """A checked request (its prompts' tokens, parameters and continuations to score); BadRequest with a message
     for the client."""
-    encoded = encode(engine, inputs.prompts)
+    prompts = prompts_of(engine, inputs)  # messages: rendered by the model's chat template
+    encoded = encode(engine, prompts)
     forced = None if inputs.continuations is None else encode_continuations(engine, encoded, inputs.continuations)
     params = inputs.params()
     if "max_tokens" not in inputs.controls and engine.default_max_tokens:  # unset; 0 asks for the whole context
@@ -72,7 +73,7 @@ def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> Parsed:
     req = Request(
         sender=request.get_response_sender(),
         request_id=inputs.request_id or request.request_id() or "-",
-        prompts=inputs.prompts,
+        prompts=prompts,
         input_tokens=[len(i) for i in encoded],
         include_prompt=not streaming and not inputs.exclude_input,  # one answer echoes the prompt (vllm's way)
         streaming=streaming,

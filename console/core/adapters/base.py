@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts
+from console.clients.params import MESSAGES
+
+from ..template import embedded_here
 
 SERVER, HERE, NONE = "server", "here", "none"  # who applies a model's chat template (:meth:`Adapter.template_side`)
 States = dict[str, tuple[str, str]]  # model -> (state, reason)
@@ -125,12 +128,18 @@ class Adapter(ABC):
     # ---- sending
 
     def template_side(self, info: ModelInfo | None = None, tokenizer: str = "") -> str:
-        """Who applies ``info``'s chat template to a chat send: SERVER (chat messages are sent), HERE (a tokenizer
-        here renders the prompt: a tokenizer folder is given, or the model is the embedded one), or NONE (it has none
-        here: the prompt goes as typed). Without ``info``: SERVER, or HERE when the server does not apply it."""
+        """Who applies ``info``'s chat template to a chat send: SERVER (chat messages are sent: the server applies
+        templates, or the model takes ``messages`` and no tokenizer of it is here), HERE (a tokenizer here renders the
+        prompt: a tokenizer folder is given, or the model is the embedded one and its package is installed), or NONE
+        (it has none here: the prompt goes as typed). Without ``info``: SERVER, or HERE when the server does not apply
+        it."""
         if self.server_template:
             return SERVER
-        return HERE if info is None or tokenizer or info.embedded else NONE
+        if info is None or tokenizer or (info.embedded and embedded_here()):
+            return HERE
+        if info.input(MESSAGES) is not None:
+            return SERVER
+        return HERE if info.embedded else NONE  # the embedded one without its package: the send says what to install
 
     def has_chat_template(self, info: ModelInfo, tokenizer: str) -> bool:
         """Whether a chat send can use ``info``'s chat template (applied here or by the server)."""

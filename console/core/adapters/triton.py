@@ -9,6 +9,7 @@ then only read what it holds: no network, no change.
 from __future__ import annotations
 
 import http.client
+import json
 import urllib.error
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,8 +35,8 @@ from console.server.health import ServerHandle
 from console.server.keys import key_for
 from console.server.ports import listening_at
 
-from ..template import chat_prompts
-from .base import Adapter, Framed, History, Progress, States, quiet
+from ..template import chat_messages, chat_prompts
+from .base import SERVER, Adapter, Framed, History, Progress, States, quiet
 
 MODE_LABELS = {"stream": "gRPC stream", "batch": "HTTP batch", "generate": "HTTP generate"}
 
@@ -212,12 +213,17 @@ class TritonAdapter(Adapter):
               history: History, progress: Progress = quiet) -> Framed:
         if not chat:
             return Framed(list(prompts), list(prompts))
+        if self.template_side(info, tokenizer) == SERVER:  # the model renders the conversations (its messages input)
+            messages = chat_messages(prompts, system=system or None, history=history)
+            return Framed(list(prompts), [json.dumps(m, ensure_ascii=False) for m in messages], messages)
         return Framed(list(prompts), chat_prompts(prompts, info, system=system or None, history=history,
                                    tokenizer=tokenizer or None, progress=progress))
 
     def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,
              timeouts: Timeouts) -> Call:
         url, protocol = self.url(mode, protocol)
+        if framed.messages is not None:
+            params = params.replace(chats=True)
         probe = dead_backend_probe(info, mode)
         if mode == "stream":
             return stream(url, info, framed.sent, params, timeouts, probe)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import cli, json_rows
+from helpers import cli, json_rows, started
 
 pytestmark = pytest.mark.server
 QAIC_CONSOLE = Path(sys.executable).with_name("qaic-console")  # the installed command, as a user types it
@@ -45,10 +45,8 @@ def test_serve_without_a_repository_serves_the_embedded_samples(tmp_path: Path, 
                                                                  served: dict[str, str]) -> None:
     env = own_cache(tmp_path)
     errors = tmp_path / "stderr"
-    with errors.open("w") as stderr:
-        proc = subprocess.Popen([str(QAIC_CONSOLE), "serve", *args], stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                env=env, cwd=tmp_path)
-    try:
+    with errors.open("w") as stderr, started([str(QAIC_CONSOLE), "serve", *args], stdout=subprocess.PIPE,
+                                             stderr=stderr, env=env, cwd=tmp_path) as proc:
         assert proc.stdout is not None
         printed = []
         for line in proc.stdout:  # until the address block's end, or the process's
@@ -64,10 +62,6 @@ def test_serve_without_a_repository_serves_the_embedded_samples(tmp_path: Path, 
             assert row["model"] == model and row["output_tokens"] == 4 and row["text"], row
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     err = errors.read_text()
     assert proc.returncode == 0, err
     assert out.splitlines()[-1] == "stopped" and "Traceback" not in out + err, (out, err)

@@ -26,7 +26,7 @@ from .engine.sampling import SamplingParams
 from .sessions.qaic import qaic_available
 from .sessions.threads import served_cpu_models
 from .triton import heap
-from .triton.inputs import Inputs, encode, encode_continuations, read_inputs
+from .triton.inputs import Inputs, encode, encode_continuations, prompts_of, read_inputs
 from .triton.serving import Request, Serving
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -63,7 +63,8 @@ Parsed = Tuple[Request, List[List[int]], SamplingParams, Optional[List[List[int]
 def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> Parsed:
     """A checked request (its prompts' tokens, parameters and continuations to score); BadRequest with a message
     for the client."""
-    encoded = encode(engine, inputs.prompts)
+    prompts = prompts_of(engine, inputs)  # messages: rendered by the model's chat template
+    encoded = encode(engine, prompts)
     forced = None if inputs.continuations is None else encode_continuations(engine, encoded, inputs.continuations)
     params = inputs.params()
     if "max_tokens" not in inputs.controls and engine.default_max_tokens:  # unset; 0 asks for the whole context
@@ -72,7 +73,7 @@ def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> Parsed:
     req = Request(
         sender=request.get_response_sender(),
         request_id=inputs.request_id or request.request_id() or "-",
-        prompts=inputs.prompts,
+        prompts=prompts,
         input_tokens=[len(i) for i in encoded],
         include_prompt=not streaming and not inputs.exclude_input,  # one answer echoes the prompt (vllm's way)
         streaming=streaming,

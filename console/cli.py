@@ -68,7 +68,8 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--chat/--raw", "chat", default=None,
                      help="Apply the model's chat template, or send the prompt as typed (default: the template "
                           "when the model has one here: the embedded models, a --tokenizer folder, an "
-                          "OpenAI-compatible server's own)."),
+                          "OpenAI-compatible server's own, or the bundled backend's models, which apply their own "
+                          "when no tokenizer of theirs is here)."),
         click.option("--tokenizer", default=None, type=click.Path(file_okay=False),
                      help="Local tokenizer folder for --chat."),
         click.option("--json", "json_", is_flag=True,

@@ -23,11 +23,14 @@ SERVE_RISK = (", without a login: whoever reaches its ports can send inference r
               "(its repository API stays this console's)")
 
 
-def _check_groups(repository: Path, models: tuple[str, ...]) -> None:
+def _check_groups(repository: Path | None, models: tuple[str, ...]) -> None:
     """The device groups of the models served, checked before anything starts: against qaic-util's SoCs and each
-    other (refused: a SoC missing, not Ready, busy or in two models' groups; warned: a group across board serials)."""
+    other (refused: a SoC missing, not Ready, busy or in two models' groups; warned: a group across board serials).
+    The embedded samples (no repository given) run on the CPU: they have none."""
     from repo_gen.inspection import device_review, list_models
 
+    if repository is None:
+        return
     folders = [m for m in list_models(repository) if not models or m.name in models]
     if not any(m.device_groups for m in folders):
         return

@@ -19,7 +19,7 @@ from backend_model.contract.qpc import find_qpc, model_type_of
 
 from . import memory
 from .samples import SAMPLES
-from .writer import ModelSpec, RepoError, check_backend_dir, check_name, write_model
+from .writer import FolderExists, ModelSpec, RepoError, check_backend_dir, check_name, write_model
 
 Note = Callable[[str], None]
 CUSTOM_NEEDS = ("a custom model needs --aic_binary_dir <path/to/qpc> or --hf_model_name <org/model> "
@@ -185,7 +185,7 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
     """
     check_name(model_name)
     if (output_dir / model_name).exists() and not force:
-        raise RepoError(f"{output_dir / model_name} already exists (use --force to replace it)")
+        raise FolderExists(output_dir / model_name)
     if python_backend_dir is not None:
         check_backend_dir(python_backend_dir)
     spec = resolve_spec(model_name, note=note, **fields)

@@ -48,6 +48,15 @@ class RepoError(ValueError):
     """A model folder that cannot be written; nothing was written."""
 
 
+class FolderExists(RepoError):
+    """The model folder ``path`` is there and replacing it was not asked (the message names the command line's
+    ``--force``; a form names its own control)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path} already exists (use --force to replace it)")
+        self.path = path
+
+
 @dataclass
 class ModelSpec:
     """What the generator needs to know about one model."""
@@ -228,7 +237,7 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
     staging.sweep(out, progress)  # first: it may put back the model a killed --force moved aside
     target = out / spec.model_name
     if target.exists() and not force:
-        raise RepoError(f"{target} already exists (use --force to replace it)")
+        raise FolderExists(target)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     tmp = staging.holder(out, spec.model_name)  # private (0700)

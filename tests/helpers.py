@@ -75,6 +75,19 @@ def signalled(cmd: list[str], ready: Callable[[str], bool], sig: int, on: str = 
     return seen, out, err, proc.returncode
 
 
+@contextlib.contextmanager
+def started(cmd: list[str], **popen: object) -> Iterator[subprocess.Popen]:
+    """``cmd`` running as a text-mode process (``popen``: Popen's other arguments), killed on the way out should it
+    still run."""
+    proc = subprocess.Popen(cmd, text=True, **popen)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def wait_until(condition: Callable[[], object], timeout: float, what: str,
                state: Callable[[], str] | None = None) -> None:
     """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` s (and what ``state()`` says then:

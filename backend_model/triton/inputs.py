@@ -7,6 +7,8 @@ prompt), ``stream`` (BOOL), ``sampling_parameters`` (a JSON object of the same c
 ``exclude_input_in_output``. ``status_of`` with ``status_key`` asks whether the asker's own request
 (the one sent with that ``status_key``) runs here. ``continuation`` (one JSON value per prompt: its text
 as a JSON string, or its token ids as a JSON array) asks to score that continuation instead of generating.
+``messages`` (one JSON array of ``{"role", "content"}`` messages per prompt, in place of ``prompt``) asks the model
+to render each conversation with its own chat template (:func:`prompts_of`), so a client needs no tokenizer.
 
 Cheap checks come first: the number of prompts and their size in bytes (against what the model's
 context can hold at most) before decoding or tokenising; the JSON's size and depth before parsing;
@@ -46,6 +48,7 @@ class Inputs:
     status_key: str = ""  # the key a status question about this request must bring
     status_of: str | None = None  # a status question: the request id asked about
     continuations: list[str | list[int]] | None = None  # per prompt: text or token ids to score (not generate)
+    chats: list[list[dict[str, str]]] | None = None  # ``messages``: the prompts as conversations (see prompts_of)
 
     def params(self) -> SamplingParams:
         """The engine's sampling parameters of these controls."""
@@ -94,27 +97,59 @@ def _flag(read: Read, name: str) -> bool | None:
     return None if array is None else bool(_one(array, name))
 
 
-def _prompts(read: Read, max_bytes: int | None) -> list[str]:
-    """The prompts, each refused by its size in bytes before it is decoded (or tokenised)."""
-    name, array = "prompt", read("prompt")
-    if array is None:
-        name, array = "text_input", read("text_input")
+def _sized(array: np.ndarray | None, max_bytes: int | None) -> list[tuple[str, Any]]:
+    """Each prompt's raw value with its name for messages (``prompt 2 of 3``): counted, and refused by its size in
+    bytes before it is decoded (or tokenised)."""
     items = array.reshape(-1) if array is not None else ()
     if not len(items):
         raise BadRequest("no prompt given (the input 'prompt', or 'text_input')")
     if len(items) > MAX_PROMPTS:
         raise BadRequest(f"at most {MAX_PROMPTS} prompts per request, got {len(items)}")
-    prompts = []
+    out = []
     for i, item in enumerate(items):
         which = _which(i, len(items))
         if max_bytes is not None and len(item) > max_bytes:
             raise BadRequest(f"{which} is {len(item)} bytes, over the {max_bytes} bytes this model's context "
                              "(ctx_len) holds at most: shorten it")
+        out.append((which, item))
+    return out
+
+
+def _prompts(read: Read, max_bytes: int | None) -> list[str]:
+    """The prompts, as text."""
+    name, array = "prompt", read("prompt")
+    if array is None:
+        name, array = "text_input", read("text_input")
+    prompts = []
+    for i, (which, item) in enumerate(_sized(array, max_bytes)):
         prompt = _decode(item, f"{name}[{i}]")
         if not prompt.strip():
             raise BadRequest(f"{which} is empty")
         prompts.append(prompt)
     return prompts
+
+
+def _chats(read: Read, max_bytes: int | None) -> list[list[dict[str, str]]] | None:
+    """The ``messages`` input: one conversation per prompt, a JSON array of ``{"role", "content"}`` objects of text
+    (other keys are left out); None when absent."""
+    array = read("messages")
+    if array is None:
+        return None
+    if read("prompt") is not None or read("text_input") is not None:
+        raise BadRequest("give prompt (text) or messages (conversations), not both")
+    chats = []
+    for i, (which, item) in enumerate(_sized(array, max_bytes)):
+        try:
+            value = json.loads(_decode(item, f"messages[{i}]"))
+        except (ValueError, RecursionError):
+            value = None
+        if not isinstance(value, list) or not value or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in value):
+            raise BadRequest(f"the messages of {which} must be JSON: an array of "
+                             '{"role": ..., "content": ...} objects of text')
+        chats.append([{"role": m["role"], "content": m["content"]} for m in value])
+    return chats
 
 
 def _sampling_parameters(read: Read) -> dict[str, Any]:
@@ -192,15 +227,36 @@ def read_inputs(read: Read, max_prompt_bytes: int | None = None, unknown: Sequen
         if not key:
             raise BadRequest("status_of needs status_key: the key the asked request was sent with")
         return Inputs(status_key=key, status_of=asked)
-    prompts = _prompts(read, max_prompt_bytes)
+    chats = _chats(read, max_prompt_bytes)
+    prompts = _prompts(read, max_prompt_bytes) if chats is None else []
     controls = _controls(read)
     return Inputs(prompts, controls, _text(read, "id") or "", _flag(read, "exclude_input_in_output"),
-                  _flag(read, "stream"), key, continuations=_continuations(read, len(prompts)))
+                  _flag(read, "stream"), key, continuations=_continuations(read, len(chats or prompts)), chats=chats)
 
 
 def _which(index: int, count: int) -> str:
     """``prompt 2 of 3`` (1-based, as the console numbers them), or ``the prompt``."""
     return f"prompt {index + 1} of {count}" if count > 1 else "the prompt"
+
+
+def prompts_of(engine: Any, inputs: Inputs) -> list[str]:
+    """The prompts as the model reads them: as sent, or each conversation of ``messages`` as the model's chat
+    template renders it, the assistant's turn opened (what a client with the model's tokenizer would send)."""
+    if inputs.chats is None:
+        return inputs.prompts
+    tokenizer = engine.tokenizer
+    if not getattr(tokenizer, "chat_template", None):
+        raise BadRequest("this model has no chat template (its tokenizer has none): send the prompt as text "
+                         "(the input 'prompt')")
+    prompts = []
+    for i, chat in enumerate(inputs.chats):
+        try:
+            prompts.append(tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
+        except Exception as exc:  # the template's own refusal (jinja's raise_exception: "roles must alternate")
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise BadRequest(f"the chat template refuses the messages of {_which(i, len(inputs.chats))}: "
+                             f"{reason}") from None
+    return prompts
 
 
 def encode(engine: Any, prompts: list[str]) -> list[list[int]]:

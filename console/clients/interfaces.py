@@ -31,7 +31,7 @@ from typing import Any
 
 from .errors import ClientError, ServerFault
 from .events import ModelInfo, Tensor
-from .params import BY_NAME, CONTROLS, Control, GenerationParams
+from .params import BY_NAME, CONTROLS, MESSAGES, Control, GenerationParams
 from .wire import output_list, tensor
 
 OUTPUTS = ("text_output", "finish_reason", "input_tokens", "output_tokens", "logprobs")
@@ -173,9 +173,16 @@ class Interface:
         if len(prompts) > 1 and not self.batches_prompts:
             raise ClientError(f"model {self.info.name} ({self.name}) takes one prompt per request")
         many = self.batches_prompts and len(prompts) > 1
-        prompt = InputValue(self.prompt_name, "BYTES", tuple(prompts), many)
+        prompt = InputValue(self.chat_input() if params.chats else self.prompt_name, "BYTES", tuple(prompts), many)
         return [prompt, *self.controls(params), *self.switches(params, streaming),
                 *self.continuation(params, len(prompts), many)]
+
+    def chat_input(self) -> str:
+        """The input of conversations the model renders with its chat template; ClientError when it has none."""
+        if self.info.input(MESSAGES) is None:
+            raise ClientError(f"model {self.info.name} ({self.name}) does not apply its chat template on the server "
+                              f"(no {MESSAGES} input): give a tokenizer folder, or send raw prompts")
+        return MESSAGES
 
     def continuation(self, params: GenerationParams, n: int, many: bool) -> list[InputValue]:
         """The ``continuation`` input (each prompt's text or token ids to score, as JSON) when the request has one;

@@ -225,12 +225,24 @@ class ServerController:
         advice = "" if closing else ": start it again or connect by URL"
         return self._set(phase="stopped", message=f"tritonserver stopped{note}{advice}")
 
+    def served_repository(self) -> Path | None:
+        """The folder the server here loads its models from: the one started here, or a connected server's when it can
+        be known (a tritonserver of this machine); None without a server or when unknown."""
+        with self._lock:
+            snap, adapter = self._snap, self._adapter
+        if adapter is None or not snap.serving:
+            return None
+        return Path(snap.repository) if snap.owned else adapter.repository()
+
     def load(self, model: str) -> Snapshot:
-        """Load ``model`` (generated into the repository served) into the tritonserver here; ServerError without one."""
-        if (server := self._server) is None or not server.running:
-            raise ServerError(f"no tritonserver started here to load {model} into")
+        """Load ``model`` (generated into the repository served) into the server here, started here or connected;
+        ServerError without one, OSError saying why the server cannot."""
+        with self._lock:
+            adapter, serving = self._adapter, self._snap.serving
+        if adapter is None or not serving:
+            raise ServerError(f"no server here to load {model} into")
         self._note(f"loading {model} into the running tritonserver ...")
-        server.handle.load_model(model)
+        adapter.load_model(model)
         return self.poll()
 
     # ---- following the server

@@ -24,6 +24,17 @@ def _quiet(_: str) -> None:
     pass
 
 
+def embedded_here() -> bool:
+    """Whether the embedded model's package is installed here (its tokenizer gives the chat template)."""
+    from backend_model.models import ModelSourceError, embedded_gguf
+
+    try:
+        embedded_gguf()
+    except ModelSourceError:
+        return False
+    return True
+
+
 def tokenizer_folder(tokenizer: str | None, info: ModelInfo, progress: Progress = _quiet) -> Path:
     """The local folder whose tokenizer ``info``'s model uses (``tokenizer``: given by the user)."""
     if tokenizer:

@@ -1,11 +1,12 @@
-"""Free TCP ports, picked the way tritonserver binds them; the warning for listening beyond this machine."""
+"""Free TCP ports, picked the way tritonserver binds them; the tritonserver of this machine at an address; the warning
+for listening beyond this machine."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
 
-from .stale import find_servers
+from .stale import RunningServer, find_servers
 
 
 def free_port() -> int:
@@ -58,3 +59,12 @@ def beyond_loopback(host: str, what: str, risk: str) -> str | None:
     """The one warning for ``what`` listening on ``host`` beyond this machine (None on loopback): ``risk`` says
     what whoever reaches it can do."""
     return None if is_loopback(host) else f"warning: --host {host} serves {what} beyond this machine{risk}"
+
+
+def listening_at(http_url: str) -> RunningServer | None:
+    """The tritonserver of this machine whose HTTP endpoint is ``http_url`` (a loopback ``host:port``), when its
+    command line names that port."""
+    host, _, port = http_url.rpartition(":")
+    if not port.isdigit() or not is_loopback(host.strip("[]")):
+        return None
+    return next((s for s in find_servers(ports=[int(port)]) if s.http_url.rpartition(":")[2] == port), None)

@@ -97,6 +97,7 @@ def _chat_tab() -> dict[str, Any]:
                                     label="Mode", elem_id="qc-mode")
             # custom values allowed: a tick's choices may cross a mode change in flight (the server checks the name)
             view["model"] = gr.Dropdown([], label="Model", elem_id="qc-model", allow_custom_value=True)
+            view["picks"] = gr.State({})  # the model picked in each mode: that mode's again after the other
             view["note"] = gr.Markdown(elem_id="qc-model-note")
             view["chat"] = gr.Checkbox(True, label="Chat template + history (off: raw prompt)",
                                        elem_id="qc-chat-template")
@@ -170,7 +171,9 @@ def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
         event.then(console.speed, turns, speed_outputs, show_progress="hidden")
     c["stop"].click(stop, None, None, queue=False)
     c["export"].click(console.export, turns, c["files"])
-    c["mode"].change(console.models_for, [c["mode"], c["model"]], [c["model"], c["note"]], show_progress="hidden")
+    c["mode"].change(console.mode_changed, [c["mode"], c["picks"]], [c["model"], c["note"]], show_progress="hidden")
+    c["model"].input(lambda mode, model, picks: {**picks, mode: model}, [c["mode"], c["model"], c["picks"]],
+                     c["picks"], queue=False)
     for control in CONTROLS:  # a bad value is marked in its field as it is typed (a send is refused, saying why)
         box = c["controls"][control.name]
         box.change(lambda text, control=control: gr.update(**views.control_field(control, text)), box, box,

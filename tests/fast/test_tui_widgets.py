@@ -275,3 +275,30 @@ def test_footer_names_quit_and_the_generator() -> None:
             assert "^q Quit" in shown()
 
     run(go)
+
+
+def test_the_generator_form_names_its_own_box_for_an_existing_folder(tmp_path: Path) -> None:
+    """A folder that exists is refused naming the form's "Replace" box (not the command line's --force); ticked, the
+    folder is replaced."""
+    from textual.widgets import Checkbox
+
+    repo = tmp_path / "repo"
+    (repo / "tiny").mkdir(parents=True)
+
+    async def go() -> None:
+        app = QaicConsoleApp(repository=str(repo))
+        async with app.run_test(size=SIZE) as pilot:
+            pane = app.server_pane
+            pane.query_one("#gen-name", Input).value = "tiny"
+            pane.query_one("#gen-hf", Input).value = "embedded"
+            pane.query_one("#generate").press()
+            await until(pilot, lambda: any(s == "error" for s, _ in app.notices), 60, "the refusal")
+            (refusal,) = [text for severity, text in app.notices if severity == "error"]
+            assert refusal == f'{repo / "tiny"} already exists: tick "Replace an existing model folder" to replace it'
+            assert str(pane.query_one("#gen-force", Checkbox).label) == "Replace an existing model folder"
+            pane.query_one("#gen-force", Checkbox).value = True
+            pane.query_one("#generate").press()
+            await until(pilot, lambda: any(t.startswith("wrote") for _, t in app.notices), 120, "the replacement")
+            assert (repo / "tiny" / "config.pbtxt").is_file()
+
+    run(go)

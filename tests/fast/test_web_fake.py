@@ -111,6 +111,27 @@ def test_history_is_per_mode_and_never_sent_with_several_prompts(web: Web) -> No
     assert not any("Zorblax" in s for s in sent[3]), "a|b prompts carry no history"
 
 
+def test_each_mode_starts_on_its_own_default_model_and_keeps_the_one_picked(web: Web) -> None:
+    """Batch starts on smollm2_kv, as the TUI's Batch pane, headless and bench do (not the stream model, which also
+    answers batch); a model picked in a mode is that mode's again after the other mode."""
+    def shown(name: str) -> None:
+        web.page.wait_for_function("n => document.querySelector('#qc-model input').value === n", arg=name,
+                                   timeout=WAIT_MS)
+
+    web.mode("stream")
+    shown("smollm2_decoupled")
+    web.mode("batch")
+    shown("smollm2_kv")
+    web.model("smollm2_decoupled")  # the stream model answers batch too: picked by hand
+    web.mode("stream")
+    shown("smollm2_decoupled")
+    web.mode("batch")
+    shown("smollm2_decoupled")
+    web.model("smollm2_kv")
+    web.mode("stream")
+    shown("smollm2_decoupled")
+
+
 def test_a_send_while_the_reply_comes_is_refused_saying_so_and_the_next_goes(web: Web, fake: FakeServer) -> None:
     page, box = web.page, web.page.locator("#qc-input textarea")
     web.clear()

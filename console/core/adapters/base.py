@@ -10,9 +10,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts
+from console.clients.params import MESSAGES
+
+from ..template import embedded_here
 
 SERVER, HERE, NONE = "server", "here", "none"  # who applies a model's chat template (:meth:`Adapter.template_side`)
 States = dict[str, tuple[str, str]]  # model -> (state, reason)
@@ -111,15 +115,31 @@ class Adapter(ABC):
     def default_model(self, mode: str) -> str:
         """The model a send of ``mode`` goes to when none is named."""
 
+    # ---- its model repository
+
+    def repository(self) -> Path | None:
+        """The folder it loads its models from, when that can be known here (None: it cannot)."""
+        return None
+
+    def load_model(self, model: str) -> None:
+        """Load ``model`` from its repository; OSError saying why it cannot."""
+        raise OSError(f"{self.name} loads no model on request")
+
     # ---- sending
 
     def template_side(self, info: ModelInfo | None = None, tokenizer: str = "") -> str:
-        """Who applies ``info``'s chat template to a chat send: SERVER (chat messages are sent), HERE (a tokenizer
-        here renders the prompt: a tokenizer folder is given, or the model is the embedded one), or NONE (it has none
-        here: the prompt goes as typed). Without ``info``: SERVER, or HERE when the server does not apply it."""
+        """Who applies ``info``'s chat template to a chat send: SERVER (chat messages are sent: the server applies
+        templates, or the model takes ``messages`` and no tokenizer of it is here), HERE (a tokenizer here renders the
+        prompt: a tokenizer folder is given, or the model is the embedded one and its package is installed), or NONE
+        (it has none here: the prompt goes as typed). Without ``info``: SERVER, or HERE when the server does not apply
+        it."""
         if self.server_template:
             return SERVER
-        return HERE if info is None or tokenizer or info.embedded else NONE
+        if info is None or tokenizer or (info.embedded and embedded_here()):
+            return HERE
+        if info.input(MESSAGES) is not None:
+            return SERVER
+        return HERE if info.embedded else NONE  # the embedded one without its package: the send says what to install
 
     def has_chat_template(self, info: ModelInfo, tokenizer: str) -> bool:
         """Whether a chat send can use ``info``'s chat template (applied here or by the server)."""

@@ -9,8 +9,10 @@ then only read what it holds: no network, no change.
 from __future__ import annotations
 
 import http.client
+import json
 import urllib.error
 from collections.abc import Sequence
+from pathlib import Path
 
 from console.clients import (
     Call,
@@ -31,9 +33,10 @@ from console.clients.failures import answers_http, error_message
 from console.clients.status import ask_status
 from console.server.health import ServerHandle
 from console.server.keys import key_for
+from console.server.ports import listening_at
 
-from ..template import chat_prompts
-from .base import Adapter, Framed, History, Progress, States, quiet
+from ..template import chat_messages, chat_prompts
+from .base import SERVER, Adapter, Framed, History, Progress, States, quiet
 
 MODE_LABELS = {"stream": "gRPC stream", "batch": "HTTP batch", "generate": "HTTP generate"}
 
@@ -178,6 +181,14 @@ class TritonAdapter(Adapter):
     def listed_info(self, model: str) -> ModelInfo:
         return info_from_config(model, self.handle.model_config(model))
 
+    def repository(self) -> Path | None:
+        """The folder a tritonserver of this machine at this loopback address was started on (its command line)."""
+        server = listening_at(self.http_url or "")
+        return Path(server.repository) if server is not None and server.repository else None
+
+    def load_model(self, model: str) -> None:
+        self.handle.load_model(model)
+
     def default_model(self, mode: str) -> str:
         """The embedded sample for ``mode`` when the server serves it, else the first READY model that answers
         ``mode`` (generate: one answer, as batch); the sample when none does or the server does not say (the send
@@ -202,12 +213,17 @@ class TritonAdapter(Adapter):
               history: History, progress: Progress = quiet) -> Framed:
         if not chat:
             return Framed(list(prompts), list(prompts))
+        if self.template_side(info, tokenizer) == SERVER:  # the model renders the conversations (its messages input)
+            messages = chat_messages(prompts, system=system or None, history=history)
+            return Framed(list(prompts), [json.dumps(m, ensure_ascii=False) for m in messages], messages)
         return Framed(list(prompts), chat_prompts(prompts, info, system=system or None, history=history,
                                    tokenizer=tokenizer or None, progress=progress))
 
     def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,
              timeouts: Timeouts) -> Call:
         url, protocol = self.url(mode, protocol)
+        if framed.messages is not None:
+            params = params.replace(chats=True)
         probe = dead_backend_probe(info, mode)
         if mode == "stream":
             return stream(url, info, framed.sent, params, timeouts, probe)

@@ -17,12 +17,13 @@ from backend_model.contract.parameters import ENGINES
 from backend_model.sessions.protocol import SessionError
 from repo_gen.samples import SAMPLES
 from repo_gen.spec import generate
-from repo_gen.writer import MODEL_TYPES, PRECISIONS, RepoError
+from repo_gen.writer import MODEL_TYPES, PRECISIONS, FolderExists, RepoError
 
 from ..messages import Generated, Notice
 from .fields import Field, row, value
 
 AUTO = "auto"
+REPLACE = "Replace an existing model folder"  # the form's --force
 ERRORS = (RepoError, CompileConfigError, SessionError, OSError)
 
 
@@ -59,7 +60,7 @@ class GeneratorForm(Vertical):
         yield row("Decoupled", _choice("gen-decoupled", ("yes", "no")))
         yield row("Engine", _choice("gen-engine", ENGINES))
         yield row("Precision", _choice("gen-precision", PRECISIONS))
-        yield Checkbox("Replace an existing model folder", id="gen-force", compact=True)
+        yield Checkbox(REPLACE, id="gen-force", compact=True)
         yield Button("Generate", id="generate", compact=True)
 
     def _pick(self, selector: str) -> str | None:
@@ -101,6 +102,9 @@ class GeneratorForm(Vertical):
 
         try:
             spec, path = generate(output_dir=repository, note=note, **request)
+        except FolderExists as exc:
+            self.post_message(Notice(f'{exc.path} already exists: tick "{REPLACE}" to replace it', "error"))
+            return
         except ERRORS as exc:
             self.post_message(Notice(" ".join(str(exc).split()), "error"))
             return

@@ -37,6 +37,14 @@ LOG_HINT = ("No server yet: F5 serves the embedded SmolLM2 (CPU), F6 starts the 
             "to a running server by its URLs.")
 
 
+def _not_served(model: str, served: Path | None, owned: bool, folder: Path) -> str:
+    """Why a model generated into ``folder`` was not loaded (the server here serves ``served``), and how to serve it."""
+    if owned:
+        return f"{model} is not in the repository served here ({served}): F7, then F6 serves {folder}"
+    where = f"is {served}" if served else "is not known here (not a tritonserver of this machine)"
+    return f"{model} was not loaded: the connected server's repository {where}; F7 lets it go, then F6 serves {folder}"
+
+
 class ServerPane(Horizontal):
     """Forms on the left; state, endpoints, models and the server log on the right."""
 
@@ -235,19 +243,19 @@ class ServerPane(Horizontal):
 
     @on(Generated)
     def _generated(self, message: Generated) -> None:
-        snap, path = self.snapshot, message.path
-        if not snap.serving:
-            self.show_repository(path.parent)
-        elif snap.owned and Path(snap.repository).resolve() == path.parent.resolve():
-            self._load(path.name)
+        if self.snapshot.serving:
+            self._load(message.path)
         else:
-            where = f"the one served here ({snap.repository})" if snap.owned else "the connected server's"
-            self.post_message(Notice(f"{path.name} is not in {where} repository: F7 then F6 serves "
-                                     f"{path.parent}", "warning"))
+            self.show_repository(message.path.parent)
 
     @work(thread=True, group="load")
-    def _load(self, model: str) -> None:
-        """Worker: load a model generated into the repository served here."""
+    def _load(self, path: Path) -> None:
+        """Worker: load a model generated into the repository the server here serves (started here, or connected on
+        this machine); else say how to serve it."""
+        served, model = self.controller.served_repository(), path.name
+        if served is None or served.resolve() != path.parent.resolve():
+            self.post_message(Notice(_not_served(model, served, self.snapshot.owned, path.parent), "warning"))
+            return
         try:
             self.controller.load(model)
         except (ServerError, OSError) as exc:

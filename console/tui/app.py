@@ -202,7 +202,7 @@ class QaicConsoleApp(App[None]):
         except OSError as exc:
             self.notice(f"export failed: {exc}", "error")
             return
-        self.notice(f"exported {len(turns)} turns to {md} and {js.name}")
+        self.notice(f"exported {len(turns)} turn{'s' if len(turns) != 1 else ''} to {md} and {js.name}")
 
     def action_embedded(self) -> None:
         self.server_pane.start(embedded=True)

@@ -15,7 +15,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from console.clients import CONTROLS
-from console.core.controls import TIMEOUT_RULE, form_default
+from console.core.controls import TIMEOUT_RULE, form_default, form_placeholder
 
 from . import files, views
 from .handlers import WebConsole
@@ -103,7 +103,7 @@ def _chat_tab() -> dict[str, Any]:
             with gr.Accordion("Controls (blank: the model's default)", open=False, elem_id="qc-controls"):
                 view["controls"] = {
                     c.name: gr.Textbox(form_default(c), label=c.label, info=views.control_info(c),
-                                       placeholder="model default", lines=1, max_lines=1,
+                                       placeholder=form_placeholder(c), lines=1, max_lines=1,
                                        elem_id=f"qc-control-{c.name.replace('_', '-')}")
                     for c in CONTROLS
                 }

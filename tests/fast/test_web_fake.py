@@ -15,7 +15,9 @@ import pytest
 from fake_server import FakeServer, hang, plain_info, registered, replies, reply
 from web_page import WAIT_MS, LogWatch, Web, open_page
 
+from console.clients import BY_NAME
 from console.core.controller import ServerController
+from console.core.controls import form_placeholder
 
 pytestmark = pytest.mark.browser
 
@@ -198,3 +200,8 @@ def test_exported_transcripts_stay_in_the_private_folder(web: Web) -> None:
         assert fresh.request.get(links[0]).status == 401
     finally:
         fresh.close()
+
+
+def test_a_blank_field_says_what_it_sends_as_the_tui_does(web: Web) -> None:
+    field = web.page.locator("#qc-control-stop input, #qc-control-stop textarea").first
+    assert field.get_attribute("placeholder") == form_placeholder(BY_NAME["stop"]) == "a|b (blank: none)"

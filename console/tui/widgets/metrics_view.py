@@ -25,6 +25,7 @@ from console.metrics import HEADER, Look, rows
 from .fields import Field, row, value
 
 REFRESH_S = 1.0
+GIVE = "type it in the Metrics URL field"  # said when the server's page is guessed or not found
 PLOTS = (("tokens_per_s", "tok/s"), ("occupancy", "slots"))
 
 
@@ -54,7 +55,7 @@ class MetricsView(Vertical):
         self._snapshot = snapshot
         self._initial = metrics_url
         self.fleet = bool(prometheus)
-        self.watch = watcher(prometheus)
+        self.watch = watcher(prometheus, GIVE)
         self.look: Look | None = None  # the last one shown
         self.model = ""  # the model plotted (the table's cursor row)
         self._reading = False

@@ -11,7 +11,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT, send
+
 TERMINALS = ((120, 40), (160, 45))  # columns, rows
 WINDOWS = ((1280, 800), (1920, 1080))  # px
 Box = tuple[float, float, float, float]  # left, top, right, bottom
@@ -58,12 +59,7 @@ def metrics_page(models: Sequence[str]) -> Iterator[str]:
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             reads[0] += 1
-            body = metrics_text(models, reads[0]).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send(self, metrics_text(models, reads[0]).encode(), "text/plain; version=0.0.4")
 
         def log_message(self, *args: object) -> None:
             pass

@@ -242,6 +242,15 @@ def engine_threads() -> Iterator[int]:
         torch.set_num_threads(before)
 
 
+def send(handler: http.server.BaseHTTPRequestHandler, body: bytes, content_type: str) -> None:
+    """Answer a stand-in server's request with ``body`` (200)."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class Listener:
     """An OpenAI-compatible stand-in (listings, unstreamed completions) recording the headers of each request."""
 
@@ -262,12 +271,7 @@ class Listener:
             def answer(self, reply: dict) -> None:
                 got.append({k.lower(): v for k, v in self.headers.items()})
                 asked.append(f"{self.command} {self.path}")
-                body = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send(self, json.dumps(reply).encode(), "application/json")
 
             def log_message(self, *args: object) -> None:
                 pass

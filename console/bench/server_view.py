@@ -23,6 +23,7 @@ from typing import Any
 from console.metrics import MetricsError, Scrape, Window, scrape
 from console.metrics.figures import RATES
 from console.metrics.qaic import CardSampler
+from console.metrics.watch import locate
 
 from .load import LevelResult, Target
 
@@ -67,7 +68,7 @@ class ServerSide:
         self.guesses: dict[str, str] = {}  # a page's URL: how it was guessed (said beside it, once)
         seen = set()
         for server in target.servers:
-            url, how = server.metrics()
+            url, how = locate(server)
             if url is None:
                 self.notes.append(how)
             elif _same_place(url) not in seen:

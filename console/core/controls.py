@@ -1,9 +1,9 @@
 """The controls table (:data:`console.clients.CONTROLS`) as click options and as form values.
 
 Every front end builds its controls here: the CLI's options (:func:`click_options`), the TUI's text
-fields and the web's boxes (:func:`form_default`, :func:`params_from_form`), and a chat form's settings
-(:func:`settings_from_form`, with the timeout's rule :data:`TIMEOUT_RULE`). Each value is checked once, where it
-comes in, by its row's rule (the click callback returns the checked value).
+fields and the web's boxes (:func:`form_default`, :func:`form_placeholder`, :func:`params_from_form`), and a chat
+form's settings (:func:`settings_from_form`, with the timeout's rule :data:`TIMEOUT_RULE`). Each value is checked
+once, where it comes in, by its row's rule (the click callback returns the checked value).
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ def params_from_options(values: Mapping[str, Any]) -> GenerationParams:
 def form_default(control: Control) -> str:
     """The text a form field starts with (blank: not sent)."""
     return "" if control.default is None else str(control.default)
+
+
+def form_placeholder(control: Control) -> str:
+    """What a blank form field says: a list's blank sends none (``a|b``: two), another's asks the model's default."""
+    return "a|b (blank: none)" if control.multiple else "model default"
 
 
 def params_from_form(fields: Mapping[str, Any]) -> GenerationParams:

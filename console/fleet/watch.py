@@ -10,16 +10,17 @@ from collections import deque
 from typing import Any
 
 from console.metrics.figures import Figures
-from console.metrics.watch import KEEP, MIN_INTERVAL_S, Look
+from console.metrics.watch import GIVE, KEEP, MIN_INTERVAL_S, Look
 
 from .query import WINDOW, Prometheus, PrometheusError, read
 
 
-def watcher(prometheus: str = "") -> Any:
-    """What a console follows: the fleet through ``prometheus`` when given, else one server's metrics page."""
+def watcher(prometheus: str = "", give: str = GIVE) -> Any:
+    """What a console follows: the fleet through ``prometheus`` when given, else one server's metrics page
+    (``give``: how the console names another page, said when one is guessed or not found)."""
     from console.metrics import MetricsWatch
 
-    return FleetWatch(prometheus) if prometheus else MetricsWatch()
+    return FleetWatch(prometheus) if prometheus else MetricsWatch(give=give)
 
 
 def fleet_note(url: str, figures: tuple[Figures, ...], down: tuple[str, ...], window: str) -> str:

@@ -19,6 +19,7 @@ from .scrape import MetricsError, Scrape, metrics_endpoint, scrape
 
 KEEP = 60  # scrapes of history per model
 MIN_INTERVAL_S = 1.0
+GIVE = "give --metrics-url"  # how to name the page on the command line (the consoles name their field)
 
 
 class Located(Protocol):
@@ -48,20 +49,25 @@ class Look:
 NONE = Look(None, "no metrics: no server")
 
 
-def locate(server: Located | None, override: str = "") -> tuple[str | None, str]:
-    """The metrics page to read and how it was found: ``override`` (typed by the user) wins over the adapter's."""
+def locate(server: Located | None, override: str = "", give: str = GIVE) -> tuple[str | None, str]:
+    """The metrics page to read and how it was found: ``override`` (typed by the user) wins over the adapter's; a
+    page guessed or not found says how to ``give`` it (the command line's flag, a console's field)."""
     if override.strip():
         return metrics_endpoint(override), "given"
     if server is None:
         return None, "no server"
-    return server.metrics()
+    url, how = server.metrics()
+    if not how:
+        return url, how
+    return url, f"{how}: {give} if it is elsewhere" if url else f"{how}: {give}"
 
 
 class MetricsWatch:
-    """One server's metrics page, read when asked (not more often than ``min_interval``), with a short history."""
+    """One server's metrics page, read when asked (not more often than ``min_interval``), with a short history
+    (``give``: how to name another page, said when it is guessed or not found)."""
 
-    def __init__(self, keep: int = KEEP, min_interval: float = MIN_INTERVAL_S) -> None:
-        self.keep, self.min_interval = keep, min_interval
+    def __init__(self, keep: int = KEEP, min_interval: float = MIN_INTERVAL_S, give: str = GIVE) -> None:
+        self.keep, self.min_interval, self.give = keep, min_interval, give
         self._lock = threading.Lock()
         self._last: Scrape | None = None
         self._history: dict[str, deque[Figures]] = {}
@@ -69,7 +75,7 @@ class MetricsWatch:
 
     def look(self, server: Located | None, override: str = "") -> Look:
         """The figures now (a fresh scrape unless the last one is younger than ``min_interval``)."""
-        url, how = locate(server, override)
+        url, how = locate(server, override, self.give)
         with self._lock:
             if url is None:
                 self._reset()

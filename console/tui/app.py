@@ -67,6 +67,7 @@ class QaicConsoleApp(App[None]):
     """Generate, serve and chat with LLMs through Triton (``http_url``/``grpc_url``: connect at start)."""
 
     CSS_PATH = Path(__file__).with_name("app.tcss")
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]  # the screen's class, by the terminal's columns
     TITLE = "qaic-console"
     SUB_TITLE = "Triton LLM console"
     BINDINGS = [Binding(key, action, label, show=shown, priority=action == "quit")
@@ -202,7 +203,7 @@ class QaicConsoleApp(App[None]):
         except OSError as exc:
             self.notice(f"export failed: {exc}", "error")
             return
-        self.notice(f"exported {len(turns)} turns to {md} and {js.name}")
+        self.notice(f"exported {len(turns)} turn{'s' if len(turns) != 1 else ''} to {md} and {js.name}")
 
     def action_embedded(self) -> None:
         self.server_pane.start(embedded=True)

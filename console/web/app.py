@@ -15,7 +15,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from console.clients import CONTROLS
-from console.core.controls import TIMEOUT_RULE, form_default
+from console.core.controls import TIMEOUT_RULE, form_default, form_placeholder
 
 from . import files, views
 from .handlers import WebConsole
@@ -33,10 +33,16 @@ CSS = """
   outline-offset: -1px; }
 .qc-invalid [data-testid="block-info"], .qc-invalid .info { color: var(--error-text-color, #b91c1c); }
 #qc-log textarea, #qc-repo-path textarea { font-family: ui-monospace, monospace; font-size: 12px; }
+/* a Speed plot's label (why it is empty) takes its room from the chart, never pushes the chart's bottom out */
+.qc-plot { display: flex; flex-direction: column; }
+.qc-plot .vega-embed { flex: 1 1 0; min-height: 0; height: auto; }
+/* toasts at the bottom right, over the chat's side column: never over the status line at the top */
+.toast-wrap { top: auto !important; bottom: var(--size-3); width: min(18rem, calc(100% - var(--size-6))) !important; }
 """
 THEME = gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
 SCROLL_LOG = """() => requestAnimationFrame(() => {
   const t = document.querySelector('#qc-log textarea'); if (t) t.scrollTop = t.scrollHeight; })"""
+CLOSE_TOASTS = "() => document.querySelectorAll('.toast-close').forEach(b => b.click())"  # about the tab left
 PLACEHOLDER = ("With the chat template, earlier one-prompt exchanges of the same mode are sent as history. "
                "`a|b` sends two prompts in one request (answered apart, no history); `\\|` is a literal |.")
 
@@ -49,7 +55,7 @@ def build_app(console: WebConsole, metrics_url: str = "", prometheus: str = "") 
         seen = gr.State((-1, ""))  # (generation, repository) this tab shows
         gr.Markdown("## qaic-console · LLMs on Cloud AI 100 through Triton")
         status = gr.Markdown("○ loading …", elem_id="qc-status")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Chat", id="chat"):
                 chat = _chat_tab()
             with gr.Tab("Speed", id="speed"):
@@ -66,6 +72,7 @@ def build_app(console: WebConsole, metrics_url: str = "", prometheus: str = "") 
         demo.load(console.refresh, refresh_inputs, refresh_outputs, show_progress="hidden")
         server["log"].change(None, js=SCROLL_LOG)
         server_tab.select(None, js=SCROLL_LOG)
+        tabs.select(None, js=CLOSE_TOASTS)
     return demo
 
 
@@ -104,7 +111,7 @@ def _chat_tab() -> dict[str, Any]:
             with gr.Accordion("Controls (blank: the model's default)", open=False, elem_id="qc-controls"):
                 view["controls"] = {
                     c.name: gr.Textbox(form_default(c), label=c.label, info=views.control_info(c),
-                                       placeholder="model default", lines=1, max_lines=1,
+                                       placeholder=form_placeholder(c), lines=1, max_lines=1,
                                        elem_id=f"qc-control-{c.name.replace('_', '-')}")
                     for c in CONTROLS
                 }
@@ -124,10 +131,12 @@ def _speed_tab() -> dict[str, Any]:
         for key in ("ttft", "latency"):
             view[key] = gr.ScatterPlot(empty[key], x="reply", y=views.PLOTS[key][0], x_title="reply", y_title="ms",
                                        title=views.PLOTS[key][1], y_axis_format=",.0f", height=240, sort=[],
-                                       elem_id=f"qc-plot-{key}", **views.plot_label(key, empty[key]))
+                                       elem_id=f"qc-plot-{key}", elem_classes=["qc-plot"],
+                                       **views.plot_label(key, empty[key]))
         view["tps"] = gr.ScatterPlot(empty["tps"], x="reply", y="tokens/s", color="mode", x_title="reply",
                                      title=views.PLOTS["tps"][1], y_axis_format=",.1f", height=240, sort=[],
-                                     elem_id="qc-plot-tps", **views.plot_label("tps", empty["tps"]))
+                                     elem_id="qc-plot-tps", elem_classes=["qc-plot"],
+                                     **views.plot_label("tps", empty["tps"]))
     view["table"] = gr.Dataframe(views.speed_table([]), label="Per reply (times in ms)", interactive=False,
                                  elem_id="qc-speed")
     return {k: view[k] for k in ("summary", "table", "ttft", "latency", "tps")}  # the order speed() returns

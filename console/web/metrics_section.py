@@ -16,6 +16,7 @@ from console.fleet.watch import watcher
 from console.metrics import HEADER, Look, rows
 
 TICK_S = 1.0
+GIVE = "type it in the Metrics page field"  # said when the server's page is guessed or not found
 PLOTS = (("tokens_per_s", "tokens/s"), ("occupancy", "slots in use"))
 
 
@@ -35,7 +36,7 @@ def history(look: Look, name: str, label: str) -> pd.DataFrame | None:
 def metrics_section(controller: ServerController, metrics_url: str = "", prometheus: str = "") -> None:
     """Lay the section out where it is called (inside the Server tab) and wire its timer (``prometheus``: a fleet's
     figures from it, whether or not a server is connected)."""
-    follow = watcher(prometheus)
+    follow = watcher(prometheus, GIVE)
     gr.Markdown("#### Metrics")
     note = gr.Markdown("no metrics: no server", elem_id="qc-metrics-note")
     url = gr.Textbox(metrics_url, label="Metrics page (blank: the server's own; Triton: its metrics port, the HTTP "

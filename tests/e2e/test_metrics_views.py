@@ -79,6 +79,7 @@ def test_the_server_tab_shows_the_metrics_move_while_a_stream_runs(embedded_serv
             # ones): the note names it, and what it found there: nothing, as a rule, or another process's page
             note = web.wait_text("#qc-metrics-note", guess, "guessed at the HTTP port + 2")
             assert note.startswith((f"no metrics at {guess}", f"metrics: {guess}")), note
+            assert "type it in the Metrics page field" in note and "--metrics-url" not in note, note
             page.locator("#qc-metrics-url textarea, #qc-metrics-url input").first.fill(metrics_url)
             web.wait_text("#qc-metrics-note", f"metrics: {metrics_url}")
 

@@ -18,6 +18,7 @@ from console.bench.engine import ZeroCostSession, digit_tokens
 from console.core.adapters import adapter_for
 from console.metrics import MetricsError, Scrape, Window, metrics_endpoint, rows, window
 from console.metrics.qaic import card_line, nsp_in_use, parse, power_w, query
+from console.metrics.watch import locate
 
 TRITON_PAGE = """\
 # HELP nv_inference_request_success Number of successful inference requests, all batch sizes
@@ -117,8 +118,10 @@ vllm:time_to_first_token_seconds_count{{model_name="llama"}} {ttft_count}
 
 def test_each_kind_of_server_says_where_its_metrics_are() -> None:
     triton = adapter_for("10.0.0.5:8000", grpc_url="10.0.0.5:8001")
-    url, how = triton.metrics()
+    url, how = locate(triton)
     assert url == "http://10.0.0.5:8002/metrics" and "HTTP port + 2" in how and "--metrics-url" in how
+    assert locate(triton, give="type it in the field")[1].endswith(": type it in the field if it is elsewhere")
+    assert "--metrics-url" not in triton.metrics()[1], "a console says where to give it: its field, or the flag"
     given = adapter_for("10.0.0.5:8000", grpc_url="10.0.0.5:8001", metrics_url="10.0.0.5:9100")
     assert given.metrics() == ("http://10.0.0.5:9100/metrics", "")
     openai = adapter_for("http://10.0.0.5:8080/v1")

@@ -39,6 +39,7 @@ def test_a_lone_address_is_resolved_once_and_its_accessors_need_no_server() -> N
     assert adapter.url("batch") == (f"127.0.0.1:{port}", "http")
     assert adapter.addresses() == [("HTTP", f"127.0.0.1:{port}"), ("gRPC", f"127.0.0.1:{port + 1}")]
     assert adapter.metrics()[0] == f"http://127.0.0.1:{port + 2}/metrics" and "gRPC guessed" in adapter.guessed
+    assert "(" not in adapter.guessed, "it is said in brackets: none nested in them"
 
 
 def test_a_lone_address_where_nothing_answers_is_unreachable_when_named() -> None:

@@ -102,9 +102,11 @@ def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(fake_server: F
             assert block.figures_text.startswith("■ stopped · ") and "ttft" in block.figures_text
             await drawn(pilot, stream.note, "■ stopped: cancelled after ")
             assert block.has_class("stopped") and text_of(stream.note).startswith("■ stopped: cancelled after ")
+            assert stream.note.virtual_region.y > block.virtual_region.y, "how it ended follows the partial reply"
             assert fake_server.saw_cancel(turn.request_id), "the server saw the cancel"
             await pilot.press("ctrl+s")
-            await pilot.pause()
+            await until(pilot, lambda: any(text.startswith("exported 1 turn to ") for _, text in app.notices), 10,
+                        f"the export said in the singular: {app.notices}")
         md, data = exported(tmp_path)
         reply_ = data["turns"][0]["replies"][0]
         assert reply_["finish_reason"] == Cancelled.kind and reply_["time_to_first_token_ms"] > 0

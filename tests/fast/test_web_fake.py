@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 from fake_server import FakeServer, hang, plain_info, registered, replies, reply
+from sizes import WINDOWS, artifacts, metrics_page, overlap
 from web_page import WAIT_MS, LogWatch, Web, open_page
 
+from console.clients import BY_NAME
 from console.core.controller import ServerController
+from console.core.controls import form_placeholder
 
 pytestmark = pytest.mark.browser
 
@@ -219,3 +222,62 @@ def test_exported_transcripts_stay_in_the_private_folder(web: Web) -> None:
         assert fresh.request.get(links[0]).status == 401
     finally:
         fresh.close()
+
+
+BOX = "sel => [...document.querySelectorAll(sel)].map(e => { const r = e.getBoundingClientRect();" \
+      " return [r.left, r.top, r.right, r.bottom]; })"
+# the header cells, plots and tables that stick out of their block (none: nothing is cut)
+CUT = """sel => [...document.querySelectorAll(sel)].flatMap(block => { const b = block.getBoundingClientRect();
+  return [...block.querySelectorAll('[role=columnheader], .vega-embed svg')].filter(e => {
+    const r = e.getBoundingClientRect(); return r.right > b.right + 0.5 || r.bottom > b.bottom + 0.5; })
+    .map(e => `${block.id}: ${e.innerText || e.tagName} at ${e.getBoundingClientRect().right}x${
+      e.getBoundingClientRect().bottom} in ${b.right}x${b.bottom}`); })"""
+
+
+@pytest.mark.parametrize("size", WINDOWS, ids=[f"{w}x{h}" for w, h in WINDOWS])
+def test_at_the_sizes_users_have_nothing_is_cut_and_no_toast_covers_the_status(web: Web, fake: FakeServer,
+                                                                             size: tuple[int, int]) -> None:
+    """Screenshots of each tab in the tests' artifacts; a warning's toast leaves the status line free and goes with
+    its tab; the plots (one still empty, saying so), the tables and their header cells stay inside their blocks."""
+    page, name = web.page, "x".join(map(str, size))
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    try:
+        web.clear()
+        web.mode("stream")
+        web.fill("max-tokens", "4")
+        web.send("Say hi.")  # a stream reply, no batch one: the batch plot says why it is empty
+        page.locator("#qc-input textarea").fill("")
+        page.locator("#qc-send").click()
+        web.toast("empty")
+        page.evaluate("window.scrollTo(0, 0)")
+        status, toasts = page.evaluate(BOX, "#qc-status")[0], page.evaluate(BOX, ".toast-body")
+        page.screenshot(path=artifacts() / f"web-chat-{name}.png")
+        assert toasts and not any(overlap(status, toast) for toast in toasts), (status, toasts)
+
+        web.tab("Speed")
+        page.wait_for_function("!document.querySelector('.toast-body')", timeout=3_000)  # its toasts went with it
+        web.wait_points("#qc-plot-ttft", 1)
+        assert web.text("#qc-plot-latency").startswith("no batch replies yet")
+        page.screenshot(path=artifacts() / f"web-speed-{name}.png", full_page=True)
+        assert not page.evaluate(CUT, ".qc-plot, #qc-speed"), page.evaluate(CUT, ".qc-plot, #qc-speed")
+
+        web.tab("Server")
+        web.wait_text("#qc-metrics-note", "has no metrics page known here: type it in the Metrics page field")
+        field = page.locator("#qc-metrics-url textarea, #qc-metrics-url input").first
+        with metrics_page(list(fake.models)) as url:
+            field.fill(url)
+            page.wait_for_function("n => [...document.querySelectorAll('#qc-metrics .virtual-row')].length === n &&"
+                                   " !document.querySelector('#qc-metrics').innerText.includes('-')",
+                                   arg=len(fake.models), timeout=WAIT_MS)  # every figure, read twice
+            page.screenshot(path=artifacts() / f"web-server-{name}.png", full_page=True)
+            tables = "#qc-models, #qc-metrics, #qc-repo"
+            assert not page.evaluate(CUT, tables), page.evaluate(CUT, tables)
+        field.fill("")
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        web.tab("Chat")
+
+
+def test_a_blank_field_says_what_it_sends_as_the_tui_does(web: Web) -> None:
+    field = web.page.locator("#qc-control-stop input, #qc-control-stop textarea").first
+    assert field.get_attribute("placeholder") == form_placeholder(BY_NAME["stop"]) == "a|b (blank: none)"

@@ -57,7 +57,7 @@ class OpenAIAdapter(Adapter):
         if self.metrics_url:
             return self.metrics_url, ""
         root = self.base[: -len("/v1")] if self.base.endswith("/v1") else self.base.rstrip("/")
-        return f"{root}/metrics", "guessed at /metrics beside /v1, where vLLM serves them: give --metrics-url if not"
+        return f"{root}/metrics", "guessed at /metrics beside /v1, where vLLM serves them"
 
     def addresses(self) -> list[tuple[str, str]]:
         return [(self.label, self.base)]

@@ -76,7 +76,7 @@ class TritonAdapter(Adapter):
                  key: str = "", guessed: str = "") -> None:
         self.http_url, self.grpc_url, self.metrics_url = http_url, grpc_url, metrics_url
         self._key = key  # the restricted APIs' key of a server started here
-        self.guessed = guessed  # the endpoint guessed as Triton's neighbour, said on connecting
+        self.guessed = guessed  # the endpoint guessed as Triton's neighbour, said on connecting (in brackets)
 
     @classmethod
     def at(cls, url: str, grpc_url: str | None = None) -> TritonAdapter:
@@ -91,16 +91,16 @@ class TritonAdapter(Adapter):
         nothing answers there."""
         if speaks_http(address):
             grpc = neighbour(address, 1)
-            return cls(address, grpc, guessed=f"gRPC guessed at {grpc} (the HTTP port + 1: give it if streaming fails)")
+            return cls(address, grpc, guessed=f"gRPC guessed at {grpc}, the HTTP port + 1: give it if streaming fails")
         http = neighbour(address, -1)
-        return cls(http, address, guessed=f"{address} is the gRPC endpoint; HTTP guessed at {http} (the gRPC port - 1)")
+        return cls(http, address, guessed=f"{address} is the gRPC endpoint; HTTP guessed at {http}, the gRPC port - 1")
 
     @classmethod
     def grpc_only(cls, grpc_url: str) -> TritonAdapter:
         """Only the gRPC endpoint given: HTTP is its neighbour below."""
         grpc = normalize_url(grpc_url)
         http = neighbour(grpc, -1)
-        return cls(http, grpc, guessed=f"HTTP guessed at {http} (the gRPC port - 1)")
+        return cls(http, grpc, guessed=f"HTTP guessed at {http}, the gRPC port - 1")
 
     @classmethod
     def of(cls, handle: ServerHandle) -> TritonAdapter:
@@ -125,12 +125,12 @@ class TritonAdapter(Adapter):
         if self.metrics_url:
             return self.metrics_url, ""
         if not self.http_url:
-            return None, "no HTTP endpoint to guess the metrics port from: give --metrics-url"
+            return None, "no HTTP endpoint to guess the metrics port from"
         host, _, port = self.http_url.rpartition(":")
         if not port.isdigit() or int(port) + 2 >= 65536:
-            return None, "the metrics port cannot be guessed: give --metrics-url"
+            return None, "the metrics port cannot be guessed"
         return (f"http://{host}:{int(port) + 2}/metrics",
-                "guessed at the HTTP port + 2, Triton's default layout: give --metrics-url if it is elsewhere")
+                "guessed at the HTTP port + 2, Triton's default layout")
 
     def addresses(self) -> list[tuple[str, str]]:
         rows = [("HTTP", self.http_url or "-"), ("gRPC", self.grpc_url or "-")]

@@ -198,8 +198,8 @@ class ChatPane(Horizontal):
         self.blocks = [AnswerBlock(turn, i) for i in range(len(turn.prompts))]
         self.note = Static(classes="turn-note")
         self.note.display = False
-        conversation.mount(Static(Content(f"you › {' | '.join(turn.prompts)}"), classes="user"), self.note,
-                           *self.blocks)
+        conversation.mount(Static(Content(f"you › {' | '.join(turn.prompts)}"), classes="user"), *self.blocks,
+                           self.note)  # under the replies: how the turn ended follows what came
         conversation.scroll_end(animate=False)
 
     def _render_turn(self) -> None:

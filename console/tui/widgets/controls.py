@@ -15,9 +15,9 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from console.clients import CONTROLS, ClientError, Control, ModelInfo, interface_of
+from console.clients import CONTROLS, ClientError, ModelInfo, interface_of
 from console.clients.params import parse
-from console.core.controls import TIMEOUT_RULE, form_default, settings_from_form, timeout_seconds
+from console.core.controls import TIMEOUT_RULE, form_default, form_placeholder, settings_from_form, timeout_seconds
 from console.core.request import Settings
 
 from .fields import Checked, Field, row, value
@@ -29,12 +29,6 @@ BACK = "Ctrl+O or Enter: back to the message"
 def control_id(name: str) -> str:
     """The id of a control's field (``control-max_tokens``)."""
     return f"control-{name}"
-
-
-def placeholder(control: Control) -> str:
-    if control.multiple:
-        return "a|b (blank: none)"
-    return "model default"
 
 
 def offered(mode: str, info: ModelInfo) -> bool:
@@ -73,10 +67,10 @@ class Controls(VerticalScroll, can_focus=False):
                                      tooltip=f"Seconds for the whole call: {TIMEOUT_RULE}.",
                                      validators=[Checked(timeout_seconds)], validate_on=["changed"]))
         for control in CONTROLS:
-            yield row(control.label, Field(form_default(control), placeholder=placeholder(control),
+            yield row(control.label, Field(form_default(control), placeholder=form_placeholder(control),
                                            id=control_id(control.name), compact=True, tooltip=control.help,
                                            validators=[Checked(partial(parse, control))], validate_on=["changed"]))
-        yield row("System", Field(placeholder="system prompt (chat template)", id="system", compact=True))
+        yield row("System", Field(placeholder="with the chat template", id="system", compact=True))
         yield Checkbox("Chat template + history", True, id="chat", compact=True,
                        tooltip="The model's chat template, when it has one here (off: the prompt as typed).")
         yield row("Tokenizer", Field(placeholder="embedded: built in", id="tokenizer", compact=True,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -25,6 +26,7 @@ from console.metrics import HEADER, Look, rows
 from .fields import Field, row, value
 
 REFRESH_S = 1.0
+GIVE = "type it in the Metrics URL field"  # said when the server's page is guessed or not found
 PLOTS = (("tokens_per_s", "tok/s"), ("occupancy", "slots"))
 
 
@@ -40,7 +42,7 @@ class MetricsView(Vertical):
     ``prometheus``: a fleet's, shown whether or not a server is connected)."""
 
     DEFAULT_CSS = """
-    MetricsView { height: auto; margin: 0 0 1 0; }
+    MetricsView { height: auto; margin: 0 0 1 0; padding: 0 1; }
     MetricsView #metrics-note { color: $text-muted; }
     MetricsView DataTable { height: auto; max-height: 8; }
     MetricsView .metrics-plots { height: 2; }
@@ -54,7 +56,7 @@ class MetricsView(Vertical):
         self._snapshot = snapshot
         self._initial = metrics_url
         self.fleet = bool(prometheus)
-        self.watch = watcher(prometheus)
+        self.watch = watcher(prometheus, GIVE)
         self.look: Look | None = None  # the last one shown
         self.model = ""  # the model plotted (the table's cursor row)
         self._reading = False
@@ -70,7 +72,9 @@ class MetricsView(Vertical):
                                        id="metrics-url", compact=True))
 
     def on_mount(self) -> None:
-        self.query_one("#metrics-table", DataTable).add_columns(*HEADER)
+        table = self.query_one("#metrics-table", DataTable)
+        table.header_height = 2
+        table.add_columns(*(Text("\n".join(label.rsplit(" ", 1))) for label in HEADER))  # "slot wait" over "ms"
         self.display = False
         self.set_interval(REFRESH_S, self._tick)
 

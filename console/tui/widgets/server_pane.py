@@ -45,8 +45,9 @@ def _not_served(model: str, served: Path | None, owned: bool, folder: Path) -> s
     return f"{model} was not loaded: the connected server's repository {where}; F7 lets it go, then F6 serves {folder}"
 
 
-class ServerPane(Horizontal):
-    """Forms on the left; state, endpoints, models and the server log on the right."""
+class ServerPane(Vertical):
+    """Forms on the left; state, endpoints, models and the server log on the right; the metrics across both (their
+    table is wide)."""
 
     def __init__(self, http_url: str | None = None, grpc_url: str | None = None,
                  repository: str | None = None, api: str = "auto", metrics_url: str | None = None,
@@ -65,12 +66,17 @@ class ServerPane(Horizontal):
         self._served = ""  # the repository last shown as served here
 
     def compose(self) -> ComposeResult:
+        with Horizontal(classes="server-top"):
+            yield from self._columns()
+        yield MetricsView(lambda: self.controller.snapshot, self.metrics_url, self.prometheus, id="metrics")
+
+    def _columns(self) -> ComposeResult:
         http_url, grpc_url, repository = self._initial
         with VerticalScroll(classes="server-forms"):
             yield Label("Connect to a running server", classes="title")
-            yield row("HTTP URL", Field(http_url, placeholder="host:8000, or http://host:port/v1 (OpenAI)",
+            yield row("HTTP URL", Field(http_url, placeholder="host:8000 (OpenAI: …/v1)",
                                         id="http-url", compact=True))
-            yield row("gRPC URL", Field(grpc_url, placeholder="host:8001 (blank: HTTP port + 1)", id="grpc-url",
+            yield row("gRPC URL", Field(grpc_url, placeholder="blank: the HTTP port + 1", id="grpc-url",
                                         compact=True))
             yield Horizontal(Button("Connect (F8)", id="connect", compact=True), classes="buttons")
             yield Label("Serve a model repository", classes="title")
@@ -88,7 +94,6 @@ class ServerPane(Horizontal):
         with Vertical(classes="server-state"):
             yield Static(id="state")
             yield DataTable(id="models", cursor_type="row", zebra_stripes=True)
-            yield MetricsView(lambda: self.controller.snapshot, self.metrics_url, self.prometheus, id="metrics")
             yield Static(LOG_HINT, id="log-hint")
             yield ServerLogView(self.controller.log_tail, id="server-log")
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+from helpers import consecutive_ports
 
 from console.fleet.rules import RULES_FILE
 from console.server import free_port
-from console.server.ports import port_in_use
 
 CHECK_MS = 300  # haproxy's health-check interval
 
@@ -30,11 +30,7 @@ def binary(name: str) -> str:
 
 def neighbour_ports() -> int:
     """A free port whose next one is free too (Triton's layout: gRPC = HTTP + 1, which the console guesses)."""
-    for _ in range(50):
-        port = free_port()
-        if port < 65535 and not port_in_use(port + 1):
-            return port
-    raise AssertionError("no two neighbouring free ports")
+    return consecutive_ports(2)
 
 
 def haproxy_config(http: int, stats: int, servers: Sequence[tuple[str, str]]) -> str:

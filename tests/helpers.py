@@ -339,3 +339,25 @@ def site_packages(python: Path) -> Path:
     where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     return Path(subprocess.run([str(python), "-c", where], capture_output=True, text=True, check=True,
                                env=outside_env()).stdout.strip())
+
+
+def write_qpc(root: Path, kv: bool = True) -> Path:
+    """A QPC folder as QEfficient writes it: qpc/programqpc.bin, specializations.json beside qpc/."""
+    (root / "qpc").mkdir(parents=True)
+    (root / "qpc" / "programqpc.bin").write_bytes(b"\0QPC")
+    symbols = {"batch_size": "1", "seq_len": "32", **({"ctx_len": "256"} if kv else {})}
+    (root / "specializations.json").write_text(json.dumps({"specializations": [{"name": "Prefill",
+                                                                                 "symbols": symbols}]}))
+    return root
+
+
+def consecutive_ports(count: int) -> int:
+    """A free port whose next ``count - 1`` ports are free too (Triton's layout, which the consoles guess from one
+    address: gRPC = HTTP + 1, metrics = HTTP + 2)."""
+    from console.server.ports import free_port, port_in_use
+
+    for _ in range(50):
+        port = free_port()
+        if port + count <= 65536 and not any(port_in_use(port + i) for i in range(1, count)):
+            return port
+    raise AssertionError(f"no {count} consecutive free ports")

@@ -82,19 +82,31 @@ class FrontServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/v1"
 
-    def run(self) -> None:
+    def run(self, listening: Callable[[], None]) -> None:
+        """Serve in the calling thread until Ctrl-C or SIGTERM (uvicorn's handlers); ``listening()`` once it listens,
+        not before: an address said earlier would refuse the first connections."""
+        def tell() -> None:
+            if self._listening(lambda: self.server.should_exit, timeout=None):
+                listening()
+
+        threading.Thread(target=tell, name="qc-openai-front-listening", daemon=True).start()
         self.server.run()
 
     def start(self, timeout: float = 30.0) -> None:
         """Serve in a thread; ClientError when it cannot listen."""
         self.thread = threading.Thread(target=self.server.run, name="qc-openai-front", daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if not self.server.started:
+        thread = self.thread
+        if not self._listening(lambda: not thread.is_alive(), timeout):
             self.stop()
             raise ClientError(f"the OpenAI-compatible API cannot listen on {self.host}:{self.port}")
+
+    def _listening(self, ended: Callable[[], bool], timeout: float | None) -> bool:
+        """Whether uvicorn listens, waited for until ``ended()`` or ``timeout`` seconds (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.server.started and not ended() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.02)
+        return bool(self.server.started)
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -177,7 +189,7 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    click.echo(f"OpenAI-compatible API at {server.base_url} (tritonserver gRPC {grpc}); press Ctrl-C to stop")
-    server.run()
+    server.run(lambda: click.echo(f"OpenAI-compatible API at {server.base_url} (tritonserver gRPC {grpc}); "
+                                  "press Ctrl-C to stop"))
     if not server.server.started:
         sys.exit(1)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from google.protobuf import text_format
-from helpers import SERVER_START, outside_env, python38
+from helpers import SERVER_START, outside_env, python38, write_qpc
 from tritonclient.grpc import model_config_pb2
 
 from backend_model.models import cache_root
@@ -67,16 +67,6 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bare_generator() -> list[str]:
     """A Python with no third-party packages: no site-packages at all (-S), no user site, no environment."""
     return [python38() or sys.executable, "-E", "-s", "-S"]
-
-
-def write_qpc(root: Path, kv: bool = True) -> Path:
-    """A QPC folder as QEfficient writes it: qpc/programqpc.bin, specializations.json beside qpc/."""
-    (root / "qpc").mkdir(parents=True)
-    (root / "qpc" / "programqpc.bin").write_bytes(b"\0QPC")
-    symbols = {"batch_size": "1", "seq_len": "32", **({"ctx_len": "256"} if kv else {})}
-    (root / "specializations.json").write_text(json.dumps({"specializations": [{"name": "Prefill",
-                                                                                 "symbols": symbols}]}))
-    return root
 
 
 def config_of(folder: Path) -> model_config_pb2.ModelConfig:

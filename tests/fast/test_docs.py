@@ -15,10 +15,10 @@ from pathlib import Path
 
 import click
 import pytest
+from doc_commands import blocks, pages
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SH_BLOCK = re.compile(r"^```(?:sh|bash|shell)\n(.*?)^```", re.S | re.M)
+PAGES = pages()
 INLINE = re.compile(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)*)`(?!`)")
 
 
@@ -35,12 +35,10 @@ def _main() -> click.Group:
 
 
 def commands_in(text: str) -> Iterator[str]:
-    """The command lines a page names: each line of its ``sh`` blocks, and inline code that starts with a command."""
-    for block in SH_BLOCK.findall(text):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.strip()
-            if line.startswith(("qaic-console", "generate-llm-model-repo")):
-                yield line
+    """The command lines a page names: the commands of its shell blocks (as the docs tier reads them), and inline
+    code that starts with a command."""
+    for block in blocks("page", text):
+        yield from (c.text for c in block.commands if c.text.startswith(("qaic-console", "generate-llm-model-repo")))
     top = set(_main().commands)
     for span in INLINE.findall(text):
         span = " ".join(span.split())
@@ -126,7 +124,7 @@ def test_the_check_finds_a_flag_or_command_that_help_does_not_have(line: str, wr
 def test_the_check_reads_commands_from_blocks_and_inline_code() -> None:
     page = ("```sh\nqaic-console serve \\\n    --model-repository R  # a comment --not-a-flag\n```\n"
             "Run `qaic-console models --url HOST:PORT`, or `tui --http-url` in passing; `make run` is not ours.")
-    assert list(commands_in(page)) == ["qaic-console serve      --model-repository R  # a comment --not-a-flag",
+    assert list(commands_in(page)) == ["qaic-console serve --model-repository R",
                                        "qaic-console models --url HOST:PORT", "qaic-console tui --http-url"]
     assert [problems(line) for line in commands_in(page)] == [[], [], []]
 

@@ -41,10 +41,6 @@ from console.server.ports import free_port
 
 pytestmark = pytest.mark.server
 
-# Failures known to be fixed on another branch: the command is expected to fail until the fix merges (then its
-# block fails, saying to remove the entry).
-KNOWN = {("docs/serving.md", "qaic-console serve"):
-         "issue 51 item 1: plain `serve` crashes in _check_groups(None); remove this entry when its fix merges"}
 READY = "press Ctrl-C to stop"  # serve, web and openai print it once they serve
 TRACEBACK = "Traceback (most recent call last)"
 ONE_SHOT = 300  # seconds a command that ends may take
@@ -230,11 +226,9 @@ def uses_server(command: Command) -> bool:
 
 
 def run_block(block: Block, tier: Tier) -> None:
-    """The block's commands in order in a fresh folder; every failure named with the command and its output, but
-    that of a KNOWN command, which is expected (and, should it run, said)."""
+    """The block's commands in order in a fresh folder; every failure named with the command and its output."""
     folder = tier.folder(f"{Path(block.page).stem}-{block.line}", with_repository=block.needs_repository)
     values = {**tier.values, "free": free_port()}
-    known = []
     for command in block.commands:
         if command.skip:
             continue
@@ -242,17 +236,7 @@ def run_block(block: Block, tier: Tier) -> None:
             tier.wait_server()
         if command.text == SERVER:  # the tier's server is this command, already serving
             continue
-        reason = KNOWN.get((command.page, command.text))
-        try:
-            run_command(command, folder, values)
-        except AssertionError:
-            if reason is None:
-                raise
-            known.append(reason)
-            continue
-        assert reason is None, f"{command.page}:{command.line} runs now: remove its KNOWN entry ({reason})"
-    if known:
-        pytest.xfail("; ".join(known))
+        run_command(command, folder, values)
 
 
 def run_command(command: Command, folder: Path, values: dict[str, object]) -> None:

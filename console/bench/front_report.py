@@ -30,6 +30,7 @@ from console.core.request import Settings, read_info
 from .load import Runner, Target
 from .prompts import SyntheticPrompts, load_tokenizer
 from .results import summarize, value
+from .verdicts import ratio
 
 FRONT_STREAMS = (1, 16)
 METRICS = {"ttft": ("time_to_first_token", min), "itl": ("inter_token_latency", min),
@@ -117,7 +118,6 @@ def aiperf_level(binary: str, base_url: str, model: str) -> dict[str, float | No
 
 def grpc_and_front(report: Any, repeats: int, tokens: int, progress: Progress) -> None:
     """Through the front vs straight gRPC, then AIPerf vs the bench on the front, on one served int4 model."""
-    from .report import ratio
     from .streams import served_model, served_precision
 
     model = served_model("int4")
@@ -141,8 +141,6 @@ def grpc_and_front(report: Any, repeats: int, tokens: int, progress: Progress) -
 
 
 def aiperf_section(report: Any, front: str, model: str, repeats: int, progress: Progress) -> None:
-    from .report import ratio
-
     binary = aiperf_binary()
     if binary is None:
         report.context["aiperf"] = "not installed: pip install 'aiperf==0.13.*' into a venv of its own and set " \

@@ -25,10 +25,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .verdicts import STREAMS, best_rate, ratio
+
 LLAMA_MODEL = "smollm2-gguf"  # the alias the servers list the embedded GGUF under
 PARALLEL = 8  # llama-server's slots
 PROMPT_ROOM = 512  # context tokens per slot for a prompt (the bench prompts are far shorter)
 SIDES = ("served", "llama_server")  # each round's order at each stream count
+LLAMA_SERVER_TARGETS = {  # key -> (comparison, threshold)
+    "demo_1_tokens_per_s": (">=", 100.0),
+    "demo_1_over_llama_server": (">=", 0.8),
+    "demo_8_over_llama_server": (">=", 1.0),
+}
+LLAMA_SERVER_LABELS = {
+    "demo_1_tokens_per_s": "served demo precision, 1 stream, tokens/s",
+    "demo_1_over_llama_server": "served demo precision 1 stream ÷ llama-server -np 8 -cb",
+    "demo_8_over_llama_server": "served demo precision 8 streams ÷ llama-server -np 8 -cb",
+}
 
 
 class LlamaCppServer:
@@ -151,8 +163,6 @@ def reference(measure: Callable[..., Any], *args: Any) -> Any:
 def alternate(measure: Callable[[str, int], Any], repeats: int, progress: Callable[[str], None]) -> dict[str, list]:
     """``repeats`` rounds of, at 1 and 8 streams, each of ``SIDES`` in turn (``measure(side, streams)``): the runs
     by ``{side}_{streams}``."""
-    from .report import STREAMS
-
     runs: dict[str, list] = {}
     for i in range(repeats):
         progress(f"llama-server round {i + 1}/{repeats}: served and llama-server x1 and x8 ...")
@@ -167,8 +177,6 @@ def llama_server_section(report: Any, opts: Any, progress: Callable[[str], None]
     and threads, alternately at 1 and 8 streams (``demo_*``: the samples smollm2_decoupled and smollm2_kv)."""
     from backend_model.threads import choose_threads
     from repo_gen.samples import SAMPLES
-
-    from .report import STREAMS, best_rate, ratio
 
     precision = SAMPLES["smollm2_decoupled"].precision
     binary, why = peer_binary()

@@ -1,5 +1,5 @@
-"""Plots of a benchmark document: throughput vs load, TTFT, ITL and latency distributions (PNG), and the
-HTML report (:mod:`.page`).
+"""Plots of a benchmark document: throughput vs load, TTFT, ITL and latency distributions (PNG); the HTML report
+that shows them: :mod:`.page`.
 
 PNGs are drawn with matplotlib's Agg backend. Without matplotlib the HTML page still carries the tables.
 """
@@ -11,7 +11,6 @@ from typing import Any
 
 from .results import level_key, runs_of, value
 
-FORMATS = ("png", "html")
 DISTRIBUTION_TITLES = {"time_to_first_token": "Time to first token", "inter_token_latency": "Inter-token latency",
                        "request_latency": "Request latency"}  # per request, in ms (the file is named by the key)
 
@@ -110,7 +109,7 @@ def _breakdowns(document: dict[str, Any], out_dir: Path) -> list[Path]:
     """``ttft_breakdown.png`` (one per server of a run: ``ttft_breakdown_2.png`` ...), where the server has metrics."""
     import matplotlib.pyplot as plt
 
-    from .server_view import breakdown_figure
+    from .server_table import breakdown_figure  # draws with matplotlib, an extra's (bench)
 
     paths = []
     for i, (name, levels) in enumerate(runs_of(document)):
@@ -120,17 +119,3 @@ def _breakdowns(document: dict[str, Any], out_dir: Path) -> list[Path]:
             fig.savefig(paths[-1], dpi=110)
             plt.close(fig)
     return paths
-
-
-def write_plots(document: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
-    """The requested plot files; PNGs are skipped (HTML keeps its table) when matplotlib is missing."""
-    pngs = write_png(document, out_dir) if ("png" in formats or "html" in formats) and have_matplotlib() else []
-    written = list(pngs) if "png" in formats else []
-    if "html" in formats:
-        from .page import write_html
-
-        written.append(write_html(document, out_dir, pngs))
-        if "png" not in formats:
-            for png in pngs:
-                png.unlink()
-    return written

@@ -49,10 +49,12 @@ from typing import Any
 
 from .engine import Timed, chat_turns, hf_generate, loop_overhead_ms, matmul_ceiling, run_engine
 from .front_report import FRONT_LABELS, FRONT_TARGETS, front_section
+from .instances import INSTANCES_LABELS, INSTANCES_TARGETS, instances_section
+from .llama_cpp import LLAMA_SERVER_LABELS, LLAMA_SERVER_TARGETS, llama_server_section
 from .streams import served_model, served_precision, triton_streams
+from .verdicts import STREAMS, best_rate, ratio, rounded
 
 PRECISIONS = ("fp32", "int8", "int4")
-STREAMS = (1, 8)
 ZERO_COST_STREAMS = 16
 SECTIONS = ("precision", "llama_server", "chat", "speculation", "zero_cost", "instances", "front", "twin")  # in order
 TARGETS = {  # key -> (comparison, threshold)
@@ -64,14 +66,12 @@ TARGETS = {  # key -> (comparison, threshold)
     "engine_fp32_scaling_8_over_1": (">=", 3.0),
     "engine_int8_scaling_8_over_1": (">=", 3.0),
     "engine_int4_scaling_8_over_1": (">=", 3.0),
-    "demo_1_tokens_per_s": (">=", 100.0),
-    "demo_1_over_llama_server": (">=", 0.8),
-    "demo_8_over_llama_server": (">=", 1.0),
     "chat_reuse_ttft_over_no_reuse": ("<=", 0.5),
     "speculation_repetitive_over_plain_1": (">=", 1.3),
     "loop_overhead_ms": ("<=", 0.3),
     "served_zero_cost_16_tokens_per_s": (">=", 5000.0),
-    "instances_2_over_1_16_streams": (">=", 1.4),
+    **LLAMA_SERVER_TARGETS,  # the CPU peer (llama_cpp.py)
+    **INSTANCES_TARGETS,  # model instances (instances.py)
     **FRONT_TARGETS,  # the OpenAI-compatible front (front_report.py)
 }
 
@@ -103,27 +103,11 @@ class Report:
         return within if op == "±" else value >= threshold if op == ">=" else value <= threshold
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: _round(v) for k, v in self.ratios.items()}
+        out: dict[str, Any] = {k: rounded(v) for k, v in self.ratios.items()}
         out["targets"] = {k: f"{op} {t:g}" for k, (op, t) in TARGETS.items() if k in self.ratios}
         out["passed"] = {k: self.passed(k) for k in self.ratios}
         out["context"] = self.context
         return out
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4 if abs(value) < 10 else 1)
-
-
-def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    """``numerator / denominator``; None when either is missing or the denominator is not positive."""
-    if numerator is None or denominator is None or denominator <= 0:
-        return None
-    return numerator / denominator
-
-
-def best_rate(runs: list[Timed]) -> float:
-    """The fastest run's tokens/s."""
-    return max(r.tokens_per_s for r in runs)
 
 
 # --------------------------------------------------------------------------- the sections
@@ -246,7 +230,7 @@ def speculation_section(report: Report, opts: ReportOptions, progress: Progress)
         if name == "repetitive":
             report.ratios["speculation_repetitive_over_plain_1"] = gain
         else:
-            report.context["speculation_bench_prompts_over_plain_1"] = _round(gain)
+            report.context["speculation_bench_prompts_over_plain_1"] = rounded(gain)
         report.context[f"speculation_{name}_1_tokens_per_s"] = round(best_rate(runs[SPECULATIVE_TOKENS]), 1)
 
 
@@ -302,9 +286,6 @@ def run_report(opts: ReportOptions | None = None, progress: Progress = print) ->
     report.context.update(tokens_per_measurement=opts.tokens, repeats=opts.repeats, cpus=os.cpu_count(),
                           load_average_start=[round(x, 2) for x in os.getloadavg()])
     t0 = time.perf_counter()
-    from .instances import instances_section
-    from .llama_cpp import llama_server_section
-
     run = dict(zip(SECTIONS, (precision_section, llama_server_section, chat_section, speculation_section,
                               zero_cost_section, instances_section, front_section, twin_section)))
     for name in SECTIONS:
@@ -329,20 +310,18 @@ def format_report(report: Report) -> str:
         "engine_fp32_scaling_8_over_1": "engine fp32 8 seqs ÷ 1 seq",
         "engine_int8_scaling_8_over_1": "engine int8 8 seqs ÷ 1 seq",
         "engine_int4_scaling_8_over_1": "engine int4 8 seqs ÷ 1 seq",
-        "demo_1_tokens_per_s": "served demo precision, 1 stream, tokens/s",
-        "demo_1_over_llama_server": "served demo precision 1 stream ÷ llama-server -np 8 -cb",
-        "demo_8_over_llama_server": "served demo precision 8 streams ÷ llama-server -np 8 -cb",
         "chat_reuse_ttft_over_no_reuse": f"{CHATS} chats: TTFT of turns 2+ with prefix reuse ÷ without",
         "speculation_repetitive_over_plain_1": "repetitive prompts, 1 seq: prompt lookup ÷ none",
         "loop_overhead_ms": "loop host overhead per decode step, ms (16 slots)",
         "served_zero_cost_16_tokens_per_s": "served zero-cost model, 16 streams, tokens/s at the client",
-        "instances_2_over_1_16_streams": "2 model instances (device groups 0;1) ÷ 1, 16 streams, 1 thread each",
+        **LLAMA_SERVER_LABELS,
+        **INSTANCES_LABELS,
         **FRONT_LABELS,
     }
     rows = []
     for key, value in report.ratios.items():
         op, threshold = TARGETS[key]
         verdict = {True: "ok", False: "MISSED", None: "n/a"}[report.passed(key)]
-        rows.append([labels.get(key, key), key, _round(value), f"{op} {threshold:g}", verdict])
+        rows.append([labels.get(key, key), key, rounded(value), f"{op} {threshold:g}", verdict])
     context = "\n".join(f"  {k}: {v}" for k, v in report.context.items())
     return table(["measurement", "key", "value", "target", ""], rows) + "\n\ncontext:\n" + context

@@ -37,7 +37,7 @@ def parse_levels(text: str | None, kind: type = int) -> list[Any]:
 
 def plot_formats(text: str) -> tuple[str, ...]:
     """``"png,html"`` / ``"both"`` / ``"none"`` -> the formats; ClientError on an unknown one."""
-    from .plots import FORMATS
+    from .page import FORMATS
 
     parts = {p.strip().lower() for p in text.split(",") if p.strip()}
     if "both" in parts:
@@ -225,7 +225,8 @@ class BenchRun:
         click.echo(compare_table(document["comparison"], names))
 
     def write(self, document: dict[str, Any]) -> None:
-        from .plots import have_matplotlib, write_plots
+        from .page import write_plots
+        from .plots import have_matplotlib
         from .results import write_csv, write_json
 
         out = self.options.output_dir

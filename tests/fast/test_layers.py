@@ -1,12 +1,20 @@
 """The code's layout holds: no module of the console imports itself in a circle, however indirectly (an import
-inside a function counts: it only hides the circle).
+inside a function counts: it only hides the circle), and the layers contract of pyproject.toml (``lint-imports``)
+breaks on an import that goes up a layer.
 
-The graph is grimp's, the one ``lint-imports`` checks the contracts of pyproject.toml on."""
+The graph is grimp's, the one ``lint-imports`` checks the contracts on."""
 
 from __future__ import annotations
 
+from copy import deepcopy
+from pathlib import Path
+
 import grimp
 import pytest
+from importlinter.api import read_configuration
+from importlinter.contracts.layers import LayersContract
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # A circle another change removes (issue 52, item 1: ``Answer`` and ``Front`` out of the front's routes); the test
 # fails once it is gone, so that its line goes too.
@@ -73,3 +81,36 @@ def test_a_circle_through_three_modules_and_an_import_inside_a_function_is_found
     assert circles(graph) == []
     graph.add_import(importer="pkg.c", imported="pkg.a")  # what `from .a import x` inside a function adds
     assert circles(graph) == [{"pkg.a", "pkg.b", "pkg.c"}]
+
+
+@pytest.fixture(scope="module")
+def layers() -> LayersContract:
+    config = read_configuration(str(ROOT / "pyproject.toml"))
+    options = next(c for c in config["contracts_options"] if c["type"] == "layers")
+    return LayersContract(options["name"], config["session_options"], options)
+
+
+@pytest.fixture(scope="module")
+def project_graph() -> grimp.ImportGraph:
+    return grimp.build_graph("console", "backend_model", "repo_gen", include_external_packages=False)
+
+
+def test_the_layers_contract_is_kept(layers: LayersContract, project_graph: grimp.ImportGraph) -> None:
+    assert layers.check(deepcopy(project_graph), verbose=False).kept
+
+
+@pytest.mark.parametrize(("importer", "imported"), [
+    ("console.core.turns", "console.tui.app"),  # the core up to a front end
+    ("console.clients.call", "console.core.request"),  # the wire up to the core
+    ("console.clients.call", "console.server.health"),  # between the independent siblings of a layer
+    ("console.metrics.scrape", "console.core.adapters"),  # a metrics page up to the core
+    ("console.server.locate", "console.headless"),
+    ("repo_gen.writer", "console.server"),  # the generator up to the console
+    ("backend_model.engine", "repo_gen.writer"),  # the backend up to the generator
+    ("console.tui.app", "console.cli"),  # a front end up to the command group
+])
+def test_a_planted_import_up_a_layer_breaks_the_contract(layers: LayersContract, project_graph: grimp.ImportGraph,
+                                                          importer: str, imported: str) -> None:
+    graph = deepcopy(project_graph)
+    graph.add_import(importer=importer, imported=imported, line_number=1, line_contents=f"import {imported}")
+    assert not layers.check(graph, verbose=False).kept

@@ -12,8 +12,9 @@ import click
 
 from console.bench.cli import bench_group
 from console.clients import ClientError
+from console.commands.options import click_options
 from console.core.adapters import APIS, MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for, api_help
-from console.core.controls import TIMEOUT_DEFAULTS, click_options, params_from_options
+from console.core.controls import TIMEOUT_DEFAULTS, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
 from console.eval.cli import eval_group

@@ -16,8 +16,8 @@ from typing import Any
 import click
 
 from console.clients import ClientError
+from console.commands.options import click_options
 from console.core.adapters import APIS, MODEL_DEFAULT_HELP, URL_HELP, api_help
-from console.core.controls import click_options
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.signals import INTERRUPTED
 

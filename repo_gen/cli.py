@@ -32,7 +32,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 # --------------------------------------------------------------------------- one-line errors
 
 
-class _OneLine:
+class _OneLine(click.ClickException):
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)
 

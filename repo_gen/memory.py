@@ -82,7 +82,7 @@ def _shape(config: Mapping[str, Any]) -> tuple[float, int, int] | None:
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
     heads = _first(config, "num_attention_heads", "n_head")
     vocab = _first(config, "vocab_size")
-    if None in (hidden, layers, heads, vocab):
+    if hidden is None or layers is None or heads is None or vocab is None:
         return None
     kv_heads = _first(config, "num_key_value_heads") or (1 if config.get("multi_query") else heads)
     head_dim = _first(config, "head_dim") or hidden // heads

@@ -23,6 +23,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -84,11 +85,11 @@ class KVStep(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, continuous: bool) -> None:
         super().__init__()
-        cfg = model.config
+        cfg: Any = model.config  # transformers' config: read as untyped
         if cfg.model_type not in LLAMA_LIKE:
             raise SessionError(f"the ONNX export supports Llama-family models ({', '.join(sorted(LLAMA_LIKE))}), "
                                f"not {cfg.model_type!r}")
-        self.model = model
+        self.model: Any = model  # a transformers model: its parts are read by name
         self.continuous = continuous
         self.head_dim = head_dim(cfg)
         self.kv_heads = cfg.num_key_value_heads
@@ -140,7 +141,7 @@ class KVStep(torch.nn.Module):
 
 def _interface(model: torch.nn.Module, continuous: bool):
     """Example inputs, input/output names and dynamic axes, QEfficient's."""
-    cfg = model.config
+    cfg: Any = model.config  # transformers' config: read as untyped
     size = head_dim(cfg)
     b, s, ctx, fbs = (EXAMPLE[k] for k in ("batch_size", "seq_len", "ctx_len", "full_batch_size"))
     rows = {0: "batch_size", 1: "seq_len"}

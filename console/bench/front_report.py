@@ -86,7 +86,7 @@ def figures(summary: dict[str, Any]) -> dict[str, float | None]:
 def best(runs: list[dict[str, float | None]]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for key, (_, pick) in METRICS.items():
-        values = [r[key] for r in runs if r[key] is not None]
+        values = [value for r in runs if (value := r[key]) is not None]
         out[key] = pick(values) if values else None
     return out
 

@@ -222,6 +222,7 @@ def _side_by_side(peer: LlamaServerPeer, precision: str, opts: Any,
     cores: dict[str, list[float]] = {}
     with streams.served_precision(precision) as server:
         url, name = server.grpc_url, streams.served_model(precision)
+        assert peer.process is not None, "the peer is started first"
         groups = {"served": server.pid, "llama_server": peer.process.pid}  # each started in a session of its own
 
         def run(side: str, n: int, tokens: int) -> Any:

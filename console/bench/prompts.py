@@ -61,9 +61,10 @@ def load_tokenizer(path: str | None, embedded: bool) -> Any | None:
     elif embedded:
         from backend_model.models import embedded_prepared
 
-        folder = embedded_prepared()
-        if folder is None:
+        prepared = embedded_prepared()
+        if prepared is None:
             return None
+        folder = prepared
     else:
         return None
     import transformers

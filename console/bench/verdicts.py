@@ -10,7 +10,8 @@ STREAMS = (1, 8)
 
 
 class Rated(Protocol):
-    tokens_per_s: float
+    @property
+    def tokens_per_s(self) -> float: ...
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:

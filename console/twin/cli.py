@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,7 +140,7 @@ def _compile_of(graph: Path, given: dict[str, int]) -> list[dict[str, Any]]:
     return specializations.build(**_dimensions(given))
 
 
-def _dimensions(given: dict[str, int | None]) -> dict[str, int]:
+def _dimensions(given: Mapping[str, int | None]) -> dict[str, int]:
     """The four dimensions, checked, with compile_config's defaults (full_batch_size 0: regular)."""
     c = compile_config.validate({k: v for k, v in given.items() if v is not None}, "options")
     return {k: c[k] or 0 for k in DIMENSIONS}

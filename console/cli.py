@@ -12,8 +12,8 @@ import click
 
 from console.bench.cli import bench_group
 from console.clients import ClientError
-from console.commands.options import click_options
-from console.core.adapters import APIS, MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for, api_help
+from console.commands.options import click_options, server_options
+from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for
 from console.core.controls import TIMEOUT_DEFAULTS, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.doctor import format_rows, run_doctor
@@ -54,10 +54,9 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--url", default=None,
                      help=URL_HELP + "; without it the embedded model is served for the run (it takes a while: "
                           "serve it once with `qaic-console serve` and pass --url)."),
-        click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-                     help=api_help("--url")),
+        server_options("--api"),
         click.option("--http-url", default=None, help="host:port of the server's HTTP endpoint."),
-        click.option("--grpc-url", default=None, help="host:port of the server's gRPC endpoint."),
+        server_options("--grpc-url"),
         click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,
                      help="Batch mode transport; over gRPC a timeout also cancels the request on the server."),
         click.option("--timeout", type=float, default=None,

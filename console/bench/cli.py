@@ -16,8 +16,8 @@ from typing import Any
 import click
 
 from console.clients import ClientError
-from console.commands.options import click_options
-from console.core.adapters import APIS, MODEL_DEFAULT_HELP, URL_HELP, api_help
+from console.commands.options import click_options, server_options
+from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.signals import INTERRUPTED
 
@@ -63,16 +63,7 @@ def _run(options: BenchOptions) -> int:
 @click.option("--url", multiple=True,
               help=URL_HELP + "; repeat to spread the load round-robin over servers of one kind. Without it the "
                    "embedded model is served for the run.")
-@click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-              help=api_help("--url"))
-@click.option("--metrics-url", multiple=True,
-              help="The --url server's metrics page (host:port or a URL; one per --url, in order), when it is not "
-                   "where its kind has it (Triton reached by URL: the HTTP port + 2; OpenAI-compatible: /metrics "
-                   "beside /v1). Each level reports the server's side from it.")
-@click.option("--prometheus", default=None,
-              help="A Prometheus that scrapes every server behind --url (a load balancer's, a Service's): each "
-                   "level's server side is read from it (the fleet's sums, each instance's tokens/s, the servers "
-                   "down) instead of the --url server's own metrics page.")
+@server_options("--api", "--metrics-url", "--prometheus", per_url=True)
 @click.option("--compare-url", multiple=True,
               help="Another server (Triton host:port or http://host:port/v1) loaded with the same requests at each "
                    "level and reported beside the first, with ratios (repeatable).")

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from console.clients import ClientError, Control, params
+from console.core.adapters import APIS, api_help
 
 F = TypeVar("F", bound=Callable[..., Any])
 CLICK_TYPES = {bool: click.BOOL, str: str}  # numbers: click's own int and float
@@ -41,6 +42,36 @@ def click_options(skip: Collection[str] = (), defaults: bool = True) -> Callable
                 show_default=default is not None, help=control.help, callback=_checker(control),
             )
             func = option(func)
+        return func
+
+    return decorate
+
+
+# What each address option takes, said once (``server_options``)
+ADDRESS_HELP = {
+    "--grpc-url": "host:port of the server's gRPC endpoint, when it is not the port after its HTTP one.",
+    "--metrics-url": "The server's metrics page (host:port or a URL), when it is not where its kind has it (Triton: "
+                     "the HTTP port + 2; an OpenAI-compatible server: /metrics beside /v1).",
+    "--prometheus": "A Prometheus that scrapes every server (host:port or a URL): the metrics come from it, the "
+                    "fleet's figures per model in total and per instance, and the servers it cannot scrape.",
+}
+
+
+def server_options(*flags: str, url: str = "--url", per_url: bool = False) -> Callable[[F], F]:
+    """A decorator adding the address options ``flags`` names, in the order given: ``--api`` (what the ``url``
+    option's address is), ``--grpc-url``, ``--metrics-url`` (``per_url``: one per ``url``, in order) and
+    ``--prometheus``."""
+    def option(flag: str) -> Callable[[F], F]:
+        if flag == "--api":
+            return click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
+                                help=api_help(url))
+        if flag == "--metrics-url" and per_url:
+            return click.option(flag, multiple=True, help=f"{ADDRESS_HELP[flag]} One per {url}, in order.")
+        return click.option(flag, default=None, help=ADDRESS_HELP[flag])
+
+    def decorate(func: F) -> F:
+        for flag in reversed(flags):
+            func = option(flag)(func)
         return func
 
     return decorate

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from console.clients import ClientError
+from console.commands.options import server_options
 
 from .toolcalls import PARSERS
 
@@ -140,12 +141,10 @@ class Beside:
 @click.command("openai", context_settings=CONTEXT_SETTINGS)
 @click.option("--url", default=None,
               help="host:port of the running tritonserver (its HTTP or gRPC endpoint; the other is its neighbour).")
-@click.option("--grpc-url", default=None, help="host:port of its gRPC endpoint (what the front speaks).")
+@server_options("--grpc-url", "--metrics-url")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address the API listens on (0.0.0.0 exposes it: then an API key is asked for).")
 @click.option("--port", type=int, default=9000, show_default=True, help="Port the API listens on.")
-@click.option("--metrics-url", default=None,
-              help="tritonserver's metrics page (its models' figures on /metrics; default: the HTTP port + 2).")
 @front_options
 def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, metrics_url: str | None,
                    api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None) -> None:

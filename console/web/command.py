@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from console.core.adapters import APIS, URL_HELP, api_help
+from console.commands.options import server_options
+from console.core.adapters import URL_HELP
 from console.core.controller import ServerController, Snapshot
 from console.server.embedded import DEFAULT_MODELS
 from console.server.errors import repository_not_found
@@ -64,16 +65,7 @@ def terminal_echo() -> Callable[[Snapshot], None]:
 @click.option("--share", is_flag=True, help="Also open a public gradio.live link (off unless given).")
 @click.option("--url", default=None,
               help=URL_HELP + " to use; no server is started.")
-@click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-              help=api_help("--url"))
-@click.option("--grpc-url", default=None, help="Its gRPC host:port for streaming (default: the HTTP port + 1).")
-@click.option("--metrics-url", default=None,
-              help="Its metrics page (host:port or a URL) for the Server tab's metrics, when it is not its own "
-                   "(Triton reached by URL: the HTTP port + 2; an OpenAI-compatible server: /metrics beside /v1).")
-@click.option("--prometheus", default=None,
-              help="A Prometheus that scrapes a fleet of servers (host:port or a URL): the metrics show every "
-                   "server's figures from it, per model in total and per instance, and the servers it cannot "
-                   "scrape.")
+@server_options("--api", "--grpc-url", "--metrics-url", "--prometheus")
 @click.option("--model-repository", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Repository to serve (default: the embedded SmolLM2 samples, stream and batch models).")
 @click.option("--model", "models", multiple=True,

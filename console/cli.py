@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from console.bench.cli import bench_group
-from console.clients import ClientError
+from console.clients import ClientError, UsageError
 from console.commands.options import click_options, server_options
 from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for
 from console.core.controls import TIMEOUT_DEFAULTS, params_from_options
@@ -86,7 +86,7 @@ def settings_from(values: dict[str, Any], server: Adapter | None = None) -> Sett
     mode = values["mode"]
     model = values["model"] or (server.default_model(mode) if server is not None else EMBEDDED_DEFAULTS[mode])
     if values["chat"] is False and values["system"]:
-        raise ClientError("--system goes into the chat template: leave out --raw")
+        raise UsageError("--system goes into the chat template: leave out --raw")
     return Settings(
         model, mode, values["protocol"], params_from_options(values),
         values["timeout"], values["idle_timeout"] or None, chat=values["chat"],
@@ -99,7 +99,7 @@ def server_from(values: dict[str, Any]) -> Adapter | None:
     url, grpc_url = values["url"] or values["http_url"] or "", values["grpc_url"]
     if not url and not grpc_url:
         if values["api"] != "auto":
-            raise ClientError(f"--api {values['api']} needs --url (the server's address)")
+            raise UsageError(f"--api {values['api']} needs --url (the server's address)")
         return None
     return adapter_for(url, values["api"], grpc_url)
 

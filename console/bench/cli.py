@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from console.clients import ClientError
+from console.clients import ClientError, UsageError
 from console.commands.options import click_options, server_options
 from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP
 from console.server.embedded import EMBEDDED_DEFAULTS
@@ -38,9 +38,9 @@ def _run(options: BenchOptions) -> int:
         bench.levels()  # bad options fail before any server starts
         plot_formats(options.plots)
         if options.api != "auto" and not options.url:
-            raise ClientError(f"--api {options.api} needs --url (the server's address)")
+            raise UsageError(f"--api {options.api} needs --url (the server's address)")
         if options.prometheus and not options.url:
-            raise ClientError("--prometheus needs --url (the servers that Prometheus scrapes)")
+            raise UsageError("--prometheus needs --url (the servers that Prometheus scrapes)")
         if options.url:
             return bench.execute(options.url, metrics_urls=options.metrics_url)
         model = options.model or EMBEDDED_DEFAULTS[options.mode]

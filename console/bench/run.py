@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from console.clients import ClientError
+from console.clients import UsageError
 from console.core.adapters import adapter_for
 from console.core.request import Settings, read_info
 from console.extras import needs
@@ -29,9 +29,9 @@ def parse_levels(text: str | None, kind: type = int) -> list[Any]:
     try:
         values = [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ClientError(f"expected a comma-separated list of numbers, got {text!r}") from None
+        raise UsageError(f"expected a comma-separated list of numbers, got {text!r}") from None
     if not values or any(v <= 0 for v in values):
-        raise ClientError(f"levels must be positive numbers, got {text!r}")
+        raise UsageError(f"levels must be positive numbers, got {text!r}")
     return values
 
 
@@ -45,7 +45,7 @@ def plot_formats(text: str) -> tuple[str, ...]:
     parts.discard("none")
     unknown = parts - set(FORMATS)
     if unknown:
-        raise ClientError(f"--plots: unknown format {sorted(unknown)[0]!r} (png, html, both, none)")
+        raise UsageError(f"--plots: unknown format {sorted(unknown)[0]!r} (png, html, both, none)")
     return tuple(f for f in FORMATS if f in parts)
 
 
@@ -89,7 +89,7 @@ class BenchRun:
 
     def levels(self) -> list[tuple[int | None, float | None]]:
         if self.options.concurrency and self.options.request_rate:
-            raise ClientError("give --concurrency or --request-rate, not both")
+            raise UsageError("give --concurrency or --request-rate, not both")
         check_turns(self.options.turns, self.options.request_rate)
         Slo.parse(self.options.slo, self.options.mode)
         if self.options.request_rate:
@@ -115,12 +115,12 @@ class BenchRun:
         if params.temperature:  # sampling: seeded like the prompts
             params = params.replace(seed=self.options.seed)
         if len(metrics_urls) > len(urls):
-            raise ClientError(f"{len(metrics_urls)} --metrics-url for {len(urls)} --url: give one per --url, in order")
+            raise UsageError(f"{len(metrics_urls)} --metrics-url for {len(urls)} --url: give one per --url, in order")
         pages = (*metrics_urls, *[None] * (len(urls) - len(metrics_urls)))
         servers = tuple(adapter_for(url, api, grpc_url, page) for url, page in zip(urls, pages))
         kinds = {s.label for s in servers}
         if len(kinds) > 1:
-            raise ClientError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
+            raise UsageError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
         settings = Settings(model or servers[0].default_model(mode), mode, self.options.protocol, params,
                             self.options.timeout, self.options.idle_timeout or None)
         info = read_info(servers[0], settings)

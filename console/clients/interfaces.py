@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ClientError, ServerFault
+from .errors import BadRequest, ServerFault
 from .events import ModelInfo, Tensor
 from .params import BY_NAME, CONTROLS, Control, GenerationParams
 from .wire import output_list, tensor
@@ -171,7 +171,7 @@ class Interface:
     def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[InputValue]:
         """Every input of one request for ``prompts`` (one of them unless :attr:`batches_prompts`)."""
         if len(prompts) > 1 and not self.batches_prompts:
-            raise ClientError(f"model {self.info.name} ({self.name}) takes one prompt per request")
+            raise BadRequest(f"model {self.info.name} ({self.name}) takes one prompt per request")
         many = self.batches_prompts and len(prompts) > 1
         prompt = InputValue(self.prompt_name, "BYTES", tuple(prompts), many)
         return [prompt, *self.controls(params), *self.switches(params, streaming),
@@ -183,9 +183,9 @@ class Interface:
         if params.continuations is None:
             return []
         if self.info.input("continuation") is None:
-            raise ClientError(f"model {self.info.name} ({self.name}) has no continuation input: it cannot score")
+            raise BadRequest(f"model {self.info.name} ({self.name}) has no continuation input: it cannot score")
         if len(params.continuations) != n:
-            raise ClientError(f"{len(params.continuations)} continuations for {n} prompts")
+            raise BadRequest(f"{len(params.continuations)} continuations for {n} prompts")
         return [InputValue("continuation", "BYTES", tuple(json.dumps(c) for c in params.continuations), many)]
 
     def inputs(self, module: Any, prompts: Sequence[str], params: GenerationParams,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from console.clients import CAUSAL_TIMEOUT, CONTROLS, KV_TIMEOUT, ClientError, Control, GenerationParams
+from console.clients import CAUSAL_TIMEOUT, CONTROLS, KV_TIMEOUT, BadRequest, Control, GenerationParams
 from console.clients.params import check, parse
 
 from .request import Settings
@@ -51,9 +51,9 @@ def timeout_seconds(text: str) -> float | None:
     try:
         seconds = float(text)
     except ValueError:
-        raise ClientError(f"Timeout s: {text[:40]!r} is not a number") from None
+        raise BadRequest(f"Timeout s: {text[:40]!r} is not a number") from None
     if not seconds >= 0:
-        raise ClientError(f"Timeout s must be {TIMEOUT_RULE}, got {text}")
+        raise BadRequest(f"Timeout s must be {TIMEOUT_RULE}, got {text}")
     return seconds
 
 
@@ -62,7 +62,7 @@ def settings_from_form(form: Mapping[str, Any], where: str) -> Settings:
     and one value per control (text or values); ClientError naming the first bad field (``where``: where a server is
     started or connected, said when no model is chosen)."""
     if not form.get("model"):
-        raise ClientError(NO_MODEL.format(where=where))
+        raise BadRequest(NO_MODEL.format(where=where))
     params = params_from_form({c.name: form.get(c.name) for c in CONTROLS})
     return Settings(form["model"], mode=form.get("mode") or "stream", params=params,
                     timeout=timeout_seconds(str(form.get("timeout") or "")), chat=None if form.get("chat") else False,

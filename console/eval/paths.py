@@ -22,7 +22,7 @@ from backend_model.build import BackendSettings, build_engine
 from backend_model.engine import Engine
 from backend_model.parameters import PRECISIONS
 from backend_model.sampling import SamplingParams
-from console.clients import ClientError, Failure, GenerationParams, ModelInfo, Reply
+from console.clients import Failure, GenerationParams, ModelInfo, Reply
 from console.core.adapters import Adapter, adapter_for
 from console.core.request import Settings, prepare, read_info
 
@@ -133,7 +133,7 @@ class EvalPath:
                         got[event.index] = event
                         advance(1)
                     elif isinstance(event, Failure):
-                        raise ClientError(f"{self.name}: {event.message}")
+                        raise event.error(f"{self.name}: {event.message}")
             replies += [got[i] for i in range(len(group))]
         return replies
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts
+from console.clients import BadRequest, Call, GenerationParams, ModelInfo, Timeouts
 
 SERVER, HERE, NONE = "server", "here", "none"  # who applies a model's chat template (:meth:`Adapter.template_side`)
 States = dict[str, tuple[str, str]]  # model -> (state, reason)
@@ -128,8 +128,8 @@ class Adapter(ABC):
     def check_mode(self, mode: str) -> None:
         """ClientError when this server does not answer ``mode``."""
         if mode not in self.modes:
-            raise ClientError(f"{mode} mode is not answered by {self.name}: it answers {' or '.join(self.modes)} "
-                              "mode")
+            raise BadRequest(f"{mode} mode is not answered by {self.name}: it answers {' or '.join(self.modes)} "
+                             "mode")
 
     @abstractmethod
     def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,

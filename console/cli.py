@@ -10,29 +10,29 @@ from typing import Any
 
 import click
 
-from console.bench.cli import bench_group
 from console.clients import ClientError, UsageError
+from console.commands.bench import bench_group
+from console.commands.client import client
+from console.commands.deploy import deploy_group
+from console.commands.doctor import format_rows, run_doctor
+from console.commands.eval import eval_group
+from console.commands.headless import Output
+from console.commands.headless import run as run_headless
+from console.commands.metrics import metrics_command
 from console.commands.options import click_options, server_options
+from console.commands.repo import repo_group
+from console.commands.serve import serve
+from console.commands.tui import tui
+from console.commands.twin import check, onnx_group
+from console.commands.web import web
 from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for
 from console.core.controls import TIMEOUT_DEFAULTS, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
-from console.doctor import format_rows, run_doctor
-from console.eval.cli import eval_group
 from console.extras import missing
-from console.fleet.deploy import deploy_group
 from console.front.command import openai_command
-from console.headless import Output
-from console.headless import run as run_headless
-from console.metrics.command import metrics_command
-from console.seed_clients import client
-from console.serve_command import serve
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS
 from console.signals import Terminated, install_signals, interrupted, signals_raise
 from console.terminal import CONTEXT_SETTINGS, fail
-from console.tui.command import tui
-from console.twin.cli import check, onnx_group
-from console.web.command import web
-from repo_gen.cli import repo_group
 from repo_gen.samples import CAUSAL_CPU_SPEED
 
 # --------------------------------------------------------------------------- headless
@@ -196,7 +196,7 @@ def export_artifacts(directory: Path, force: bool) -> None:
 @click.option("--url", required=True, help=URL_HELP + ".")
 def models(url: str) -> None:
     """List the models a running server serves: state, interface, modes, type, ignored controls."""
-    from console.served import format_models, served_models
+    from console.commands.models import format_models, served_models
 
     try:
         title, rows = served_models(url)

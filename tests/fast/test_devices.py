@@ -19,10 +19,10 @@ from click.testing import CliRunner
 from backend_model import build, compile_config, devices
 from backend_model.build import BackendSettings
 from backend_model.contract import SessionError
-from console import doctor
+from console.commands import doctor
+from console.commands.repo import repo_group
 from console.metrics.qaic import card_line
 from repo_gen import memory
-from repo_gen.cli import repo_group
 from repo_gen.inspection import device_review, list_models
 from repo_gen.samples import SAMPLES
 from repo_gen.writer import RepoError

@@ -104,7 +104,7 @@ def test_the_layers_contract_is_kept(layers: LayersContract, project_graph: grim
     ("console.clients.call", "console.core.request"),  # the wire up to the core
     ("console.clients.call", "console.server.health"),  # between the independent siblings of a layer
     ("console.metrics.scrape", "console.core.adapters"),  # a metrics page up to the core
-    ("console.server.locate", "console.headless"),
+    ("console.server.locate", "console.commands.headless"),
     ("repo_gen.writer", "console.server"),  # the generator up to the console
     ("backend_model.engine", "repo_gen.writer"),  # the backend up to the generator
     ("console.tui.app", "console.cli"),  # a front end up to the command group

@@ -8,9 +8,8 @@ from pathlib import Path
 import click
 import yaml
 
+from console.fleet.manifests import FRONT_IMAGE, IMAGE, ManifestError, Options, manifests
 from console.terminal import CONTEXT_SETTINGS, fail
-
-from .manifests import FRONT_IMAGE, IMAGE, ManifestError, Options, manifests
 
 
 @click.group("deploy", context_settings=CONTEXT_SETTINGS)

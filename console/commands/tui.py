@@ -9,8 +9,7 @@ import click
 
 from console.commands.options import server_options
 from console.server.errors import repository_not_found
-
-from . import run
+from console.tui import run
 
 NO_TERMINAL = ("the console needs a terminal (stdin and stdout are not one); without one, run headless: "
                "qaic-console --prompt \"...\" (add --url HOST:PORT for a running server)")

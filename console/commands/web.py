@@ -17,12 +17,11 @@ from console.core.controller import ServerController, Snapshot
 from console.server.embedded import DEFAULT_MODELS
 from console.server.errors import repository_not_found
 from console.server.ports import port_taken
-
-from .files import private_folder, remove, sweep
+from console.web.files import private_folder, remove, sweep
 
 if TYPE_CHECKING:
-    from .app import Served
-    from .login import Login
+    from console.web.app import Served
+    from console.web.login import Login
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -82,7 +81,7 @@ def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None
     send the token as `Authorization: Bearer <token>`. The page's files (exported transcripts) stay in a
     private folder, removed when the console exits.
     """
-    from .login import Login
+    from console.web.login import Login
 
     try:
         login = Login.new(host, auth=not no_auth)
@@ -122,9 +121,8 @@ def _serve(controller: ServerController, login: Login, folder: Path, host: str, 
     """Begin (connect or start a server), launch the page and say where to open it."""
     from console.clients import ClientError
     from console.server import ServerError
-
-    from .app import launch
-    from .handlers import WebConsole
+    from console.web.app import launch
+    from console.web.handlers import WebConsole
 
     try:
         said = begin(controller, url, grpc_url, repository, models, start, api)

@@ -11,10 +11,9 @@ import click
 from console.clients import ClientError
 from console.commands.options import server_options
 from console.core.adapters import URL_HELP, adapter_for
-
-from .figures import HEADER, rows
-from .qaic import card_line, query
-from .watch import Look, MetricsWatch
+from console.metrics.figures import HEADER, rows
+from console.metrics.qaic import card_line, query
+from console.metrics.watch import Look, MetricsWatch
 
 
 def render(look: Look, card: str | None) -> str:

@@ -15,16 +15,15 @@ from typing import Any
 
 import click
 
+from console.bench.load import DISTRIBUTIONS, MODES
+from console.bench.options import BenchOptions
+from console.bench.report import SECTIONS
+from console.bench.run import BenchRun, parse_levels, plot_formats, to_stderr
 from console.clients import ClientError, UsageError
 from console.commands.options import click_options, server_options
 from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP
 from console.server.embedded import EMBEDDED_DEFAULTS
 from console.signals import INTERRUPTED
-
-from .load import DISTRIBUTIONS, MODES
-from .options import BenchOptions
-from .report import SECTIONS
-from .run import BenchRun, parse_levels, plot_formats, to_stderr
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -130,9 +129,9 @@ def bench_group(ctx: click.Context, **options: Any) -> None:
 @click.option("--json", "json_", is_flag=True, help="Print the comparison as JSON.")
 def compare(files: tuple[str, ...], json_: bool) -> None:
     """Put bench runs (bench.json files) side by side, with ratios to the first."""
-    from .display import compare_table
-    from .results import compare as compare_runs
-    from .results import load_json
+    from console.bench.display import compare_table
+    from console.bench.results import compare as compare_runs
+    from console.bench.results import load_json
 
     try:
         documents = [load_json(f) for f in files]
@@ -161,9 +160,8 @@ def compare(files: tuple[str, ...], json_: bool) -> None:
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object (ratios, targets, context).")
 def report(tokens: int, repeats: int, sections: tuple[str, ...], json_: bool) -> None:
     """The project's performance report on the embedded model: ratios against their targets."""
+    from console.bench.report import ReportOptions, format_report, run_report
     from console.server import ServerError
-
-    from .report import ReportOptions, format_report, run_report
 
     if tokens < 8 or repeats < 1:
         to_stderr("error: --tokens must be >= 8 and --repeats >= 1")
@@ -191,8 +189,8 @@ def report(tokens: int, repeats: int, sections: tuple[str, ...], json_: bool) ->
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object.")
 def breakdown(rows: str, steps: int, threads: int, llama: bool, json_: bool) -> None:
     """One int4 decode step of the demo samples' engine, kernel by kernel, beside llama.cpp's token."""
-    from .breakdown import breakdown as measure
-    from .breakdown import format_breakdown
+    from console.bench.breakdown import breakdown as measure
+    from console.bench.breakdown import format_breakdown
 
     try:
         counts = tuple(parse_levels(rows))

@@ -28,11 +28,11 @@ from console.commands.web import web
 from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for
 from console.core.controls import TIMEOUT_DEFAULTS, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
-from console.extras import missing
 from console.front.command import openai_command
+from console.infra.extras import missing
+from console.infra.signals import Terminated, install_signals, interrupted, signals_raise
+from console.infra.terminal import CONTEXT_SETTINGS, fail
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS
-from console.signals import Terminated, install_signals, interrupted, signals_raise
-from console.terminal import CONTEXT_SETTINGS, fail
 from repo_gen.samples import CAUSAL_CPU_SPEED
 
 # --------------------------------------------------------------------------- headless

@@ -15,7 +15,7 @@ import click
 from console.clients import UsageError
 from console.core.adapters import adapter_for
 from console.core.request import Settings, read_info
-from console.extras import needs
+from console.infra.extras import needs
 
 from .load import LevelResult, Runner, Target
 from .options import BenchOptions

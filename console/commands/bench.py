@@ -22,8 +22,8 @@ from console.bench.run import BenchRun, parse_levels, plot_formats, to_stderr
 from console.clients import ClientError, UsageError
 from console.commands.options import click_options, server_options
 from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP
+from console.infra.signals import INTERRUPTED
 from console.server.embedded import EMBEDDED_DEFAULTS
-from console.signals import INTERRUPTED
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 

@@ -9,7 +9,7 @@ import click
 import yaml
 
 from console.fleet.manifests import FRONT_IMAGE, IMAGE, ManifestError, Options, manifests
-from console.terminal import CONTEXT_SETTINGS, fail
+from console.infra.terminal import CONTEXT_SETTINGS, fail
 
 
 @click.group("deploy", context_settings=CONTEXT_SETTINGS)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from copy import deepcopy
 from pathlib import Path
+from typing import Any
 
 import grimp
 import pytest
 from importlinter.api import read_configuration
+from importlinter.contracts.forbidden import ForbiddenContract
 from importlinter.contracts.layers import LayersContract
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,16 +85,21 @@ def test_a_circle_through_three_modules_and_an_import_inside_a_function_is_found
     assert circles(graph) == [{"pkg.a", "pkg.b", "pkg.c"}]
 
 
+def contract(kind: type, name: str) -> Any:
+    """The contract of pyproject.toml whose name starts with ``name``."""
+    config = read_configuration(str(ROOT / "pyproject.toml"))
+    options = next(c for c in config["contracts_options"] if c["name"].startswith(name))
+    return kind(options["name"], config["session_options"], options)
+
+
 @pytest.fixture(scope="module")
 def layers() -> LayersContract:
-    config = read_configuration(str(ROOT / "pyproject.toml"))
-    options = next(c for c in config["contracts_options"] if c["type"] == "layers")
-    return LayersContract(options["name"], config["session_options"], options)
+    return contract(LayersContract, "the layers of the data flow")
 
 
 @pytest.fixture(scope="module")
 def project_graph() -> grimp.ImportGraph:
-    return grimp.build_graph("console", "backend_model", "repo_gen", include_external_packages=False)
+    return grimp.build_graph("console", "backend_model", "repo_gen", include_external_packages=True)
 
 
 def test_the_layers_contract_is_kept(layers: LayersContract, project_graph: grimp.ImportGraph) -> None:
@@ -108,9 +115,19 @@ def test_the_layers_contract_is_kept(layers: LayersContract, project_graph: grim
     ("repo_gen.writer", "console.server"),  # the generator up to the console
     ("backend_model.engine", "repo_gen.writer"),  # the backend up to the generator
     ("console.tui.app", "console.cli"),  # a front end up to the command group
+    ("console.infra.terminal", "console.server.health"),  # what every command runs on, up to the server
 ])
 def test_a_planted_import_up_a_layer_breaks_the_contract(layers: LayersContract, project_graph: grimp.ImportGraph,
                                                           importer: str, imported: str) -> None:
     graph = deepcopy(project_graph)
     graph.add_import(importer=importer, imported=imported, line_number=1, line_contents=f"import {imported}")
     assert not layers.check(graph, verbose=False).kept
+
+
+@pytest.mark.parametrize("importer", ["console.core.request", "console.server.process", "repo_gen.writer"])
+def test_click_planted_below_the_commands_breaks_its_contract(project_graph: grimp.ImportGraph, importer: str) -> None:
+    clickless = contract(ForbiddenContract, "click is the commands'")
+    assert clickless.check(deepcopy(project_graph), verbose=False).kept
+    graph = deepcopy(project_graph)
+    graph.add_import(importer=importer, imported="click", line_number=1, line_contents="import click")
+    assert not clickless.check(graph, verbose=False).kept

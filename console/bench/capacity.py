@@ -22,6 +22,7 @@ from pathlib import Path
 from console.clients import Failure, GenerationParams, Reply, TextDelta, Timeouts
 from console.core.adapters import Framed, adapter_for
 from console.server import TritonServer
+from repo_gen.writer import ModelSpec, render_config
 
 from .engine import digits_after
 
@@ -32,7 +33,6 @@ MODEL_FILE = Path(__file__).with_name("zero_cost_model.py")
 
 def write_zero_cost_repo(repo: Path) -> Path:
     """Write the zero-cost model into ``repo``, its config rendered like every generated model's."""
-    from repo_gen.writer import ModelSpec, render_config
 
     folder = repo / MODEL
     (folder / "1").mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from console.clients import GenerationParams, Reply, Timeouts, stream
 from console.metrics import scrape
+from console.server import TritonServer
+from repo_gen.writer import ModelSpec, write_model
 
 from .engine import Timed
 from .streams import bench_prompts, triton_streams
@@ -36,8 +39,6 @@ INSTANCES_LABELS = {
 @contextlib.contextmanager
 def served_instances(timeout: float = 600.0) -> Iterator[Any]:
     """A tritonserver serving both models (the embedded model at fp32, decoupled, one thread per instance)."""
-    from console.server import TritonServer
-    from repo_gen.writer import ModelSpec, write_model
 
     with tempfile.TemporaryDirectory(prefix="qaic-report-instances-") as tmp:
         for name, groups in MODELS.items():
@@ -133,7 +134,6 @@ def instances_section(report: Any, opts: Any, progress: Callable[[str], None]) -
 
 def _alone(url: str, prompt: str, tokens: int) -> str:
     """The answer to ``prompt`` sent alone to the one-instance model."""
-    from console.clients import GenerationParams, Reply, Timeouts, stream
 
     events = stream(url, "instances_1", [prompt], GenerationParams(max_tokens=tokens), Timeouts(network=600.0))
     return next(event.text for event in events if isinstance(event, Reply))

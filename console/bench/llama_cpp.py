@@ -25,6 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from backend_model.models import embedded_gguf
+from backend_model.threads import choose_threads
+from console.server import free_port
+from repo_gen.samples import SAMPLES
+
+from . import streams
+from .instances import group_cpu_seconds
 from .verdicts import STREAMS, best_rate, ratio
 
 LLAMA_MODEL = "smollm2-gguf"  # the alias the servers list the embedded GGUF under
@@ -50,8 +57,6 @@ class LlamaCppServer:
     ready = "/v1/models"  # answers 200 once the model is loaded
 
     def __init__(self, log: Path, threads: int = 1) -> None:
-        from console.server import free_port
-
         self.log, self.threads = log, threads
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -59,8 +64,6 @@ class LlamaCppServer:
         self.exit_code: int | None = None  # when it ended by itself
 
     def command(self) -> list[str]:
-        from backend_model.models import embedded_gguf
-
         # interrupt_requests off: by default a new request cuts the stream in flight short (a|b, load levels)
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf()), "--model_alias",
                 LLAMA_MODEL, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "2048",
@@ -122,8 +125,6 @@ class LlamaServerPeer(LlamaCppServer):
                       "--ignore-eos"]
 
     def command(self) -> list[str]:
-        from backend_model.models import embedded_gguf
-
         return [self.binary, "-m", str(embedded_gguf()), "--alias", LLAMA_MODEL, *self.flags, "--host", "127.0.0.1",
                 "--port", str(self.port)]
 
@@ -175,8 +176,6 @@ def alternate(measure: Callable[[str, int], Any], repeats: int, progress: Callab
 def llama_server_section(report: Any, opts: Any, progress: Callable[[str], None]) -> None:
     """The demo samples' precision served (gRPC streams) and llama-server (streamed completions) on the same GGUF
     and threads, alternately at 1 and 8 streams (``demo_*``: the samples smollm2_decoupled and smollm2_kv)."""
-    from backend_model.threads import choose_threads
-    from repo_gen.samples import SAMPLES
 
     precision = SAMPLES["smollm2_decoupled"].precision
     binary, why = peer_binary()
@@ -216,8 +215,6 @@ def _side_by_side(peer: LlamaServerPeer, precision: str, opts: Any,
                   progress: Callable[[str], None]) -> tuple[dict[str, list], dict[str, list[float]]]:
     """A tritonserver serving ``precision`` beside the running peer, warmed up, then :func:`alternate`: the runs,
     and the cores each side's processes kept busy in each run (their CPU seconds over its wall time)."""
-    from . import streams
-    from .instances import group_cpu_seconds
 
     cores: dict[str, list[float]] = {}
     with streams.served_precision(precision) as server:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .results import level_key, runs_of, value
+from .server_table import breakdown_figure
 
 DISTRIBUTION_TITLES = {"time_to_first_token": "Time to first token", "inter_token_latency": "Inter-token latency",
                        "request_latency": "Request latency"}  # per request, in ms (the file is named by the key)
@@ -30,7 +31,7 @@ def _x(levels: list[dict[str, Any]]) -> tuple[list[float], str]:
 
 
 def _throughput(document: dict[str, Any], path: Path) -> Path:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
     fig = throughput_figure(document)
     fig.savefig(path, dpi=110)
@@ -40,7 +41,7 @@ def _throughput(document: dict[str, Any], path: Path) -> Path:
 
 def throughput_figure(document: dict[str, Any]) -> Any:
     """Output tokens/s and requests/s against the load, each on its own plot."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
     runs = runs_of(document)
     xs, label = _x(document["levels"])
@@ -70,7 +71,7 @@ def throughput_figure(document: dict[str, Any]) -> Any:
 
 
 def _distribution(document: dict[str, Any], field: str, title: str, path: Path) -> Path | None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
     series = []
     for level in document["levels"]:
@@ -94,7 +95,7 @@ def _distribution(document: dict[str, Any], field: str, title: str, path: Path) 
 
 def write_png(document: dict[str, Any], out_dir: Path) -> list[Path]:
     """``throughput.png``, ``time_to_first_token.png`` and ``inter_token_latency.png`` (when streamed)."""
-    import matplotlib
+    import matplotlib  # matplotlib (the bench extra) is optional
 
     matplotlib.use("Agg")
     paths = [_throughput(document, out_dir / "throughput.png")]
@@ -107,9 +108,8 @@ def write_png(document: dict[str, Any], out_dir: Path) -> list[Path]:
 
 def _breakdowns(document: dict[str, Any], out_dir: Path) -> list[Path]:
     """``ttft_breakdown.png`` (one per server of a run: ``ttft_breakdown_2.png`` ...), where the server has metrics."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
-    from .server_table import breakdown_figure  # draws with matplotlib, an extra's (bench)
 
     paths = []
     for i, (name, levels) in enumerate(runs_of(document)):

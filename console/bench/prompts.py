@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend_model.models import embedded_prepared
 from console.clients import UsageError
 
 _CORPUS = (
@@ -59,7 +60,6 @@ def load_tokenizer(path: str | None, embedded: bool) -> Any | None:
         if not folder.is_dir():
             raise UsageError(f"--tokenizer {path}: not a folder")
     elif embedded:
-        from backend_model.models import embedded_prepared
 
         prepared = embedded_prepared()
         if prepared is None:
@@ -67,7 +67,7 @@ def load_tokenizer(path: str | None, embedded: bool) -> Any | None:
         folder = prepared
     else:
         return None
-    import transformers
+    import transformers  # transformers takes seconds to load: only when a tokenizer is asked for
     from transformers import AutoTokenizer
 
     transformers.logging.set_verbosity_error()

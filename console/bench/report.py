@@ -44,13 +44,23 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from .engine import Timed, chat_turns, hf_generate, loop_overhead_ms, matmul_ceiling, run_engine
+from backend_model import compile_config
+from backend_model.build import BackendSettings, build_engine
+from backend_model.models import load_pretrained
+from backend_model.sampling import SamplingParams
+from repo_gen.samples import EMBEDDED_KV
+
+from .capacity import client_capacity, zero_cost_server
+from .display import table
+from .engine import BENCH_PROMPTS, Timed, chat_turns, hf_generate, loop_overhead_ms, matmul_ceiling, run_engine
 from .front_report import FRONT_LABELS, FRONT_TARGETS, front_section
 from .instances import INSTANCES_LABELS, INSTANCES_TARGETS, instances_section
 from .llama_cpp import LLAMA_SERVER_LABELS, LLAMA_SERVER_TARGETS, llama_server_section
+from .prompts import read_jsonl
 from .streams import served_model, served_precision, triton_streams
 from .verdicts import STREAMS, best_rate, ratio, rounded
 
@@ -114,16 +124,10 @@ class Report:
 
 
 def _embedded_settings(precision: str) -> Any:
-    from backend_model import compile_config
-    from backend_model.build import BackendSettings
-    from repo_gen.samples import EMBEDDED_KV
-
     return BackendSettings(precision=precision, compile=compile_config.validate(EMBEDDED_KV))
 
 
 def _engine(settings: Any) -> Any:
-    from backend_model.build import build_engine
-
     engine, _ = build_engine(settings, progress=lambda m: None)
     run_engine(engine, 1, 4)  # warm-up
     return engine
@@ -131,9 +135,8 @@ def _engine(settings: Any) -> Any:
 
 def precision_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
     """Per precision, alternating: HF generate, the engine in-process and served, at 1 and 8 streams."""
-    import torch
+    import torch  # torch (the serve extra) loads when a measurement runs
 
-    from backend_model.models import load_pretrained
 
     model, tokenizer = load_pretrained("embedded", progress)
     for precision in opts.precisions:
@@ -177,7 +180,6 @@ DEMO_PRECISION = "int4"  # the demo samples' (repo_gen.samples)
 
 def chat_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
     """Chats of several turns on the demo precision's engine, with prefix reuse and without, alternately."""
-    from dataclasses import replace
 
     settings = _embedded_settings(DEMO_PRECISION)
     engines = {"reuse": _engine(settings), "no_reuse": _engine(replace(settings, prefix_caching=False))}
@@ -199,12 +201,8 @@ REPETITIVE = "assets/bench/repetitive.jsonl"
 
 def speculation_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
     """One sequence at a time, prompt lookup on and off alternately: the repetitive set, then the bench prompts."""
-    from pathlib import Path
 
-    from backend_model.sampling import SamplingParams
 
-    from .engine import BENCH_PROMPTS
-    from .prompts import read_jsonl
 
     engine = _engine(_embedded_settings(DEMO_PRECISION))
     sets = {"repetitive": [r.prompt for r in read_jsonl(Path(__file__).parents[2] / REPETITIVE)],
@@ -236,7 +234,6 @@ def speculation_section(report: Report, opts: ReportOptions, progress: Progress)
 
 def zero_cost_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
     """The served zero-cost model: 16 streams of the real glue and loop with no compute."""
-    from .capacity import client_capacity, zero_cost_server
 
     streams, tokens = ZERO_COST_STREAMS, opts.zero_cost_tokens
     progress(f"served zero-cost model: {streams} streams x {tokens} tokens ...")
@@ -257,10 +254,8 @@ def zero_cost_section(report: Report, opts: ReportOptions, progress: Progress) -
 
 def twin_section(report: Report, opts: ReportOptions, progress: Progress) -> None:
     """The card twin: export time, then the twin and the CPU fp32 session alternately at 1 and 8 sequences."""
-    from dataclasses import replace
 
-    from repo_gen.onnx_export import export
-    from repo_gen.samples import EMBEDDED_KV
+    from repo_gen.onnx_export import export  # the ONNX export loads torch (the twin extra)
 
     cpu = _embedded_settings("fp32")
     with tempfile.TemporaryDirectory(prefix="qaic-report-twin-") as tmp:
@@ -298,7 +293,6 @@ def run_report(opts: ReportOptions | None = None, progress: Progress = print) ->
 
 def format_report(report: Report) -> str:
     """The ratios against their targets, then the absolute figures."""
-    from .display import table
 
     labels = {
         **{f"served_over_inprocess_{p}_{n}": f"served {p} {n} stream{'s' * (n > 1)} ÷ in-process"

@@ -17,8 +17,15 @@ from console.core.adapters import adapter_for
 from console.core.request import Settings, read_info
 from console.infra.extras import needs
 
+from .display import ProgressBar, compare_table, levels_table, server_table
+from .fleet_side import FleetSide
 from .load import LevelResult, Runner, Target
 from .options import BenchOptions
+from .page import FORMATS, write_plots
+from .plots import have_matplotlib
+from .prompts import SyntheticPrompts, load_tokenizer, read_jsonl
+from .results import build_document, side_by_side, summarize, write_csv, write_json
+from .server_view import ServerSide
 from .workloads import Slo, check_turns
 
 
@@ -37,7 +44,6 @@ def parse_levels(text: str | None, kind: type = int) -> list[Any]:
 
 def plot_formats(text: str) -> tuple[str, ...]:
     """``"png,html"`` / ``"both"`` / ``"none"`` -> the formats; ClientError on an unknown one."""
-    from .page import FORMATS
 
     parts = {p.strip().lower() for p in text.split(",") if p.strip()}
     if "both" in parts:
@@ -97,8 +103,6 @@ class BenchRun:
         return [(c, None) for c in parse_levels(self.options.concurrency or "1")]
 
     def requests(self, embedded: bool) -> Any:
-        from .prompts import SyntheticPrompts, load_tokenizer, read_jsonl
-
         if self.options.input_file:
             return read_jsonl(self.options.input_file, self.options.output_tokens_mean)
         tokenizer = load_tokenizer(self.options.tokenizer, embedded)
@@ -156,16 +160,12 @@ class BenchRun:
     def server_side(self, target: Target, first: bool) -> Any:
         """Where a level's server figures come from: each server's own metrics, before and after a level; for the
         --url load with --prometheus, that Prometheus (every server behind the URL)."""
-        from .fleet_side import FleetSide
-        from .server_view import ServerSide
 
         return FleetSide(target, self.options.prometheus) if first and self.options.prometheus else ServerSide(target)
 
     def execute(self, urls: tuple[str, ...], grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> int:
         """Run every level on the servers ``urls`` name (``grpc_url``: their gRPC endpoint, ``metrics_urls``: their
         metrics pages, when known)."""
-        from .display import ProgressBar
-        from .results import build_document, side_by_side, summarize
         levels = self.levels()
         sides = self.sides(urls, grpc_url, metrics_urls)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
@@ -203,7 +203,6 @@ class BenchRun:
 
     def show(self, document: dict[str, Any], done: list[list[tuple[LevelResult, dict[str, Any]]]]) -> None:
         """The level tables on stdout (JSON with --json); several servers: each one's, then side by side."""
-        from .display import compare_table, levels_table, server_table
 
         targets = document.get("targets")
         summaries = [[s for _, s in results] for results in done]
@@ -225,10 +224,6 @@ class BenchRun:
         click.echo(compare_table(document["comparison"], names))
 
     def write(self, document: dict[str, Any]) -> None:
-        from .page import write_plots
-        from .plots import have_matplotlib
-        from .results import write_csv, write_json
-
         out = self.options.output_dir
         if out is None:
             out = Path("bench-results") / f"{document['config']['model']}-{time.strftime('%Y%m%d-%H%M%S')}"

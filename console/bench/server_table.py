@@ -46,7 +46,7 @@ def breakdown_figure(levels: Sequence[dict[str, Any]], title: str) -> Any | None
              if (lv.get("server") or {}).get("ttft_breakdown_ms")]
     if not shown:
         return None
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
     fig, axis = plt.subplots(figsize=(7, 4.2))
     bottoms = [0.0] * len(shown)

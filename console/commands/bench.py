@@ -15,23 +15,26 @@ from typing import Any
 
 import click
 
+from console.bench.breakdown import breakdown as measure
+from console.bench.breakdown import format_breakdown
+from console.bench.display import compare_table
 from console.bench.load import DISTRIBUTIONS, MODES
 from console.bench.options import BenchOptions
-from console.bench.report import SECTIONS
+from console.bench.report import SECTIONS, ReportOptions, format_report, run_report
+from console.bench.results import compare as compare_runs
+from console.bench.results import load_json
 from console.bench.run import BenchRun, parse_levels, plot_formats, to_stderr
 from console.clients import ClientError, UsageError
 from console.commands.options import click_options, server_options
 from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP
 from console.infra.signals import INTERRUPTED
-from console.server.embedded import EMBEDDED_DEFAULTS
+from console.server import ServerError
+from console.server.embedded import EMBEDDED_DEFAULTS, embedded_server
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
 def _run(options: BenchOptions) -> int:
-    from console.server import ServerError
-    from console.server.embedded import embedded_server
-
     bench = BenchRun(options)
     try:
         bench.levels()  # bad options fail before any server starts
@@ -129,9 +132,6 @@ def bench_group(ctx: click.Context, **options: Any) -> None:
 @click.option("--json", "json_", is_flag=True, help="Print the comparison as JSON.")
 def compare(files: tuple[str, ...], json_: bool) -> None:
     """Put bench runs (bench.json files) side by side, with ratios to the first."""
-    from console.bench.display import compare_table
-    from console.bench.results import compare as compare_runs
-    from console.bench.results import load_json
 
     try:
         documents = [load_json(f) for f in files]
@@ -160,8 +160,6 @@ def compare(files: tuple[str, ...], json_: bool) -> None:
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object (ratios, targets, context).")
 def report(tokens: int, repeats: int, sections: tuple[str, ...], json_: bool) -> None:
     """The project's performance report on the embedded model: ratios against their targets."""
-    from console.bench.report import ReportOptions, format_report, run_report
-    from console.server import ServerError
 
     if tokens < 8 or repeats < 1:
         to_stderr("error: --tokens must be >= 8 and --repeats >= 1")
@@ -189,8 +187,6 @@ def report(tokens: int, repeats: int, sections: tuple[str, ...], json_: bool) ->
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object.")
 def breakdown(rows: str, steps: int, threads: int, llama: bool, json_: bool) -> None:
     """One int4 decode step of the demo samples' engine, kernel by kernel, beside llama.cpp's token."""
-    from console.bench.breakdown import breakdown as measure
-    from console.bench.breakdown import format_breakdown
 
     try:
         counts = tuple(parse_levels(rows))

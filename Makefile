@@ -19,7 +19,7 @@ test:
 	@scripts/setup.sh --test
 	@.venv/bin/ruff check .
 	@.venv/bin/lint-imports --no-cache  # the layers (pyproject.toml [tool.importlinter])
-	@$(MYPY)  # the files of pyproject.toml [tool.mypy]: console/core, clients, front and backend_model
+	@$(MYPY)  # the files of pyproject.toml [tool.mypy]: console, repo_gen and backend_model
 	@$(PYTEST) --durations=15 $(PYTEST_ARGS)
 
 test-fast:

@@ -10,28 +10,29 @@ from typing import Any
 
 import click
 
-from console.bench.cli import bench_group
-from console.clients import ClientError
-from console.core.adapters import APIS, MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for, api_help
-from console.core.controls import TIMEOUT_DEFAULTS, click_options, params_from_options
+from console.clients import ClientError, UsageError
+from console.commands.bench import bench_group
+from console.commands.client import client
+from console.commands.deploy import deploy_group
+from console.commands.doctor import format_rows, run_doctor
+from console.commands.eval import eval_group
+from console.commands.headless import Output
+from console.commands.headless import run as run_headless
+from console.commands.metrics import metrics_command
+from console.commands.options import click_options, server_options
+from console.commands.repo import repo_group
+from console.commands.serve import serve
+from console.commands.tui import tui
+from console.commands.twin import check, onnx_group
+from console.commands.web import web
+from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for
+from console.core.controls import TIMEOUT_DEFAULTS, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
-from console.doctor import format_rows, run_doctor
-from console.eval.cli import eval_group
-from console.extras import missing
-from console.fleet.deploy import deploy_group
 from console.front.command import openai_command
-from console.headless import Output
-from console.headless import run as run_headless
-from console.metrics.command import metrics_command
-from console.seed_clients import client
-from console.serve_command import serve
+from console.infra.extras import missing
+from console.infra.signals import Terminated, install_signals, interrupted, signals_raise
+from console.infra.terminal import CONTEXT_SETTINGS, fail
 from console.server.embedded import DEMO_NOTE, DEMO_PROMPTS, EMBEDDED_DEFAULTS
-from console.signals import Terminated, install_signals, interrupted, signals_raise
-from console.terminal import CONTEXT_SETTINGS, fail
-from console.tui.command import tui
-from console.twin.cli import check, onnx_group
-from console.web.command import web
-from repo_gen.cli import repo_group
 from repo_gen.samples import CAUSAL_CPU_SPEED
 
 # --------------------------------------------------------------------------- headless
@@ -53,10 +54,9 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--url", default=None,
                      help=URL_HELP + "; without it the embedded model is served for the run (it takes a while: "
                           "serve it once with `qaic-console serve` and pass --url)."),
-        click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-                     help=api_help("--url")),
+        server_options("--api"),
         click.option("--http-url", default=None, help="host:port of the server's HTTP endpoint."),
-        click.option("--grpc-url", default=None, help="host:port of the server's gRPC endpoint."),
+        server_options("--grpc-url"),
         click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,
                      help="Batch mode transport; over gRPC a timeout also cancels the request on the server."),
         click.option("--timeout", type=float, default=None,
@@ -87,7 +87,7 @@ def settings_from(values: dict[str, Any], server: Adapter | None = None) -> Sett
     mode = values["mode"]
     model = values["model"] or (server.default_model(mode) if server is not None else EMBEDDED_DEFAULTS[mode])
     if values["chat"] is False and values["system"]:
-        raise ClientError("--system goes into the chat template: leave out --raw")
+        raise UsageError("--system goes into the chat template: leave out --raw")
     return Settings(
         model, mode, values["protocol"], params_from_options(values),
         values["timeout"], values["idle_timeout"] or None, chat=values["chat"],
@@ -100,7 +100,7 @@ def server_from(values: dict[str, Any]) -> Adapter | None:
     url, grpc_url = values["url"] or values["http_url"] or "", values["grpc_url"]
     if not url and not grpc_url:
         if values["api"] != "auto":
-            raise ClientError(f"--api {values['api']} needs --url (the server's address)")
+            raise UsageError(f"--api {values['api']} needs --url (the server's address)")
         return None
     return adapter_for(url, values["api"], grpc_url)
 
@@ -197,7 +197,7 @@ def export_artifacts(directory: Path, force: bool) -> None:
 @click.option("--url", required=True, help=URL_HELP + ".")
 def models(url: str) -> None:
     """List the models a running server serves: state, interface, modes, type, ignored controls."""
-    from console.served import format_models, served_models
+    from console.commands.models import format_models, served_models
 
     try:
         title, rows = served_models(url)

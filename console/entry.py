@@ -1,9 +1,9 @@
 """The ``qaic-console`` program: its signals are set before the commands' modules load, so a Ctrl-C at any point,
-even while they load, ends with one line and exit code 130 (:func:`console.signals.interrupted`)."""
+even while they load, ends with one line and exit code 130 (:func:`console.infra.signals.interrupted`)."""
 
 from __future__ import annotations
 
-from console.signals import install_signals, interrupted
+from console.infra.signals import install_signals, interrupted
 
 
 def main() -> None:

@@ -107,7 +107,7 @@ def _model_config_pb2():
 
 
 def _parse_pbtxt(text: str):
-    from google.protobuf import text_format  # type: ignore[import-untyped]  # no stubs installed
+    from google.protobuf import text_format
 
     return text_format.Parse(text, _model_config_pb2().ModelConfig())
 

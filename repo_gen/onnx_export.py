@@ -85,11 +85,11 @@ class KVStep(torch.nn.Module):
 
     def __init__(self, model: Any, continuous: bool) -> None:  # transformers' model: Any, as the backend holds it
         super().__init__()
-        cfg = model.config
+        cfg: Any = model.config  # transformers' config: read as untyped
         if cfg.model_type not in LLAMA_LIKE:
             raise SessionError(f"the ONNX export supports Llama-family models ({', '.join(sorted(LLAMA_LIKE))}), "
                                f"not {cfg.model_type!r}")
-        self.model = model
+        self.model: Any = model  # a transformers model: its parts are read by name
         self.continuous = continuous
         self.head_dim = head_dim(cfg)
         self.kv_heads = cfg.num_key_value_heads
@@ -141,7 +141,7 @@ class KVStep(torch.nn.Module):
 
 def _interface(model: Any, continuous: bool):
     """Example inputs, input/output names and dynamic axes, QEfficient's."""
-    cfg = model.config
+    cfg: Any = model.config  # transformers' config: read as untyped
     size = head_dim(cfg)
     b, s, ctx, fbs = (EXAMPLE[k] for k in ("batch_size", "seq_len", "ctx_len", "full_batch_size"))
     rows = {0: "batch_size", 1: "seq_len"}

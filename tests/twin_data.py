@@ -60,7 +60,7 @@ def generate_model(repo: Path, name: str, config: dict, *flags: str) -> None:
     """``generate-llm-model-repo --model_name NAME`` with ``config`` as its compile config, into ``repo``."""
     from click.testing import CliRunner
 
-    from repo_gen.cli import gen
+    from console.commands.repo import gen
 
     path = repo.parent / f"{name}.json"
     path.write_text(json.dumps(config))

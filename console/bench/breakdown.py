@@ -25,6 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from backend_model.build import BackendSettings, build_engine
+from backend_model.contract import compile_config
+from backend_model.engine.sampling import SamplingParams
+from backend_model.models import embedded_gguf
+from backend_model.sessions.threads import choose_threads
+from repo_gen.samples import EMBEDDED_KV
+
 from .engine import BENCH_PROMPTS
 
 PRECISION = "int4"  # the demo samples' (repo_gen.samples)
@@ -85,7 +92,7 @@ class _TimedSession:
 
 def _parts(session, rows: int, vocab: int) -> dict[str, Callable[[int], object]]:
     """The step's matmuls, attention (at a position) and sampling, alone on the session's weights and shapes."""
-    import torch
+    import torch  # torch (the serve extra) loads when a measurement runs
 
     inputs = [(linear, torch.randn(rows, linear.inputs)) for linear in session.products()]
     q = torch.randn(1, session.n_heads, 1, session.head_dim, dtype=session.dtype)
@@ -108,9 +115,8 @@ def decode_parts(engine, rows: int, steps: int = 32, peer: Callable[[int], objec
     """Time ``steps`` decode steps of ``engine`` (a CPU KV session's) with ``rows`` sequences decoding and, after
     each, the step's matmuls, attention and sampling apart, and ``peer(rows)`` (llama.cpp's call), so a
     neighbour's load hits every part alike."""
-    import torch
+    import torch  # torch (the serve extra) loads when a measurement runs
 
-    from backend_model.engine.sampling import SamplingParams
 
     session = engine.session
     timed = _TimedSession(session)
@@ -150,9 +156,8 @@ class LlamaCpp:
     call, at the same place of the same prompt each time."""
 
     def __init__(self, threads: int) -> None:
-        import llama_cpp
+        import llama_cpp  # llama-cpp-python (the llama extra) is optional
 
-        from backend_model.models import embedded_gguf
 
         self.llm = llama_cpp.Llama(model_path=str(embedded_gguf()), n_threads=threads, n_threads_batch=threads,
                                    n_ctx=512, n_batch=32, verbose=False)
@@ -171,12 +176,8 @@ def breakdown(rows: tuple[int, ...] = (1, 8), steps: int = 32, threads: int = 0,
               progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """The demo precision's decode step at each row count, and llama.cpp's token, on ``threads`` (0: a served CPU
     model's automatic count)."""
-    import torch
+    import torch  # torch (the serve extra) loads when a measurement runs
 
-    from backend_model.build import BackendSettings, build_engine
-    from backend_model.contract import compile_config
-    from backend_model.sessions.threads import choose_threads
-    from repo_gen.samples import EMBEDDED_KV
 
     threads = choose_threads(threads)[0]
     settings = BackendSettings(precision=PRECISION, cpu_threads=threads, prefix_caching=False,

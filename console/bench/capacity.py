@@ -21,6 +21,8 @@ from pathlib import Path
 
 from console.clients import Failure, GenerationParams, Reply, TextDelta, Timeouts
 from console.core.adapters import Framed, adapter_for
+from console.server import TritonServer
+from repo_gen.writer import ModelSpec, render_config
 
 from .engine import digits_after
 
@@ -31,7 +33,6 @@ MODEL_FILE = Path(__file__).with_name("zero_cost_model.py")
 
 def write_zero_cost_repo(repo: Path) -> Path:
     """Write the zero-cost model into ``repo``, its config rendered like every generated model's."""
-    from repo_gen.writer import ModelSpec, render_config
 
     folder = repo / MODEL
     (folder / "1").mkdir(parents=True, exist_ok=True)
@@ -42,10 +43,8 @@ def write_zero_cost_repo(repo: Path) -> Path:
 
 
 @contextlib.contextmanager
-def zero_cost_server(timeout: float = 120.0) -> Iterator[object]:
+def zero_cost_server(timeout: float = 120.0) -> Iterator[TritonServer]:
     """A TritonServer serving only the zero-cost model from a temporary repository."""
-    from console.server import TritonServer
-
     with tempfile.TemporaryDirectory(prefix="qaic-bench-") as tmp:
         write_zero_cost_repo(Path(tmp))
         server = TritonServer(tmp)

@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from .load import RequestRecord
 from .results import headline, level_key, value
+from .server_table import notes, server_rows
 
 BAR = 28
 
@@ -102,8 +103,6 @@ def levels_table(levels: Sequence[dict[str, Any]]) -> str:
 
 def server_table(levels: Sequence[dict[str, Any]]) -> str:
     """The server's side of each level (its metrics, the card), then where the figures come from."""
-    from .server_view import notes, server_rows
-
     header, rows = server_rows(levels)
     return "\n".join(["server side", table(header, rows), *(f"  {line}" for line in notes(levels))])
 

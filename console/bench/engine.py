@@ -105,7 +105,7 @@ def matmul_ceiling(session, repeats: int = 20) -> float | None:
     """Tokens/s of one sequence if a decode step did nothing but its matmuls, on this session's weights
     and threads: the kernels' ceiling, which no cut in the step's other work can pass (None for a session
     that does not list its matmuls)."""
-    import torch
+    import torch  # torch (the serve extra) loads when a measurement runs
 
     products = getattr(session, "products", None)
     if products is None:
@@ -123,7 +123,7 @@ def matmul_ceiling(session, repeats: int = 20) -> float | None:
 
 def hf_generate(model, tokenizer, max_tokens: int) -> Timed:
     """transformers ``generate`` (greedy, KV cache, batch 1) on the same weights: the baseline."""
-    import torch
+    import torch  # torch (the serve extra) loads when a measurement runs
 
     enc = tokenizer(BENCH_PROMPTS[:1], return_tensors="pt")
     with torch.inference_mode():

@@ -23,13 +23,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from backend_model.models import prepare_embedded
 from console.clients import GenerationParams
 from console.core.adapters import adapter_for
 from console.core.request import Settings, read_info
+from console.front import front_server
+from console.server import free_port
 
+from .capacity import client_capacity, zero_cost_server
 from .load import Runner, Target
 from .prompts import SyntheticPrompts, load_tokenizer
 from .results import summarize, value
+from .streams import served_model, served_precision
+from .verdicts import ratio
 
 FRONT_STREAMS = (1, 16)
 METRICS = {"ttft": ("time_to_first_token", min), "itl": ("inter_token_latency", min),
@@ -53,8 +59,6 @@ Progress = Callable[[str], None]
 @contextlib.contextmanager
 def fronted(grpc_url: str) -> Iterator[str]:
     """The front before ``grpc_url``, in this process, on a free loopback port; its base URL."""
-    from console.front import front_server
-    from console.server import free_port
 
     front = front_server(grpc_url, "127.0.0.1", free_port(), None, ())
     front.start()
@@ -85,7 +89,7 @@ def figures(summary: dict[str, Any]) -> dict[str, float | None]:
 def best(runs: list[dict[str, float | None]]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for key, (_, pick) in METRICS.items():
-        values = [r[key] for r in runs if r[key] is not None]
+        values = [value for r in runs if (value := r[key]) is not None]
         out[key] = pick(values) if values else None
     return out
 
@@ -96,7 +100,6 @@ def aiperf_binary() -> str | None:
 
 def aiperf_level(binary: str, base_url: str, model: str) -> dict[str, float | None]:
     """AIPerf profiling ``model`` on the front at ``base_url`` (completions, streamed, server token counts)."""
-    from backend_model.models import prepare_embedded
 
     load = AIPERF_LOAD
     with tempfile.TemporaryDirectory(prefix="qaic-aiperf-") as out:
@@ -117,8 +120,6 @@ def aiperf_level(binary: str, base_url: str, model: str) -> dict[str, float | No
 
 def grpc_and_front(report: Any, repeats: int, tokens: int, progress: Progress) -> None:
     """Through the front vs straight gRPC, then AIPerf vs the bench on the front, on one served int4 model."""
-    from .report import ratio
-    from .streams import served_model, served_precision
 
     model = served_model("int4")
     progress("front: starting a server with the embedded int4 model and the front before it ...")
@@ -141,8 +142,6 @@ def grpc_and_front(report: Any, repeats: int, tokens: int, progress: Progress) -
 
 
 def aiperf_section(report: Any, front: str, model: str, repeats: int, progress: Progress) -> None:
-    from .report import ratio
-
     binary = aiperf_binary()
     if binary is None:
         report.context["aiperf"] = "not installed: pip install 'aiperf==0.13.*' into a venv of its own and set " \
@@ -166,7 +165,6 @@ def aiperf_section(report: Any, front: str, model: str, repeats: int, progress: 
 
 def zero_cost_front(report: Any, repeats: int, tokens: int, progress: Progress) -> None:
     """16 streams of the zero-cost model through the front (every token checked)."""
-    from .capacity import client_capacity, zero_cost_server
 
     progress(f"zero-cost model through the front: 16 streams x {tokens} tokens ...")
     with zero_cost_server() as server, fronted(server.grpc_url) as front:

@@ -18,22 +18,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from console.clients import GenerationParams, Reply, Timeouts, stream
 from console.metrics import scrape
+from console.server import TritonServer
+from repo_gen.writer import ModelSpec, write_model
 
 from .engine import Timed
 from .streams import bench_prompts, triton_streams
+from .verdicts import best_rate, ratio, rounded
 
 STREAMS = 16
 MODELS = {"instances_1": "0", "instances_2": "0;1"}  # model -> device groups
 COMPILE = {"prefill_seq_len": 32, "ctx_len": 512, "full_batch_size": STREAMS}
 TOKENS_FAMILY = "qaic_generation_tokens"
+INSTANCES_TARGETS = {"instances_2_over_1_16_streams": (">=", 1.4)}  # key -> (comparison, threshold)
+INSTANCES_LABELS = {
+    "instances_2_over_1_16_streams": "2 model instances (device groups 0;1) ÷ 1, 16 streams, 1 thread each"}
 
 
 @contextlib.contextmanager
 def served_instances(timeout: float = 600.0) -> Iterator[Any]:
     """A tritonserver serving both models (the embedded model at fp32, decoupled, one thread per instance)."""
-    from console.server import TritonServer
-    from repo_gen.writer import ModelSpec, write_model
 
     with tempfile.TemporaryDirectory(prefix="qaic-report-instances-") as tmp:
         for name, groups in MODELS.items():
@@ -89,8 +94,6 @@ def _tokens_by_instance(metrics_url: str) -> dict[str, float]:
 def instances_section(report: Any, opts: Any, progress: Callable[[str], None]) -> None:
     """One instance against two, alternately, best of ``opts.repeats``; the answers checked against each prompt
     sent alone (to the one-instance model, one at a time)."""
-    from .report import _round, best_rate, ratio
-
     progress(f"model instances: a server with the embedded model on 1 and 2 device groups, {STREAMS} streams ...")
     with served_instances() as server:
         url, metrics = server.grpc_url, f"http://127.0.0.1:{server.metrics_port}/metrics"
@@ -122,7 +125,7 @@ def instances_section(report: Any, opts: Any, progress: Callable[[str], None]) -
         "instances_2_tokens_by_instance": {i: after[i] - before.get(i, 0.0) for i in after},
         "instances_cpu_seconds_per_run": {name: [[round(s, 1) for s in run] for run in runs_cpu]
                                           for name, runs_cpu in cpu.items()},
-        "instances_2_over_1_if_a_core_each": _round(ratio(one, two)),
+        "instances_2_over_1_if_a_core_each": rounded(ratio(one, two)),
         "instances_answers_equal_alone": equal,
     })
     if differ:
@@ -131,7 +134,6 @@ def instances_section(report: Any, opts: Any, progress: Callable[[str], None]) -
 
 def _alone(url: str, prompt: str, tokens: int) -> str:
     """The answer to ``prompt`` sent alone to the one-instance model."""
-    from console.clients import GenerationParams, Reply, Timeouts, stream
 
     events = stream(url, "instances_1", [prompt], GenerationParams(max_tokens=tokens), Timeouts(network=600.0))
     return next(event.text for event in events if isinstance(event, Reply))

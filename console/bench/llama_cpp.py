@@ -25,10 +25,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from backend_model.models import embedded_gguf
+from backend_model.sessions.threads import choose_threads
+from console.server import free_port
+from repo_gen.samples import SAMPLES
+
+from . import streams
+from .instances import group_cpu_seconds
+from .verdicts import STREAMS, best_rate, ratio
+
 LLAMA_MODEL = "smollm2-gguf"  # the alias the servers list the embedded GGUF under
 PARALLEL = 8  # llama-server's slots
 PROMPT_ROOM = 512  # context tokens per slot for a prompt (the bench prompts are far shorter)
 SIDES = ("served", "llama_server")  # each round's order at each stream count
+LLAMA_SERVER_TARGETS = {  # key -> (comparison, threshold)
+    "demo_1_tokens_per_s": (">=", 100.0),
+    "demo_1_over_llama_server": (">=", 0.8),
+    "demo_8_over_llama_server": (">=", 1.0),
+}
+LLAMA_SERVER_LABELS = {
+    "demo_1_tokens_per_s": "served demo precision, 1 stream, tokens/s",
+    "demo_1_over_llama_server": "served demo precision 1 stream ÷ llama-server -np 8 -cb",
+    "demo_8_over_llama_server": "served demo precision 8 streams ÷ llama-server -np 8 -cb",
+}
 
 
 class LlamaCppServer:
@@ -38,8 +57,6 @@ class LlamaCppServer:
     ready = "/v1/models"  # answers 200 once the model is loaded
 
     def __init__(self, log: Path, threads: int = 1) -> None:
-        from console.server import free_port
-
         self.log, self.threads = log, threads
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -47,8 +64,6 @@ class LlamaCppServer:
         self.exit_code: int | None = None  # when it ended by itself
 
     def command(self) -> list[str]:
-        from backend_model.models import embedded_gguf
-
         # interrupt_requests off: by default a new request cuts the stream in flight short (a|b, load levels)
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf()), "--model_alias",
                 LLAMA_MODEL, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "2048",
@@ -110,8 +125,6 @@ class LlamaServerPeer(LlamaCppServer):
                       "--ignore-eos"]
 
     def command(self) -> list[str]:
-        from backend_model.models import embedded_gguf
-
         return [self.binary, "-m", str(embedded_gguf()), "--alias", LLAMA_MODEL, *self.flags, "--host", "127.0.0.1",
                 "--port", str(self.port)]
 
@@ -151,8 +164,6 @@ def reference(measure: Callable[..., Any], *args: Any) -> Any:
 def alternate(measure: Callable[[str, int], Any], repeats: int, progress: Callable[[str], None]) -> dict[str, list]:
     """``repeats`` rounds of, at 1 and 8 streams, each of ``SIDES`` in turn (``measure(side, streams)``): the runs
     by ``{side}_{streams}``."""
-    from .report import STREAMS
-
     runs: dict[str, list] = {}
     for i in range(repeats):
         progress(f"llama-server round {i + 1}/{repeats}: served and llama-server x1 and x8 ...")
@@ -165,10 +176,6 @@ def alternate(measure: Callable[[str, int], Any], repeats: int, progress: Callab
 def llama_server_section(report: Any, opts: Any, progress: Callable[[str], None]) -> None:
     """The demo samples' precision served (gRPC streams) and llama-server (streamed completions) on the same GGUF
     and threads, alternately at 1 and 8 streams (``demo_*``: the samples smollm2_decoupled and smollm2_kv)."""
-    from backend_model.sessions.threads import choose_threads
-    from repo_gen.samples import SAMPLES
-
-    from .report import STREAMS, best_rate, ratio
 
     precision = SAMPLES["smollm2_decoupled"].precision
     binary, why = peer_binary()
@@ -208,12 +215,11 @@ def _side_by_side(peer: LlamaServerPeer, precision: str, opts: Any,
                   progress: Callable[[str], None]) -> tuple[dict[str, list], dict[str, list[float]]]:
     """A tritonserver serving ``precision`` beside the running peer, warmed up, then :func:`alternate`: the runs,
     and the cores each side's processes kept busy in each run (their CPU seconds over its wall time)."""
-    from . import streams
-    from .instances import group_cpu_seconds
 
     cores: dict[str, list[float]] = {}
     with streams.served_precision(precision) as server:
         url, name = server.grpc_url, streams.served_model(precision)
+        assert peer.process is not None, "the peer is started first"
         groups = {"served": server.pid, "llama_server": peer.process.pid}  # each started in a session of its own
 
         def run(side: str, n: int, tokens: int) -> Any:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from console.clients import Call, ClientError, Failure, ModelInfo, Reply, ReplyStats, ServerFault
+from console.clients import BadRequest, Call, ClientError, Failure, ModelInfo, Reply, ReplyStats, ServerFault
 from console.core.adapters import Adapter
 from console.core.request import Settings, prepare
 
@@ -162,13 +162,13 @@ class Runner:
             seed: int = 0) -> LevelResult:
         """One level: ``count`` requests (or for ``duration`` s) at a concurrency or a request rate."""
         if (concurrency is None) == (request_rate is None):
-            raise ClientError("give a concurrency or a request rate")
+            raise BadRequest("give a concurrency or a request rate")
         if count is None and duration is None:
-            raise ClientError("give a request count or a duration")
+            raise BadRequest("give a request count or a duration")
         if concurrency is not None and concurrency < 1:
-            raise ClientError(f"concurrency must be >= 1, got {concurrency}")
+            raise BadRequest(f"concurrency must be >= 1, got {concurrency}")
         if request_rate is not None and request_rate <= 0:
-            raise ClientError(f"request rate must be > 0, got {request_rate:g}")
+            raise BadRequest(f"request rate must be > 0, got {request_rate:g}")
         t0 = time.perf_counter()
         deadline = None if duration is None else t0 + duration
         if concurrency is not None:
@@ -216,7 +216,7 @@ class Runner:
     def _open_loop(self, rate: float, count: int | None, deadline: float | None, t0: float, on_done: Done | None,
                    distribution: str, seed: int) -> list[RequestRecord]:
         if distribution not in DISTRIBUTIONS:
-            raise ClientError(f"request distribution must be one of {', '.join(DISTRIBUTIONS)}")
+            raise BadRequest(f"request distribution must be one of {', '.join(DISTRIBUTIONS)}")
         records: list[RequestRecord] = []
         rng = random.Random(seed)
         due = t0

@@ -52,6 +52,6 @@ class BenchOptions:
     def from_command(cls, options: Mapping[str, Any]) -> BenchOptions:
         """The command's keyword arguments (click's): its options by name, its controls as ``params``."""
         names = {f.name for f in fields(cls)} - {"params"}
-        given = {name: tuple(value) if isinstance(value, list) else value
+        given: dict[str, Any] = {name: tuple(value) if isinstance(value, list) else value
                  for name, value in options.items() if name in names}
         return cls(**given, params=params_from_options(options))

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from .display import cell, comparison_rows, level_rows
-from .plots import DISTRIBUTION_TITLES
+from .plots import DISTRIBUTION_TITLES, have_matplotlib, write_png
 from .results import runs_of
+from .server_table import notes, server_rows
 
+FORMATS = ("png", "html")
 PROTOCOLS = {"grpc": "gRPC", "http": "HTTP", "openai": "the OpenAI API (HTTP)"}
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:80em}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em}table{border-collapse:collapse;margin:.5em 0}
@@ -89,8 +91,6 @@ def _results(document: dict[str, Any]) -> str:
 
 def _server(levels: list[dict[str, Any]]) -> str:
     """The server's side of each level (its metrics, the card) and where those figures come from."""
-    from .server_view import notes, server_rows
-
     said = "".join(f"<li>{html.escape(line)}</li>" for line in notes(levels))
     return f"<h3>Server side</h3>{_table(*server_rows(levels))}<ul>{said}</ul>"
 
@@ -116,3 +116,15 @@ requests; genai-perf's names in bench.json.</p>
     path = out_dir / "bench.html"
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def write_plots(document: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """The requested plot files; PNGs are skipped (HTML keeps its table) when matplotlib is missing."""
+    pngs = write_png(document, out_dir) if ("png" in formats or "html" in formats) and have_matplotlib() else []
+    written = list(pngs) if "png" in formats else []
+    if "html" in formats:
+        written.append(write_html(document, out_dir, pngs))
+        if "png" not in formats:
+            for png in pngs:
+                png.unlink()
+    return written

@@ -1,5 +1,5 @@
-"""Plots of a benchmark document: throughput vs load, TTFT, ITL and latency distributions (PNG), and the
-HTML report (:mod:`.page`).
+"""Plots of a benchmark document: throughput vs load, TTFT, ITL and latency distributions (PNG); the HTML report
+that shows them: :mod:`.page`.
 
 PNGs are drawn with matplotlib's Agg backend. Without matplotlib the HTML page still carries the tables.
 """
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from .results import level_key, runs_of, value
+from .server_table import breakdown_figure
 
-FORMATS = ("png", "html")
 DISTRIBUTION_TITLES = {"time_to_first_token": "Time to first token", "inter_token_latency": "Inter-token latency",
                        "request_latency": "Request latency"}  # per request, in ms (the file is named by the key)
 
@@ -31,7 +31,7 @@ def _x(levels: list[dict[str, Any]]) -> tuple[list[float], str]:
 
 
 def _throughput(document: dict[str, Any], path: Path) -> Path:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
     fig = throughput_figure(document)
     fig.savefig(path, dpi=110)
@@ -41,7 +41,7 @@ def _throughput(document: dict[str, Any], path: Path) -> Path:
 
 def throughput_figure(document: dict[str, Any]) -> Any:
     """Output tokens/s and requests/s against the load, each on its own plot."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
     runs = runs_of(document)
     xs, label = _x(document["levels"])
@@ -71,7 +71,7 @@ def throughput_figure(document: dict[str, Any]) -> Any:
 
 
 def _distribution(document: dict[str, Any], field: str, title: str, path: Path) -> Path | None:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
     series = []
     for level in document["levels"]:
@@ -95,7 +95,7 @@ def _distribution(document: dict[str, Any], field: str, title: str, path: Path) 
 
 def write_png(document: dict[str, Any], out_dir: Path) -> list[Path]:
     """``throughput.png``, ``time_to_first_token.png`` and ``inter_token_latency.png`` (when streamed)."""
-    import matplotlib
+    import matplotlib  # matplotlib (the bench extra) is optional
 
     matplotlib.use("Agg")
     paths = [_throughput(document, out_dir / "throughput.png")]
@@ -108,9 +108,8 @@ def write_png(document: dict[str, Any], out_dir: Path) -> list[Path]:
 
 def _breakdowns(document: dict[str, Any], out_dir: Path) -> list[Path]:
     """``ttft_breakdown.png`` (one per server of a run: ``ttft_breakdown_2.png`` ...), where the server has metrics."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
-    from .server_view import breakdown_figure
 
     paths = []
     for i, (name, levels) in enumerate(runs_of(document)):
@@ -120,17 +119,3 @@ def _breakdowns(document: dict[str, Any], out_dir: Path) -> list[Path]:
             fig.savefig(paths[-1], dpi=110)
             plt.close(fig)
     return paths
-
-
-def write_plots(document: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
-    """The requested plot files; PNGs are skipped (HTML keeps its table) when matplotlib is missing."""
-    pngs = write_png(document, out_dir) if ("png" in formats or "html" in formats) and have_matplotlib() else []
-    written = list(pngs) if "png" in formats else []
-    if "html" in formats:
-        from .page import write_html
-
-        written.append(write_html(document, out_dir, pngs))
-        if "png" not in formats:
-            for png in pngs:
-                png.unlink()
-    return written

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console.clients import ClientError
+from backend_model.models import embedded_prepared
+from console.clients import UsageError
 
 _CORPUS = (
     "the of and to in is was for on that with as by at from his her they this are be had have not but "
@@ -57,23 +58,23 @@ def load_tokenizer(path: str | None, embedded: bool) -> Any | None:
     if path:
         folder = Path(path).expanduser()
         if not folder.is_dir():
-            raise ClientError(f"--tokenizer {path}: not a folder")
+            raise UsageError(f"--tokenizer {path}: not a folder")
     elif embedded:
-        from backend_model.models import embedded_prepared
 
-        folder = embedded_prepared()
-        if folder is None:
+        prepared = embedded_prepared()
+        if prepared is None:
             return None
+        folder = prepared
     else:
         return None
-    import transformers
+    import transformers  # transformers takes seconds to load: only when a tokenizer is asked for
     from transformers import AutoTokenizer
 
     transformers.logging.set_verbosity_error()
     try:
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise ClientError(f"cannot load a tokenizer from {folder}: {str(exc).splitlines()[0][:200]}") from None
+        raise UsageError(f"cannot load a tokenizer from {folder}: {str(exc).splitlines()[0][:200]}") from None
 
 
 class SyntheticPrompts:
@@ -83,15 +84,15 @@ class SyntheticPrompts:
                  output_stddev: float = 0.0, seed: int = 0, tokenizer: Any | None = None,
                  shared_prefix: int = 0) -> None:
         if input_mean < 1:
-            raise ClientError(f"--input-tokens-mean must be >= 1, got {input_mean:g}")
+            raise UsageError(f"--input-tokens-mean must be >= 1, got {input_mean:g}")
         if output_mean is not None and output_mean < 1:
-            raise ClientError(f"--output-tokens-mean must be >= 1, got {output_mean:g}")
+            raise UsageError(f"--output-tokens-mean must be >= 1, got {output_mean:g}")
         if input_stddev < 0 or output_stddev < 0:
-            raise ClientError("token length standard deviations must be >= 0")
+            raise UsageError("token length standard deviations must be >= 0")
         self.input_mean, self.input_stddev = input_mean, input_stddev
         self.output_mean, self.output_stddev = output_mean, output_stddev
         if shared_prefix < 0:
-            raise ClientError(f"--shared-prefix-tokens must be >= 0, got {shared_prefix}")
+            raise UsageError(f"--shared-prefix-tokens must be >= 0, got {shared_prefix}")
         self.rng = random.Random(seed)
         self.tokenizer = tokenizer
         self.prefix = self._text(shared_prefix) + " " if shared_prefix else ""  # every prompt's first words
@@ -118,23 +119,23 @@ def read_jsonl(path: str | Path, default_max_tokens: int | None = None) -> list[
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ClientError(f"cannot read {path}: {exc}") from None
+        raise UsageError(f"cannot read {path}: {exc}") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             item = json.loads(line)
         except ValueError as exc:
-            raise ClientError(f"{path}:{number}: not JSON ({exc})") from None
+            raise UsageError(f"{path}:{number}: not JSON ({exc})") from None
         if isinstance(item, str):
             item = {"text": item}
         text = next((item[k] for k in ("text", "prompt", "text_input") if isinstance(item, dict) and k in item), None)
         if not isinstance(text, str) or not text:
-            raise ClientError(f"{path}:{number}: needs a non-empty \"text\" (or \"prompt\") string")
+            raise UsageError(f"{path}:{number}: needs a non-empty \"text\" (or \"prompt\") string")
         limit = item.get("max_tokens", item.get("output_tokens", default_max_tokens))
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ClientError(f"{path}:{number}: max_tokens must be a positive integer, got {limit!r}")
+            raise UsageError(f"{path}:{number}: max_tokens must be a positive integer, got {limit!r}")
         requests.append(BenchRequest(text, limit))
     if not requests:
-        raise ClientError(f"{path}: no prompts")
+        raise UsageError(f"{path}: no prompts")
     return requests

@@ -12,13 +12,20 @@ from typing import Any
 
 import click
 
-from console.clients import ClientError
+from console.clients import UsageError
 from console.core.adapters import adapter_for
 from console.core.request import Settings, read_info
-from console.extras import needs
+from console.infra.extras import needs
 
+from .display import ProgressBar, compare_table, levels_table, server_table
+from .fleet_side import FleetSide
 from .load import LevelResult, Runner, Target
 from .options import BenchOptions
+from .page import FORMATS, write_plots
+from .plots import have_matplotlib
+from .prompts import SyntheticPrompts, load_tokenizer, read_jsonl
+from .results import build_document, side_by_side, summarize, write_csv, write_json
+from .server_view import ServerSide
 from .workloads import Slo, check_turns
 
 
@@ -29,15 +36,14 @@ def parse_levels(text: str | None, kind: type = int) -> list[Any]:
     try:
         values = [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ClientError(f"expected a comma-separated list of numbers, got {text!r}") from None
+        raise UsageError(f"expected a comma-separated list of numbers, got {text!r}") from None
     if not values or any(v <= 0 for v in values):
-        raise ClientError(f"levels must be positive numbers, got {text!r}")
+        raise UsageError(f"levels must be positive numbers, got {text!r}")
     return values
 
 
 def plot_formats(text: str) -> tuple[str, ...]:
     """``"png,html"`` / ``"both"`` / ``"none"`` -> the formats; ClientError on an unknown one."""
-    from .plots import FORMATS
 
     parts = {p.strip().lower() for p in text.split(",") if p.strip()}
     if "both" in parts:
@@ -45,7 +51,7 @@ def plot_formats(text: str) -> tuple[str, ...]:
     parts.discard("none")
     unknown = parts - set(FORMATS)
     if unknown:
-        raise ClientError(f"--plots: unknown format {sorted(unknown)[0]!r} (png, html, both, none)")
+        raise UsageError(f"--plots: unknown format {sorted(unknown)[0]!r} (png, html, both, none)")
     return tuple(f for f in FORMATS if f in parts)
 
 
@@ -89,7 +95,7 @@ class BenchRun:
 
     def levels(self) -> list[tuple[int | None, float | None]]:
         if self.options.concurrency and self.options.request_rate:
-            raise ClientError("give --concurrency or --request-rate, not both")
+            raise UsageError("give --concurrency or --request-rate, not both")
         check_turns(self.options.turns, self.options.request_rate)
         Slo.parse(self.options.slo, self.options.mode)
         if self.options.request_rate:
@@ -97,8 +103,6 @@ class BenchRun:
         return [(c, None) for c in parse_levels(self.options.concurrency or "1")]
 
     def requests(self, embedded: bool) -> Any:
-        from .prompts import SyntheticPrompts, load_tokenizer, read_jsonl
-
         if self.options.input_file:
             return read_jsonl(self.options.input_file, self.options.output_tokens_mean)
         tokenizer = load_tokenizer(self.options.tokenizer, embedded)
@@ -115,12 +119,12 @@ class BenchRun:
         if params.temperature:  # sampling: seeded like the prompts
             params = params.replace(seed=self.options.seed)
         if len(metrics_urls) > len(urls):
-            raise ClientError(f"{len(metrics_urls)} --metrics-url for {len(urls)} --url: give one per --url, in order")
+            raise UsageError(f"{len(metrics_urls)} --metrics-url for {len(urls)} --url: give one per --url, in order")
         pages = (*metrics_urls, *[None] * (len(urls) - len(metrics_urls)))
         servers = tuple(adapter_for(url, api, grpc_url, page) for url, page in zip(urls, pages))
         kinds = {s.label for s in servers}
         if len(kinds) > 1:
-            raise ClientError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
+            raise UsageError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
         settings = Settings(model or servers[0].default_model(mode), mode, self.options.protocol, params,
                             self.options.timeout, self.options.idle_timeout or None)
         info = read_info(servers[0], settings)
@@ -156,16 +160,12 @@ class BenchRun:
     def server_side(self, target: Target, first: bool) -> Any:
         """Where a level's server figures come from: each server's own metrics, before and after a level; for the
         --url load with --prometheus, that Prometheus (every server behind the URL)."""
-        from .fleet_side import FleetSide
-        from .server_view import ServerSide
 
         return FleetSide(target, self.options.prometheus) if first and self.options.prometheus else ServerSide(target)
 
     def execute(self, urls: tuple[str, ...], grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> int:
         """Run every level on the servers ``urls`` name (``grpc_url``: their gRPC endpoint, ``metrics_urls``: their
         metrics pages, when known)."""
-        from .display import ProgressBar
-        from .results import build_document, side_by_side, summarize
         levels = self.levels()
         sides = self.sides(urls, grpc_url, metrics_urls)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
@@ -203,7 +203,6 @@ class BenchRun:
 
     def show(self, document: dict[str, Any], done: list[list[tuple[LevelResult, dict[str, Any]]]]) -> None:
         """The level tables on stdout (JSON with --json); several servers: each one's, then side by side."""
-        from .display import compare_table, levels_table, server_table
 
         targets = document.get("targets")
         summaries = [[s for _, s in results] for results in done]
@@ -225,9 +224,6 @@ class BenchRun:
         click.echo(compare_table(document["comparison"], names))
 
     def write(self, document: dict[str, Any]) -> None:
-        from .plots import have_matplotlib, write_plots
-        from .results import write_csv, write_json
-
         out = self.options.output_dir
         if out is None:
             out = Path("bench-results") / f"{document['config']['model']}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from console.clients import Failure, GenerationParams, Reply, Timeouts, openai_call, stream
+from console.server import TritonServer
+from repo_gen.samples import EMBEDDED_KV
+from repo_gen.writer import ModelSpec, write_model
 
 from .capacity import run_together
 from .engine import BENCH_PROMPTS, Timed
@@ -71,9 +74,6 @@ def served_model(precision: str) -> str:
 @contextlib.contextmanager
 def served_precision(precision: str, timeout: float = 600.0) -> Iterator[Any]:
     """A tritonserver serving only the embedded model, decoupled, at ``precision`` (settings as in-process)."""
-    from console.server import TritonServer
-    from repo_gen.samples import EMBEDDED_KV
-    from repo_gen.writer import ModelSpec, write_model
 
     name = served_model(precision)
     with tempfile.TemporaryDirectory(prefix="qaic-report-") as tmp:

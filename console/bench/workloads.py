@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.clients import ClientError
+from console.clients import UsageError
 
 from .prompts import BenchRequest
 
@@ -63,16 +63,16 @@ class Slo:
             name, _, bound = part.partition("=")
             name = name.strip()
             if name not in GOALS:
-                raise ClientError(f"--slo {part!r}: the goals are {', '.join(GOALS)} (e.g. ttft_ms=200,itl_ms=40)")
+                raise UsageError(f"--slo {part!r}: the goals are {', '.join(GOALS)} (e.g. ttft_ms=200,itl_ms=40)")
             try:
                 goals[name] = float(bound)
             except ValueError:
-                raise ClientError(f"--slo {part!r}: {name} needs a number of milliseconds") from None
+                raise UsageError(f"--slo {part!r}: {name} needs a number of milliseconds") from None
             if goals[name] <= 0:
-                raise ClientError(f"--slo {part!r}: {name} must be > 0")
+                raise UsageError(f"--slo {part!r}: {name} must be > 0")
             if GOALS[name][1] and mode != "stream":
-                raise ClientError(f"--slo {name}: batch replies arrive whole and have no {name[:-3]}: use "
-                                  "latency_ms, or --mode stream")
+                raise UsageError(f"--slo {name}: batch replies arrive whole and have no {name[:-3]}: use "
+                                 "latency_ms, or --mode stream")
         return cls(goals)
 
     def met(self, record: dict[str, Any]) -> bool:
@@ -84,10 +84,10 @@ class Slo:
 def check_turns(turns: int, request_rate: str | None) -> None:
     """ClientError for a ``--turns`` a run cannot have."""
     if turns < 1:
-        raise ClientError(f"--turns must be >= 1, got {turns}")
+        raise UsageError(f"--turns must be >= 1, got {turns}")
     if turns > 1 and request_rate:
-        raise ClientError("--turns sends each turn after its answer: give --concurrency (conversations at once), "
-                          "not --request-rate")
+        raise UsageError("--turns sends each turn after its answer: give --concurrency (conversations at once), "
+                         "not --request-rate")
 
 
 def later_turns(records: list[Any]) -> Iterator[Any]:

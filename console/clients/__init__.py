@@ -28,6 +28,7 @@ from .errors import (
     Timeout,
     Unexpected,
     Unreachable,
+    UsageError,
 )
 from .events import (
     CAUSAL_TIMEOUT,
@@ -79,6 +80,7 @@ __all__ = [
     "Unreachable",
     "Call",
     "ClientError",
+    "UsageError",
     "Control",
     "Event",
     "Failure",

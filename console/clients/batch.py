@@ -18,7 +18,7 @@ from typing import Any
 
 from .abortable import Abortable
 from .call import Arrived, Broke, Call, Probe
-from .errors import ClientError
+from .errors import BadRequest, ClientError
 from .events import Event, Failure, ModelInfo, Reply, Timeouts
 from .failures import status_class, wire_error
 from .interfaces import Outputs
@@ -40,7 +40,7 @@ class BatchCall(Call):
                  timeouts: Timeouts, protocol: str = "http", generate: bool = False,
                  probe: Probe | None = None) -> None:
         if protocol not in PROTOCOLS:
-            raise ClientError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+            raise BadRequest(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         super().__init__(url, model, prompts, params, replace(timeouts, idle=None), probe)  # one response: no idle
         self.protocol = "http" if generate else protocol
         self.generate = generate

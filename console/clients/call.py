@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CANCEL_NOTE, Cancelled, ClientError
+from .errors import CANCEL_NOTE, BadRequest, Cancelled, ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts, new_request_id
 from .interface_registry import interface_of
 from .interfaces import Interface
@@ -76,7 +76,7 @@ class Call:
     def __init__(self, url: str, model: str | ModelInfo, prompts: Sequence[str], params: GenerationParams,
                  timeouts: Timeouts, probe: Probe | None = None) -> None:
         if not prompts:
-            raise ClientError("no prompt given")
+            raise BadRequest("no prompt given")
         self.url = normalize_url(url)
         self.info = model if isinstance(model, ModelInfo) else None
         self.model = model.name if isinstance(model, ModelInfo) else model

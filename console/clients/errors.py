@@ -12,14 +12,19 @@ CANCEL_NOTE = "request cancelled on the server"
 
 
 class ClientError(RuntimeError):
-    """A request that cannot be made or answered; ``str()`` is one line. Raised as it is: a bad request (a
-    value or an option the console refuses before sending anything)."""
+    """A request that cannot be made or answered; ``str()`` is one line. Raised as one of the classes below, which
+    say how; caught as this one."""
 
     kind = "bad_request"
 
 
 class BadRequest(ClientError):
     """Rejected before sending: a value, an option or a prompt the console cannot send."""
+
+
+class UsageError(BadRequest):
+    """What a command was given is wrong: a flag, a combination of flags, or a local file or folder it names (a
+    bench prompts file that does not parse, a tokenizer folder that is missing)."""
 
 
 class Timeout(ClientError):

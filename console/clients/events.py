@@ -11,7 +11,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import Cancelled, ClientError, IdleTimeout, Timeout
+from .errors import BadRequest, Cancelled, ClientError, IdleTimeout, Timeout
 
 KV_TIMEOUT = 600.0  # the seed's client_example_kv.py network timeout
 CAUSAL_TIMEOUT = 6000.0  # the seed's client_example_causal.py network timeout
@@ -25,7 +25,7 @@ def split_prompts(text: str) -> list[str]:
     for i, part in enumerate(parts):
         if not part.strip():
             where = f"prompt {i + 1} of {len(parts)}" if len(parts) > 1 else "the prompt"
-            raise ClientError(f"{where} is empty")
+            raise BadRequest(f"{where} is empty")
     return parts
 
 
@@ -147,7 +147,7 @@ class ModelInfo:
     def check_batch(self, how_to_stream: str) -> None:
         """A decoupled model without a ``stream`` switch only streams: refuse a batch call, saying ``how_to_stream``."""
         if "batch" not in self.modes:
-            raise ClientError(f"model {self.name} is decoupled (streams its answers): {how_to_stream}")
+            raise BadRequest(f"model {self.name} is decoupled (streams its answers): {how_to_stream}")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ vLLM's, TensorRT-LLM's, and last any one-string text model.
 
 from __future__ import annotations
 
-from .errors import ClientError
+from .errors import BadRequest
 from .events import ModelInfo
 from .interfaces import Interface
 from .openai_interface import OpenAIInterface
@@ -22,5 +22,5 @@ def interface_of(info: ModelInfo) -> Interface:
         if kind.matches(info):
             return kind(info)
     names = ", ".join(t.name for t in info.inputs) or "none"
-    raise ClientError(f"model {info.name} has an interface this console does not speak (inputs: {names}): it "
-                      "needs qaic-console's, vLLM's or TensorRT-LLM's, or one STRING input and one STRING output")
+    raise BadRequest(f"model {info.name} has an interface this console does not speak (inputs: {names}): it "
+                     "needs qaic-console's, vLLM's or TensorRT-LLM's, or one STRING input and one STRING output")

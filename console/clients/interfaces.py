@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ClientError, ServerFault
+from .errors import BadRequest, ServerFault
 from .events import ModelInfo, Tensor
 from .params import BY_NAME, CONTROLS, MESSAGES, Control, GenerationParams
 from .wire import output_list, tensor
@@ -171,16 +171,16 @@ class Interface:
     def request(self, prompts: Sequence[str], params: GenerationParams, streaming: bool) -> list[InputValue]:
         """Every input of one request for ``prompts`` (one of them unless :attr:`batches_prompts`)."""
         if len(prompts) > 1 and not self.batches_prompts:
-            raise ClientError(f"model {self.info.name} ({self.name}) takes one prompt per request")
+            raise BadRequest(f"model {self.info.name} ({self.name}) takes one prompt per request")
         many = self.batches_prompts and len(prompts) > 1
         prompt = InputValue(self.chat_input() if params.chats else self.prompt_name, "BYTES", tuple(prompts), many)
         return [prompt, *self.controls(params), *self.switches(params, streaming),
                 *self.continuation(params, len(prompts), many)]
 
     def chat_input(self) -> str:
-        """The input of conversations the model renders with its chat template; ClientError when it has none."""
+        """The input of conversations the model renders with its chat template; BadRequest when it has none."""
         if self.info.input(MESSAGES) is None:
-            raise ClientError(f"model {self.info.name} ({self.name}) does not apply its chat template on the server "
+            raise BadRequest(f"model {self.info.name} ({self.name}) does not apply its chat template on the server "
                               f"(no {MESSAGES} input): give a tokenizer folder, or send raw prompts")
         return MESSAGES
 
@@ -190,9 +190,9 @@ class Interface:
         if params.continuations is None:
             return []
         if self.info.input("continuation") is None:
-            raise ClientError(f"model {self.info.name} ({self.name}) has no continuation input: it cannot score")
+            raise BadRequest(f"model {self.info.name} ({self.name}) has no continuation input: it cannot score")
         if len(params.continuations) != n:
-            raise ClientError(f"{len(params.continuations)} continuations for {n} prompts")
+            raise BadRequest(f"{len(params.continuations)} continuations for {n} prompts")
         return [InputValue("continuation", "BYTES", tuple(json.dumps(c) for c in params.continuations), many)]
 
     def inputs(self, module: Any, prompts: Sequence[str], params: GenerationParams,

@@ -16,7 +16,7 @@ import threading
 import urllib.parse
 from typing import Any
 
-from .errors import ClientError, NotServed, Timeout, Unreachable
+from .errors import BadRequest, ClientError, NotServed, Timeout, Unreachable
 from .events import ModelInfo
 from .failures import cause_of, error_class
 
@@ -42,7 +42,7 @@ def base_url(url: str) -> str:
     A URL with a path of its own (a proxy's prefix) keeps it.
     """
     if not url.strip():
-        raise ClientError("empty server URL")
+        raise BadRequest("empty server URL")
     parts = urllib.parse.urlsplit(_with_scheme(url))
     path = parts.path.rstrip("/") or "/v1"
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))

@@ -22,7 +22,7 @@ from typing import Any
 
 from .abortable import Abortable
 from .call import Arrived, Broke, Call, Ended
-from .errors import ClientError
+from .errors import BadRequest, ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
 from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client_options, model_info, request_headers, tls
 from .openai_interface import OpenAIInterface, server_of
@@ -103,7 +103,7 @@ class OpenAICall(Call):
         self.streaming = streaming
         self.messages = [list(m) for m in messages] if messages is not None else None
         if self.messages is not None and len(self.messages) != len(self.prompts):
-            raise ClientError(f"{len(self.messages)} message lists for {len(self.prompts)} prompts")
+            raise BadRequest(f"{len(self.messages)} message lists for {len(self.prompts)} prompts")
         if not streaming:
             self.cancel_note = STOPPED_NOTE if self.info and server_of(self.info).stops_when_left else UNSTREAMED_NOTE
 
@@ -131,7 +131,7 @@ class OpenAICall(Call):
         """The ``create`` arguments of this call's one prompt (the controls the API has, the stream switch)."""
         interface = self.interface()
         if not isinstance(interface, OpenAIInterface):
-            raise ClientError(f"model {self.model} is not an OpenAI-compatible server's")
+            raise BadRequest(f"model {self.model} is not an OpenAI-compatible server's")
         fields, extra = interface.body(self.params)
         body: dict[str, Any] = {"model": self.model, **fields, "stream": self.streaming}
         if extra:

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from backend_model.contract import controls as schema
+from backend_model.contract import errors as backend
 from backend_model.contract.controls import Control
-from backend_model.contract.errors import BadRequest
 
-from .errors import ClientError
+from .errors import BadRequest
 
 CONTROLS: tuple[Control, ...] = tuple(c for c in schema.CONTROLS if c.offered)
 REQUEST_ONLY = ("logprobs", "structured_outputs")  # no form offers them; the OpenAI front's requests set them
@@ -27,23 +27,23 @@ def check(control: Control, value: Any) -> Any:
     """``value`` as the control's type (None: not set); ClientError naming the control."""
     try:
         return control.check(value, control.label)
-    except BadRequest as exc:
-        raise ClientError(str(exc)) from None
+    except backend.BadRequest as exc:  # the backend's (it shares the rule), as the console's
+        raise BadRequest(str(exc)) from None
 
 
 def parse(control: Control, text: str) -> Any:
     """A form field's text as a checked value (blank: not set); ClientError naming the control."""
     try:
         return control.parse(text, control.label)
-    except BadRequest as exc:
-        raise ClientError(str(exc)) from None
+    except backend.BadRequest as exc:  # the backend's (it shares the rule), as the console's
+        raise BadRequest(str(exc)) from None
 
 
 def _checked(values: Mapping[str, Any]) -> dict[str, Any]:
     """Each value by its control's rule (None: unset); ClientError for a name that is no control."""
     unknown = set(values) - set(BY_NAME)
     if unknown:
-        raise ClientError(f"unknown control {sorted(unknown)[0]!r} (controls: {', '.join(BY_NAME)})")
+        raise BadRequest(f"unknown control {sorted(unknown)[0]!r} (controls: {', '.join(BY_NAME)})")
     return {n: check(BY_NAME[n], v) for n, v in values.items()}
 
 

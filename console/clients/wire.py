@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from .errors import ClientError, NotServed, Refused, ServerFault
+from .errors import BadRequest, NotServed, Refused, ServerFault
 from .events import ModelInfo, Tensor
 from .failures import error_class, mapped
 
@@ -31,7 +31,7 @@ def normalize_url(url: str) -> str:
             url = url[len(scheme) :]
     url = url.rstrip("/")
     if not url:
-        raise ClientError("empty server URL")
+        raise BadRequest("empty server URL")
     if url.isdigit():
         return f"127.0.0.1:{url}"
     return url
@@ -161,8 +161,8 @@ def model_info(url: str, model: str, protocol: str = "grpc", timeout: float = 10
     """Read a served model's config: interface, decoupled, ``use_kv_cache`` (default timeout), ``hf_model_name``."""
     url = normalize_url(url)
     if len(model.encode()) > MAX_NAME:
-        raise ClientError(f"model name is too long ({len(model.encode())} bytes in UTF-8): model names are folder "
-                          f"names, at most {MAX_NAME} bytes")
+        raise BadRequest(f"model name is too long ({len(model.encode())} bytes in UTF-8): model names are folder "
+                         f"names, at most {MAX_NAME} bytes")
     try:
         with mapped(url, protocol):
             config = _config(url, model, protocol, timeout)

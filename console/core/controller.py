@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from console.clients import ClientError, ModelInfo
+from console.clients import BadRequest, ModelInfo
 from console.server import LOG_KEEP, ServerError, TritonServer, logparse
 from console.server.embedded import START_TIMEOUT, embedded_repo
 
@@ -207,7 +207,7 @@ class ServerController:
         message = adapter.connect(timeout=3.0)
         with self._lock:
             if self._snap.phase in BUSY or (self._server is not None and self._server.running):
-                raise ClientError("a tritonserver started here is running: stop it first")
+                raise BadRequest("a tritonserver started here is running: stop it first")
             self._server, self._adapter, self._ready = None, adapter, frozenset()
             self._log.clear()
             self._moved(phase="connected", message=message, owned=False, server=adapter, repository="", models=())

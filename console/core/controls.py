@@ -1,63 +1,29 @@
-"""The controls table (:data:`console.clients.CONTROLS`) as click options and as form values.
+"""The controls table (:data:`console.clients.CONTROLS`) as option and form values.
 
-Every front end builds its controls here: the CLI's options (:func:`click_options`), the TUI's text
-fields and the web's boxes (:func:`form_default`, :func:`form_placeholder`, :func:`params_from_form`), and a chat
-form's settings (:func:`settings_from_form`, with the timeout's rule :data:`TIMEOUT_RULE`). Each value is checked
-once, where it comes in, by its row's rule (the click callback returns the checked value).
+Every front end builds its controls here: the CLI's options' values (:func:`params_from_options`; the options
+themselves: :func:`console.commands.options.click_options`), the TUI's text fields and the web's boxes
+(:func:`form_default`, :func:`form_placeholder`, :func:`params_from_form`), and a chat form's settings
+(:func:`settings_from_form`, with the timeout's rule :data:`TIMEOUT_RULE`). Each value is checked once, where it
+comes in, by its row's rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
-import click
-
-from console.clients import CAUSAL_TIMEOUT, CONTROLS, KV_TIMEOUT, ClientError, Control, GenerationParams
+from console.clients import CAUSAL_TIMEOUT, CONTROLS, KV_TIMEOUT, BadRequest, Control, GenerationParams
 from console.clients.params import check, parse
 
 from .request import Settings
 
-F = TypeVar("F", bound=Callable[..., Any])
-CLICK_TYPES = {bool: click.BOOL, str: str}  # numbers: click's own int and float
 TIMEOUT_DEFAULTS = f"{KV_TIMEOUT:g} s for KV-cache models, {CAUSAL_TIMEOUT:g} s for causal ones"
 TIMEOUT_RULE = f"a number >= 0 (blank: the model's default, {KV_TIMEOUT:g} s KV / {CAUSAL_TIMEOUT:g} s causal; 0: none)"
 NO_MODEL = "no model chosen: start a server or connect to one ({where})"
 
 
-def _checker(control: Control) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    def checked(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        try:
-            return check(control, value)
-        except ClientError as exc:
-            raise click.BadParameter(str(exc)) from None
-
-    return checked
-
-
-def click_options(skip: Collection[str] = (), defaults: bool = True) -> Callable[[F], F]:
-    """A decorator adding one option per control (``--max-tokens`` ...), checked by the table's rules.
-
-    ``defaults=False`` leaves every control unset unless given (the model's defaults apply).
-    """
-    def decorate(func: F) -> F:
-        for control in reversed(CONTROLS):
-            if control.name in skip:
-                continue
-            default = control.default if defaults else None
-            option = click.option(
-                control.flag, control.name, type=CLICK_TYPES.get(control.kind, control.kind),
-                multiple=control.multiple, default=() if control.multiple else default,
-                show_default=default is not None, help=control.help, callback=_checker(control),
-            )
-            func = option(func)
-        return func
-
-    return decorate
-
-
 def params_from_options(values: Mapping[str, Any]) -> GenerationParams:
-    """GenerationParams from the values :func:`click_options` checked (other keys are ignored)."""
+    """GenerationParams from the values the controls' options checked (other keys are ignored)."""
     return GenerationParams.from_checked({c.name: values.get(c.name) for c in CONTROLS})
 
 
@@ -91,9 +57,9 @@ def timeout_seconds(text: str) -> float | None:
     try:
         seconds = float(text)
     except ValueError:
-        raise ClientError(f"Timeout s: {text[:40]!r} is not a number") from None
+        raise BadRequest(f"Timeout s: {text[:40]!r} is not a number") from None
     if not seconds >= 0:
-        raise ClientError(f"Timeout s must be {TIMEOUT_RULE}, got {text}")
+        raise BadRequest(f"Timeout s must be {TIMEOUT_RULE}, got {text}")
     return seconds
 
 
@@ -102,7 +68,7 @@ def settings_from_form(form: Mapping[str, Any], where: str) -> Settings:
     and one value per control (text or values); ClientError naming the first bad field (``where``: where a server is
     started or connected, said when no model is chosen)."""
     if not form.get("model"):
-        raise ClientError(NO_MODEL.format(where=where))
+        raise BadRequest(NO_MODEL.format(where=where))
     params = params_from_form({c.name: form.get(c.name) for c in CONTROLS})
     return Settings(form["model"], mode=form.get("mode") or "stream", params=params,
                     timeout=timeout_seconds(str(form.get("timeout") or "")), chat=None if form.get("chat") else False,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.clients import (
+    BadRequest,
     Call,
     ClientError,
     Event,
@@ -64,11 +65,11 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ClientError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+            raise BadRequest(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name in ("timeout", "idle_timeout"):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise ClientError(f"{name.replace('_', ' ')} must be >= 0 (0 disables), got {value:g}")
+                raise BadRequest(f"{name.replace('_', ' ')} must be >= 0 (0 disables), got {value:g}")
 
     @property
     def templated(self) -> bool | None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from console.clients import ClientError, ModelInfo
+from console.clients import BadRequest, ClientError, ModelInfo, UsageError
 
 _CACHE: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -40,7 +40,7 @@ def tokenizer_folder(tokenizer: str | None, info: ModelInfo, progress: Progress 
     if tokenizer:
         path = Path(tokenizer).expanduser()
         if not path.is_dir():
-            raise ClientError(f"tokenizer folder {tokenizer} does not exist")
+            raise UsageError(f"tokenizer folder {tokenizer} does not exist")
         return path
     if info.embedded:
         from backend_model.models import ModelSourceError, prepare_embedded
@@ -48,11 +48,11 @@ def tokenizer_folder(tokenizer: str | None, info: ModelInfo, progress: Progress 
         try:
             return prepare_embedded(progress=progress)  # at once when already prepared
         except ModelSourceError as exc:  # the embedded model's package is not installed here
-            raise ClientError(str(exc)) from None
+            raise BadRequest(str(exc)) from None
     own = Path(info.hf_model_name).expanduser() if info.hf_model_name else None
     if own is not None and own.is_absolute() and own.is_dir():  # the model's weights are a local folder
         return own
-    raise ClientError(
+    raise BadRequest(
         f"the chat template of {info.name} needs a local tokenizer folder (--tokenizer, or the Tokenizer "
         "control), or send raw prompts"
     )
@@ -75,9 +75,9 @@ def _load(path: Path) -> Any:
     try:
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise ClientError(f"cannot load a tokenizer from {path}: {str(exc).splitlines()[0][:200]}") from None
+        raise UsageError(f"cannot load a tokenizer from {path}: {str(exc).splitlines()[0][:200]}") from None
     if not getattr(tok, "chat_template", None):
-        raise ClientError(f"the tokenizer in {path} has no chat template")
+        raise BadRequest(f"the tokenizer in {path} has no chat template")
     return tok
 
 

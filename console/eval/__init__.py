@@ -1,1 +1,2 @@
-"""``qaic-console eval``: accuracy between servers, precisions and compile settings (see :mod:`console.eval.cli`)."""
+"""``qaic-console eval``: accuracy between servers, precisions and compile settings (the command:
+:mod:`console.commands.eval`)."""

@@ -103,11 +103,12 @@ def measure(paths: Sequence[EvalPath], reference: EvalPath, prompts: Sequence[st
     kl_ok = reference.engine is not None
     nll: dict[str, list[float | None]] = {p.name: [] for p in scored}
     kl: dict[str, list[float | None]] = {p.name: [] for p in scored}
-    sums = {p.name: [0.0, 0.0, 0] for p in scored}  # nll sum, kl sum, tokens
+    sums = {p.name: [0.0, 0.0, 0.0] for p in scored}  # nll sum, kl sum, tokens
     for start in range(0, len(prompts), group):
         part = range(start, min(start + group, len(prompts)))
         ref, ref_rows = None, None
         if kl_ok:
+            assert reference.engine is not None, "kl_ok: the reference is in-process"
             ref = score(reference.engine, [reference.engine.encode(prompts[i]) for i in part],
                         [continuation(reference.engine, answers[i]) for i in part], keep_rows=True)
             ref_rows = [np.stack(f.rows) if f.rows else None for f in ref]
@@ -125,7 +126,7 @@ def measure(paths: Sequence[EvalPath], reference: EvalPath, prompts: Sequence[st
     for path in scored:
         nll_sum, kl_sum, n = sums[path.name]
         mean_kl = kl_sum / n if kl_ok and n and path.engine is not None else None
-        out[path.name] = Likelihood(nll[path.name], kl[path.name], n, nll_sum / n if n else None, mean_kl)
+        out[path.name] = Likelihood(nll[path.name], kl[path.name], int(n), nll_sum / n if n else None, mean_kl)
     return out
 
 

@@ -22,7 +22,7 @@ from backend_model.contract import compile_config
 from backend_model.contract.parameters import PRECISIONS
 from backend_model.engine.loop import Engine
 from backend_model.engine.sampling import SamplingParams
-from console.clients import ClientError, Failure, GenerationParams, ModelInfo, Reply
+from console.clients import Failure, GenerationParams, ModelInfo, Reply
 from console.core.adapters import Adapter, adapter_for
 from console.core.request import Settings, prepare, read_info
 
@@ -85,13 +85,13 @@ class EvalPath:
             advance(len(prompts))
             return self.answers
         if self.engine is not None:
-            return self._in_process(prompts, max_tokens, advance)
+            return self._in_process(self.engine, prompts, max_tokens, advance)
         return self._served(prompts, max_tokens, advance)
 
-    def _in_process(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
+    def _in_process(self, engine: Engine, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
         seqs: list[Any] = []
         done = 0
-        for update in self.engine.stream(list(prompts), SamplingParams(max_tokens=max_tokens), seqs):
+        for update in engine.stream(list(prompts), SamplingParams(max_tokens=max_tokens), seqs):
             if update.finished:
                 done += 1
                 advance(1)
@@ -118,6 +118,7 @@ class EvalPath:
         """Every prompt's reply, :data:`REQUEST_PROMPTS` a request (a continuation each, when ``params`` has them);
         raw prompts, streamed where the model streams, else one response."""
         info = self.served_info()
+        assert self.server is not None, "a served path"
         mode = "stream" if "stream" in info.modes and "stream" in self.server.modes else "batch"
         replies: list[Reply] = []
         for start in range(0, len(prompts), REQUEST_PROMPTS):
@@ -132,13 +133,14 @@ class EvalPath:
                         got[event.index] = event
                         advance(1)
                     elif isinstance(event, Failure):
-                        raise ClientError(f"{self.name}: {event.message}")
+                        raise event.error(f"{self.name}: {event.message}")
             replies += [got[i] for i in range(len(group))]
         return replies
 
     def served_info(self) -> ModelInfo:
         """The served model's info (read once, over the protocol its sends use)."""
         if self.info is None:
+            assert self.server is not None, "a served path"
             mode = "stream" if "stream" in self.server.modes else "batch"
             info = self.server.model_info(self.model, mode)
             if mode == "stream" and "stream" not in info.modes:

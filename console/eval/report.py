@@ -29,7 +29,7 @@ def _figure(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def rows(result: Evaluation) -> list[tuple[str, ...]]:
+def rows(result: Evaluation) -> list[tuple[Any, ...]]:
     """The table's rows: the reference first (its own likelihood figures), then each candidate."""
     out = []
     for name in result.paths:

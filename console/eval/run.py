@@ -108,10 +108,10 @@ def _score(result: Evaluation, paths: Sequence[EvalPath], reference: EvalPath, c
     unscored = [p.name for p in paths if not p.scores and p.answers is None]  # a recording keeps its own figures
     if unscored:
         result.notes.append(f"likelihood: not measured on {', '.join(unscored)} (no continuation scoring)")
-    local = [p for p in paths if p.engine is not None]
+    local = [(p, p.engine) for p in paths if p.engine is not None]
     if corpus is not None and local:
-        for path in local:
-            value, tokens = scoring.perplexity(path.engine, corpus)
+        for path, engine in local:
+            value, tokens = scoring.perplexity(engine, corpus)
             result.scores[path.name].perplexity = value
             advance(1)
         result.notes.append(f"perplexity: on {corpus.name} ({tokens} tokens), in process")

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console.front.command import KEY_ENV
 from console.server.arguments import restricted_arguments
+from console.server.keys import FRONT_KEY_ENV as KEY_ENV
 from repo_gen.staging import model_names
 
 from . import promql, rules

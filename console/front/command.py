@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from console.clients import ClientError
+from console.commands.options import server_options
+from console.server.keys import FRONT_KEY_ENV
 
 from .toolcalls import PARSERS
 
 if TYPE_CHECKING:  # the app imports FastAPI: a command imports it when it serves
     from .app import Front
 
-KEY_ENV = "QAIC_CONSOLE_API_KEY"
+KEY_ENV = FRONT_KEY_ENV
 DRAIN = 5  # s open requests get to finish once the front stops (new connections are refused at once)
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -154,12 +156,10 @@ class Beside:
 @click.command("openai", context_settings=CONTEXT_SETTINGS)
 @click.option("--url", default=None,
               help="host:port of the running tritonserver (its HTTP or gRPC endpoint; the other is its neighbour).")
-@click.option("--grpc-url", default=None, help="host:port of its gRPC endpoint (what the front speaks).")
+@server_options("--grpc-url", "--metrics-url")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address the API listens on (0.0.0.0 exposes it: then an API key is asked for).")
 @click.option("--port", type=int, default=9000, show_default=True, help="Port the API listens on.")
-@click.option("--metrics-url", default=None,
-              help="tritonserver's metrics page (its models' figures on /metrics; default: the HTTP port + 2).")
 @click.option("--drain", type=click.IntRange(min=0), default=DRAIN, show_default=True, metavar="SECONDS",
               help="When stopped (SIGTERM, Ctrl-C): seconds the open requests and streams get to finish; new "
                    "connections are refused at once.")

@@ -94,8 +94,8 @@ class Scrape:
                 sums[key] = (earlier[0] + total, earlier[1] + count)
         by_instance: dict[tuple[str, str, str], float] = {}
         for one in scrapes:
-            for key, number in one.by_instance.items():
-                by_instance[key] = by_instance.get(key, 0.0) + number
+            for place, number in one.by_instance.items():
+                by_instance[place] = by_instance.get(place, 0.0) + number
         return cls(" ".join(s.url for s in scrapes), max(s.at for s in scrapes), values, sums,
                    frozenset().union(*(s.names for s in scrapes)), by_instance)
 

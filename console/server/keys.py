@@ -18,6 +18,8 @@ from backend_model.models import cache_root
 
 from .ports import is_loopback
 
+FRONT_KEY_ENV = "QAIC_CONSOLE_API_KEY"  # the OpenAI front's clients' key: `openai --api-key`, a pod's Secret
+
 PRIVATE = 0o077  # permission bits others must not have on the folder and its files
 
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from backend_model.models import cache_root
-from console.extras import install_line
+from console.infra.extras import install_line
 
 from .errors import ServerError
 from .pyenv import PythonEnv

@@ -43,7 +43,7 @@ def _server(pid: int) -> RunningServer | None:
     args = cmdline(pid)
     if not args or not args[0].endswith("tritonserver"):
         return None
-    values = [tuple(a.split("=", 1)) for a in args if a.startswith("--") and "=" in a]
+    values = [(flag, value) for flag, _, value in (a.partition("=") for a in args if a.startswith("--") and "=" in a)]
     flags = dict(values)
     ports = tuple(int(v) for f, v in values if f in PORT_FLAGS and v.isdigit())
     models = tuple(v for f, v in values if f == "--load-model") or ("*",)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,7 @@ class Agreement:
     def first_divergence(self) -> Divergence | None:
         """The earliest divergence from the reference (by prompt, then position)."""
         for p in range(len(self.prompts)):
-            found = [self.divergence(p, name) for name in self.paths if name != REFERENCE]
-            found = [d for d in found if d is not None]
+            found = [d for name in self.paths if name != REFERENCE if (d := self.divergence(p, name)) is not None]
             if found:
                 return min(found, key=lambda d: d.position)
         return None
@@ -115,7 +115,7 @@ def check(source: str, graph: str | Path, prompts: list[str], max_tokens: int, q
         REFERENCE: lambda: [hf_greedy(model, tokenizer, p, min(max_tokens, n)) for p, n in zip(prompts, budgets)]
     }
     for name, engine in engines.items():
-        runs[name] = lambda engine=engine: engine_tokens(engine, prompts, max_tokens)
+        runs[name] = partial(engine_tokens, engine, prompts, max_tokens)
     result = Agreement(prompts, tokenizer=tokenizer)
     for name, run in runs.items():
         progress(f"{name}: generating {len(prompts)} x {max_tokens} tokens ...")

@@ -17,7 +17,7 @@ from typing import Any
 
 import gradio as gr
 
-from console.clients import ClientError, split_prompts
+from console.clients import BadRequest, ClientError, split_prompts
 from console.core.adapters import HERE, NONE
 from console.core.controller import ServerController, Snapshot
 from console.core.controls import settings_from_form
@@ -49,7 +49,7 @@ class Running:
         """Make ``exchange`` the tab's; ClientError while the tab's last one is still running."""
         with self._lock:
             if tab in self._by_tab:
-                raise ClientError("a reply is still coming: Stop ends it")
+                raise BadRequest("a reply is still coming: Stop ends it")
             self._by_tab[tab] = exchange
 
     def end(self, tab: str, exchange: Exchange) -> None:
@@ -88,7 +88,7 @@ class WebConsole:
         """Send the last message's prompts again with the current controls, in its place."""
         def last() -> tuple[list[str], list[Turn]]:
             if not turns:
-                raise ClientError("nothing to retry yet")
+                raise BadRequest("nothing to retry yet")
             return turns[-1].prompts, turns[:-1]
 
         yield from self._checked(tab, last, form, clear_box=False)
@@ -113,7 +113,7 @@ class WebConsole:
     def _settings(snap: Snapshot, form: Mapping[str, Any]) -> Settings:
         """The form's settings; ClientError saying how to go on when no server answers."""
         if not snap.serving or snap.server is None:
-            raise ClientError(views.no_server(snap))
+            raise BadRequest(views.no_server(snap))
         return settings_from_form(form, "Server tab")
 
     def _exchange(self, tab: str, exchange: Exchange, earlier: list[Turn], snap: Snapshot, settings: Settings,

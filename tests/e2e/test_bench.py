@@ -14,7 +14,6 @@ from click.testing import CliRunner
 
 from console.bench import report as perf
 from console.bench.capacity import client_capacity, zero_cost_server
-from console.bench.cli import bench_group
 from console.bench.display import ProgressBar, levels_table
 from console.bench.engine import ZeroCostSession, loop_overhead, matmul_ceiling
 from console.bench.load import LevelResult, RequestRecord, Runner, Target
@@ -24,6 +23,7 @@ from console.bench.results import SCHEMA, compare, load_json, summarize
 from console.bench.run import parse_levels, plot_formats
 from console.cli import main
 from console.clients import ClientError, ReplyStats, model_info
+from console.commands.bench import bench_group
 from console.core.adapters.triton import TritonAdapter
 from console.core.request import Settings
 

@@ -21,9 +21,9 @@ from console.clients.errors import Unreachable
 from console.clients.failures import GONE
 from console.clients.status import ask_status
 from console.core.controller import ServerController
+from console.infra.signals import INTERRUPTED
 from console.server import StaleServerError, TritonServer
 from console.server.stale import find_servers
-from console.signals import INTERRUPTED
 from repo_gen.samples import write_samples
 
 pytestmark = pytest.mark.server

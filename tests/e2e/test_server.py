@@ -1,4 +1,4 @@
-"""console.server, console.doctor and the serve/doctor CLI against a real tritonserver."""
+"""console.server, console.commands.doctor and the serve/doctor CLI against a real tritonserver."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ import tritonclient.http as httpclient
 from click.testing import CliRunner
 from helpers import wait_until
 
-from console import doctor, server
+from console import server
 from console.cli import main
+from console.commands import doctor
 from console.server import ServerError, TritonServer, locate, procs
 from console.server.procs import group_members
 

@@ -12,8 +12,8 @@ from twin_data import PROMPTS, VOCAB
 
 from backend_model.contract import specializations
 from console.cli import main
+from console.commands.twin import report
 from console.twin.agreement import Agreement, Divergence
-from console.twin.cli import report
 
 
 def run_check(*args: str):

@@ -11,7 +11,7 @@ from twin_data import CTX_LEN, PROMPTS
 
 from backend_model.build import BackendSettings, build_engine
 from backend_model.engine.sampling import SamplingParams
-from repo_gen.cli import gen
+from console.commands.repo import gen
 from repo_gen.inspection import list_models
 
 

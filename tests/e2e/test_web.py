@@ -240,7 +240,7 @@ def test_batch_markup_stays_text_and_speed_shows_latency_apart(web: Web) -> None
 
 
 def test_connect_by_url_instead_of_starting(web: Web) -> None:
-    from console.web.command import begin
+    from console.commands.web import begin
 
     served = web.console.controller.snapshot
     other = ServerController()

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 from click.testing import CliRunner
 
-from console.bench import cli
 from console.bench.options import BenchOptions
 from console.clients import CONTROLS
+from console.commands import bench as cli
 
 
 def test_every_option_of_the_command_is_a_field_with_its_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -92,6 +92,6 @@ def test_a_missing_module_of_no_extra_is_not_hidden() -> None:
 
 
 def extra_what(extra: str) -> str:
-    from console.extras import EXTRAS
+    from console.infra.extras import EXTRAS
 
     return EXTRAS[extra][0]

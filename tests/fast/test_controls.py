@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from backend_model.contract import controls as schema
 from console.clients import CONTROLS, ClientError, GenerationParams, ModelInfo, Tensor, interface_of
 from console.clients import params as params_module
+from console.commands import options
 from console.core import controls
 from repo_gen.writer import ModelSpec, declared_io, render_config
 
@@ -61,7 +62,7 @@ def test_the_backend_and_the_consoles_share_each_rows_rule() -> None:
 
 def test_click_options_follow_the_table_and_hand_over_checked_values() -> None:
     @click.command()
-    @controls.click_options()
+    @options.click_options()
     def cmd(**values: object) -> None:
         click.echo(repr(values["max_tokens"]))
         click.echo(repr(controls.params_from_options(values)))
@@ -122,7 +123,7 @@ def extra_control(monkeypatch: pytest.MonkeyPatch) -> schema.Control:
 
 def test_a_row_reaches_options_forms_and_the_wire(extra_control) -> None:
     @click.command()
-    @controls.click_options()
+    @options.click_options()
     def cmd(**values: object) -> None:
         click.echo(repr(controls.params_from_options(values)))
 

@@ -20,10 +20,10 @@ from backend_model import build
 from backend_model.build import BackendSettings
 from backend_model.contract import compile_config, devices
 from backend_model.sessions.protocol import SessionError
-from console import doctor
+from console.commands import doctor
+from console.commands.repo import repo_group
 from console.metrics.qaic import card_line
 from repo_gen import memory
-from repo_gen.cli import repo_group
 from repo_gen.inspection import device_review, list_models
 from repo_gen.samples import SAMPLES
 from repo_gen.writer import RepoError

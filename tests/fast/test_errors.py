@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import urllib.error
+from pathlib import Path
 
 import aiohttp
 import grpc
@@ -13,7 +14,9 @@ import openai
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from console.bench.prompts import SyntheticPrompts, read_jsonl
 from console.clients import (
+    BadRequest,
     Cancelled,
     ClientError,
     Failure,
@@ -24,8 +27,11 @@ from console.clients import (
     Timeout,
     Timeouts,
     Unreachable,
+    UsageError,
 )
 from console.clients.failures import error_class, wire_error
+from console.core.adapters import adapter_for
+from console.core.request import Settings
 from console.front.errors import from_client_error
 
 REQUEST = httpx.Request("POST", "http://127.0.0.1:9/v1/completions")
@@ -108,3 +114,26 @@ def test_the_front_gives_each_class_its_status(error: ClientError, status: int, 
                                                code: str | None) -> None:
     api = from_client_error(error, "prompt")
     assert (api.status, api.param, api.code, str(api)) == (status, param, code, "x")
+
+
+def test_a_refused_value_is_a_bad_request_and_a_bad_flag_or_local_file_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(BadRequest, match="^mode must be one of"):
+        Settings("m", mode="nope")
+    with pytest.raises(BadRequest, match="^empty server URL$"):
+        adapter_for("")
+    with pytest.raises(UsageError, match="^--input-tokens-mean must be >= 1, got 0$"):
+        SyntheticPrompts(0, 0.0, None)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"text": "a"}\n{not json\n')
+    with pytest.raises(UsageError, match=r"prompts.jsonl:2: not JSON"):
+        read_jsonl(prompts)
+    assert issubclass(UsageError, BadRequest) and UsageError.kind == BadRequest.kind == ClientError.kind
+
+
+def test_the_base_class_is_caught_never_raised() -> None:
+    """Each raise names how the request failed (BadRequest, UsageError, Unreachable ...); the base class is what
+    callers catch. The front's command is issue 52's item 1's to change."""
+    console = Path(__file__).resolve().parents[2] / "console"
+    raising = {str(path.relative_to(console.parent)) for path in console.rglob("*.py")
+               if "raise ClientError(" in path.read_text()}
+    assert raising <= {"console/front/command.py"}

@@ -92,7 +92,7 @@ def test_a_reply_cut_short_by_the_timeout_is_printed_when_piped(fake_server: Fak
 
 def test_ctrl_c_mid_reply_prints_what_came_and_cancels_on_the_server(fake_server: FakeServer, monkeypatch) -> None:
     """Ctrl-C (a real SIGINT) right after the 5th piece of text of a long reply, piped."""
-    from console import headless
+    from console.commands import headless
 
     deltas: list[str] = []
     event = headless.Printer.event

@@ -17,8 +17,8 @@ from tritonclient.grpc import model_config_pb2
 from backend_model.contract import compile_config
 from backend_model.contract.qpc import DETECT_MESSAGE
 from console.cli import main as console_main
+from console.commands.repo import gen, repo_group
 from repo_gen import staging
-from repo_gen.cli import gen, repo_group
 from repo_gen.inspection import inspect_model, list_models
 from repo_gen.samples import EMBEDDED_SAMPLES, SAMPLES, SEED_SAMPLES, write_samples
 from repo_gen.writer import PRECISIONS, ModelSpec, RepoError, write_model

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from console.commands.repo import repo_group
 from repo_gen import memory
-from repo_gen.cli import repo_group
 from repo_gen.samples import SAMPLES
 from repo_gen.spec import local_config
 from repo_gen.writer import ModelSpec, RepoError

@@ -21,8 +21,8 @@ from helpers import wait_until
 from tritonclient.utils import InferenceServerException
 
 from console.clients.failures import GONE, WRONG_PORT, error_message
+from console.commands.serve import SERVE_RISK
 from console.core.supervisor import RETRIES, pauses
-from console.serve_command import SERVE_RISK
 from console.server import guard, keys, logparse
 from console.server.health import ServerHandle
 from console.server.ports import beyond_loopback

@@ -277,9 +277,9 @@ def test_no_server_no_send(recwarn: pytest.WarningsRecorder, tmp_path: Path) -> 
 
 
 def test_command_binds_loopback_without_share_and_connects_or_starts() -> None:
+    from console.commands.web import begin, web
     from console.server import free_port
     from console.web.app import launch
-    from console.web.command import begin, web
     from console.web.handlers import WebConsole
 
     defaults = web.make_context("web", []).params

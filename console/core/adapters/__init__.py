@@ -7,7 +7,7 @@ and one entry in :data:`KINDS`.
 
 from __future__ import annotations
 
-from console.clients import ClientError
+from console.clients import BadRequest
 from console.metrics.scrape import metrics_endpoint
 from console.server.health import ServerHandle
 
@@ -36,7 +36,7 @@ def api_help(flag: str = "--url") -> str:
 def kind_of(url: str, api: str = "auto") -> type[Adapter]:
     """The adapter class ``api`` names, or (``auto``) the one whose URL rule claims ``url``."""
     if api not in APIS:
-        raise ClientError(f"api must be one of {', '.join(APIS)}, got {api!r}")
+        raise BadRequest(f"api must be one of {', '.join(APIS)}, got {api!r}")
     if api != "auto":
         return KINDS[api]
     return next((kind for kind in KINDS.values() if kind.claims(url)), DEFAULT)
@@ -46,7 +46,7 @@ def adapter_for(url: str, api: str = "auto", grpc_url: str | None = None, metric
     """The server ``url`` names (``grpc_url``: its gRPC endpoint, for kinds that have one; ``metrics_url``: its
     Prometheus metrics page, ``host:port`` or a URL, when the adapter's guess is wrong)."""
     if not url.strip() and not (grpc_url or "").strip():
-        raise ClientError("empty server URL")
+        raise BadRequest("empty server URL")
     adapter = kind_of(url, api).at(url, grpc_url)
     if metrics_url and metrics_url.strip():
         adapter.metrics_url = metrics_endpoint(metrics_url)

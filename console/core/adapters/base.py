@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts
+from console.clients import BadRequest, Call, GenerationParams, ModelInfo, Timeouts
 from console.clients.params import MESSAGES
 
 from ..template import embedded_here
@@ -148,8 +148,8 @@ class Adapter(ABC):
     def check_mode(self, mode: str) -> None:
         """ClientError when this server does not answer ``mode``."""
         if mode not in self.modes:
-            raise ClientError(f"{mode} mode is not answered by {self.name}: it answers {' or '.join(self.modes)} "
-                              "mode")
+            raise BadRequest(f"{mode} mode is not answered by {self.name}: it answers {' or '.join(self.modes)} "
+                             "mode")
 
     @abstractmethod
     def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,

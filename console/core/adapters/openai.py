@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from console.clients import Call, ClientError, GenerationParams, ModelInfo, Timeouts, openai_call
+from console.clients import BadRequest, Call, ClientError, GenerationParams, ModelInfo, Timeouts, openai_call
 from console.clients.openai_api import base_url, is_openai_url, key_note, listing, model_info, openai_info
 
 from ..template import chat_messages
@@ -49,7 +49,7 @@ class OpenAIAdapter(Adapter):
 
     def url(self, mode: str, protocol: str = "http") -> tuple[str, str]:
         if mode not in self.modes:
-            raise ClientError(f"{mode} mode is Triton's: an OpenAI-compatible server answers stream or batch mode")
+            raise BadRequest(f"{mode} mode is Triton's: an OpenAI-compatible server answers stream or batch mode")
         return self.base, self.kind
 
     def metrics(self) -> tuple[str | None, str]:

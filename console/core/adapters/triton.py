@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from console.clients import (
+    BadRequest,
     Call,
     ClientError,
     GenerationParams,
@@ -45,7 +46,7 @@ def neighbour(url: str, step: int) -> str:
     """``host:port`` with the port moved by ``step`` (Triton's defaults: HTTP 8000, gRPC 8001)."""
     host, _, port = url.rpartition(":")
     if not port.isdigit() or not 0 < int(port) + step < 65536:
-        raise ClientError(f"{url}: give the server's other endpoint too (its port cannot be guessed)")
+        raise BadRequest(f"{url}: give the server's other endpoint too (its port cannot be guessed)")
     return f"{host}:{int(port) + step}"
 
 
@@ -117,7 +118,7 @@ class TritonAdapter(Adapter):
         grpc = mode == "stream" or (mode == "batch" and protocol == "grpc")
         url, name = (self.grpc_url, "gRPC") if grpc else (self.http_url, "HTTP")
         if not url:
-            raise ClientError(f"{mode} mode needs the server's {name} endpoint (host:port)")
+            raise BadRequest(f"{mode} mode needs the server's {name} endpoint (host:port)")
         return url, "grpc" if grpc else "http"
 
     def metrics(self) -> tuple[str | None, str]:

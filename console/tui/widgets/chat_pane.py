@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Checkbox, Input, Select, Static
 
-from console.clients import Cancelled, ClientError, ModelInfo, split_prompts
+from console.clients import BadRequest, Cancelled, ClientError, ModelInfo, split_prompts
 from console.core.adapters import DEFAULT, HERE, SERVER, Adapter
 from console.core.controller import Snapshot
 from console.core.request import Done, Exchange, Settings, Step
@@ -164,13 +164,13 @@ class ChatPane(Horizontal):
         """Send ``text`` (``a|b``: several prompts); False with a notice when it cannot go."""
         try:
             if self.exchange is not None:
-                raise ClientError("a reply is still coming: Esc stops it")
+                raise BadRequest("a reply is still coming: Esc stops it")
             if not text.strip():
-                raise ClientError("type a message first")
+                raise BadRequest("type a message first")
             prompts = split_prompts(text)
             if self.server is None:
-                raise ClientError(f"not connected: the {self.mode} pane needs a server (F2: Server pane; F5 there "
-                                  "serves the embedded SmolLM2)")
+                raise BadRequest(f"not connected: the {self.mode} pane needs a server (F2: Server pane; F5 there "
+                                 "serves the embedded SmolLM2)")
             settings = self.controls.settings()
         except ClientError as exc:
             self.post_message(Notice(str(exc), "warning"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +18,11 @@ import click
 from backend_model.contract import compile_config, specializations
 from backend_model.models import ModelSourceError
 from backend_model.sessions.protocol import SessionError
-
-from ..clients.errors import ClientError
-from ..clients.events import split_prompts
+from console.clients.errors import ClientError
+from console.clients.events import split_prompts
 
 if TYPE_CHECKING:  # the agreement runs the engines (torch): imported when a check runs
-    from .agreement import Agreement
+    from console.twin.agreement import Agreement
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 DEFAULT_PROMPTS = "My name is|The capital of France is|def fibonacci(n):"
@@ -109,7 +109,7 @@ def check(source: str, graph: Path | None, qpc: Path | None, prompt: str, max_to
     export, or a graph without specializations.json beside it (QEfficient's export writes none;
     default: QEfficient's compile defaults); a graph with one takes its dimensions from it.
     """
-    from .agreement import check as run_check
+    from console.twin.agreement import check as run_check
 
     given = {k: v for k, v in dims.items() if v is not None}
     try:
@@ -139,7 +139,7 @@ def _compile_of(graph: Path, given: dict[str, int]) -> list[dict[str, Any]]:
     return specializations.build(**_dimensions(given))
 
 
-def _dimensions(given: dict[str, int | None]) -> dict[str, int]:
+def _dimensions(given: Mapping[str, int | None]) -> dict[str, int]:
     """The four dimensions, checked, with compile_config's defaults (full_batch_size 0: regular)."""
     c = compile_config.validate({k: v for k, v in given.items() if v is not None}, "options")
     return {k: c[k] or 0 for k in DIMENSIONS}
@@ -147,7 +147,7 @@ def _dimensions(given: dict[str, int | None]) -> dict[str, int]:
 
 def report(result: Agreement) -> str:
     """The table (one row per prompt: tokens compared, where each path diverges) and the verdict."""
-    from .agreement import REFERENCE
+    from console.twin.agreement import REFERENCE
 
     names = list(result.paths)
     rows: list[tuple[Any, ...]] = [("PROMPT", "TOKENS", *names)]

@@ -19,9 +19,9 @@ from console.clients import Cancelled, ClientError, Event, Failure, TextDelta, s
 from console.core.adapters import Adapter, started_here
 from console.core.request import Exchange, Settings, prepare
 from console.core.turns import Turn, batch_model_note, ignored_note, prepare_note
+from console.infra.signals import INTERRUPTED
 from console.server import ServerError
 from console.server.embedded import embedded_server
-from console.signals import INTERRUPTED
 
 
 @dataclass(frozen=True)

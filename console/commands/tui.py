@@ -7,10 +7,9 @@ from pathlib import Path
 
 import click
 
-from console.core.adapters import APIS, api_help
+from console.commands.options import server_options
 from console.server.errors import repository_not_found
-
-from . import run
+from console.tui import run
 
 NO_TERMINAL = ("the console needs a terminal (stdin and stdout are not one); without one, run headless: "
                "qaic-console --prompt \"...\" (add --url HOST:PORT for a running server)")
@@ -29,16 +28,7 @@ def refusal(repository: str | None) -> str | None:
 @click.option("--http-url", default=None,
               help="host:port of a running tritonserver's HTTP endpoint, or an OpenAI-compatible server's base URL "
                    "(http://host:port/v1); connects at start.")
-@click.option("--grpc-url", default=None, help="host:port of its gRPC endpoint (the Stream pane needs it).")
-@click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-              help=api_help("--http-url"))
-@click.option("--metrics-url", default=None,
-              help="The server's metrics page (host:port or a URL) for the Server pane's metrics, when it is not its "
-                   "own (Triton: the HTTP port + 2; an OpenAI-compatible server: /metrics beside /v1).")
-@click.option("--prometheus", default=None,
-              help="A Prometheus that scrapes a fleet of servers (host:port or a URL): the metrics show every "
-                   "server's figures from it, per model in total and per instance, and the servers it cannot "
-                   "scrape.")
+@server_options("--grpc-url", "--api", "--metrics-url", "--prometheus", url="--http-url")
 @click.option("--model-repository", "repository", default=None, type=click.Path(file_okay=False),
               help="An existing repository for the Server pane's Start and Generate (default: llm_model_dir).")
 @click.option("--export-dir", default=None, type=click.Path(file_okay=False),

@@ -1,4 +1,4 @@
-"""How the commands end: one ``error:`` line (their signals: :mod:`console.signals`)."""
+"""How the commands end: one ``error:`` line (their signals: :mod:`console.infra.signals`)."""
 
 from __future__ import annotations
 

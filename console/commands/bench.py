@@ -15,32 +15,34 @@ from typing import Any
 
 import click
 
-from console.clients import ClientError
-from console.core.adapters import APIS, MODEL_DEFAULT_HELP, URL_HELP, api_help
-from console.core.controls import click_options
-from console.server.embedded import EMBEDDED_DEFAULTS
-from console.signals import INTERRUPTED
-
-from .load import DISTRIBUTIONS, MODES
-from .options import BenchOptions
-from .report import SECTIONS
-from .run import BenchRun, parse_levels, plot_formats, to_stderr
+from console.bench.breakdown import breakdown as measure
+from console.bench.breakdown import format_breakdown
+from console.bench.display import compare_table
+from console.bench.load import DISTRIBUTIONS, MODES
+from console.bench.options import BenchOptions
+from console.bench.report import SECTIONS, ReportOptions, format_report, run_report
+from console.bench.results import compare as compare_runs
+from console.bench.results import load_json
+from console.bench.run import BenchRun, parse_levels, plot_formats, to_stderr
+from console.clients import ClientError, UsageError
+from console.commands.options import click_options, server_options
+from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP
+from console.infra.signals import INTERRUPTED
+from console.server import ServerError
+from console.server.embedded import EMBEDDED_DEFAULTS, embedded_server
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
 def _run(options: BenchOptions) -> int:
-    from console.server import ServerError
-    from console.server.embedded import embedded_server
-
     bench = BenchRun(options)
     try:
         bench.levels()  # bad options fail before any server starts
         plot_formats(options.plots)
         if options.api != "auto" and not options.url:
-            raise ClientError(f"--api {options.api} needs --url (the server's address)")
+            raise UsageError(f"--api {options.api} needs --url (the server's address)")
         if options.prometheus and not options.url:
-            raise ClientError("--prometheus needs --url (the servers that Prometheus scrapes)")
+            raise UsageError("--prometheus needs --url (the servers that Prometheus scrapes)")
         if options.url:
             return bench.execute(options.url, metrics_urls=options.metrics_url)
         model = options.model or EMBEDDED_DEFAULTS[options.mode]
@@ -63,16 +65,7 @@ def _run(options: BenchOptions) -> int:
 @click.option("--url", multiple=True,
               help=URL_HELP + "; repeat to spread the load round-robin over servers of one kind. Without it the "
                    "embedded model is served for the run.")
-@click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-              help=api_help("--url"))
-@click.option("--metrics-url", multiple=True,
-              help="The --url server's metrics page (host:port or a URL; one per --url, in order), when it is not "
-                   "where its kind has it (Triton reached by URL: the HTTP port + 2; OpenAI-compatible: /metrics "
-                   "beside /v1). Each level reports the server's side from it.")
-@click.option("--prometheus", default=None,
-              help="A Prometheus that scrapes every server behind --url (a load balancer's, a Service's): each "
-                   "level's server side is read from it (the fleet's sums, each instance's tokens/s, the servers "
-                   "down) instead of the --url server's own metrics page.")
+@server_options("--api", "--metrics-url", "--prometheus", per_url=True)
 @click.option("--compare-url", multiple=True,
               help="Another server (Triton host:port or http://host:port/v1) loaded with the same requests at each "
                    "level and reported beside the first, with ratios (repeatable).")
@@ -139,9 +132,6 @@ def bench_group(ctx: click.Context, **options: Any) -> None:
 @click.option("--json", "json_", is_flag=True, help="Print the comparison as JSON.")
 def compare(files: tuple[str, ...], json_: bool) -> None:
     """Put bench runs (bench.json files) side by side, with ratios to the first."""
-    from .display import compare_table
-    from .results import compare as compare_runs
-    from .results import load_json
 
     try:
         documents = [load_json(f) for f in files]
@@ -170,9 +160,6 @@ def compare(files: tuple[str, ...], json_: bool) -> None:
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object (ratios, targets, context).")
 def report(tokens: int, repeats: int, sections: tuple[str, ...], json_: bool) -> None:
     """The project's performance report on the embedded model: ratios against their targets."""
-    from console.server import ServerError
-
-    from .report import ReportOptions, format_report, run_report
 
     if tokens < 8 or repeats < 1:
         to_stderr("error: --tokens must be >= 8 and --repeats >= 1")
@@ -200,8 +187,6 @@ def report(tokens: int, repeats: int, sections: tuple[str, ...], json_: bool) ->
 @click.option("--json", "json_", is_flag=True, help="Print one JSON object.")
 def breakdown(rows: str, steps: int, threads: int, llama: bool, json_: bool) -> None:
     """One int4 decode step of the demo samples' engine, kernel by kernel, beside llama.cpp's token."""
-    from .breakdown import breakdown as measure
-    from .breakdown import format_breakdown
 
     try:
         counts = tuple(parse_levels(rows))

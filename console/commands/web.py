@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from console.core.adapters import APIS, URL_HELP, api_help
+from console.commands.options import server_options
+from console.core.adapters import URL_HELP
 from console.core.controller import ServerController, Snapshot
 from console.server.embedded import DEFAULT_MODELS
 from console.server.errors import repository_not_found
 from console.server.ports import port_taken
-
-from .files import private_folder, remove, sweep
+from console.web.files import private_folder, remove, sweep
 
 if TYPE_CHECKING:
-    from .app import Served
-    from .login import Login
+    from console.web.app import Served
+    from console.web.login import Login
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -64,16 +64,7 @@ def terminal_echo() -> Callable[[Snapshot], None]:
 @click.option("--share", is_flag=True, help="Also open a public gradio.live link (off unless given).")
 @click.option("--url", default=None,
               help=URL_HELP + " to use; no server is started.")
-@click.option("--api", type=click.Choice(APIS), default="auto", show_default=True,
-              help=api_help("--url"))
-@click.option("--grpc-url", default=None, help="Its gRPC host:port for streaming (default: the HTTP port + 1).")
-@click.option("--metrics-url", default=None,
-              help="Its metrics page (host:port or a URL) for the Server tab's metrics, when it is not its own "
-                   "(Triton reached by URL: the HTTP port + 2; an OpenAI-compatible server: /metrics beside /v1).")
-@click.option("--prometheus", default=None,
-              help="A Prometheus that scrapes a fleet of servers (host:port or a URL): the metrics show every "
-                   "server's figures from it, per model in total and per instance, and the servers it cannot "
-                   "scrape.")
+@server_options("--api", "--grpc-url", "--metrics-url", "--prometheus")
 @click.option("--model-repository", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Repository to serve (default: the embedded SmolLM2 samples, stream and batch models).")
 @click.option("--model", "models", multiple=True,
@@ -90,7 +81,7 @@ def web(host: str, port: int | None, no_auth: bool, share: bool, url: str | None
     send the token as `Authorization: Bearer <token>`. The page's files (exported transcripts) stay in a
     private folder, removed when the console exits.
     """
-    from .login import Login
+    from console.web.login import Login
 
     try:
         login = Login.new(host, auth=not no_auth)
@@ -130,9 +121,8 @@ def _serve(controller: ServerController, login: Login, folder: Path, host: str, 
     """Begin (connect or start a server), launch the page and say where to open it."""
     from console.clients import ClientError
     from console.server import ServerError
-
-    from .app import launch
-    from .handlers import WebConsole
+    from console.web.app import launch
+    from console.web.handlers import WebConsole
 
     try:
         said = begin(controller, url, grpc_url, repository, models, start, api)

@@ -12,12 +12,12 @@ from console.clients import ClientError
 from console.core.controller import ServerController
 from console.core.supervisor import Supervisor
 from console.front.command import Beside, front_options
+from console.infra.signals import Terminated, signals_raise
+from console.infra.terminal import CONTEXT_SETTINGS, fail
 from console.server import logparse
 from console.server.embedded import DEFAULT_MODELS, START_TIMEOUT
 from console.server.errors import repository_not_found
 from console.server.ports import beyond_loopback
-from console.signals import Terminated, signals_raise
-from console.terminal import CONTEXT_SETTINGS, fail
 
 SERVE_RISK = (", without a login: whoever reaches its ports can send inference requests and read its metrics "
               "(its repository API stays this console's)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from console.clients import ClientError, ModelInfo, interface_of
+from console.clients import ClientError, ModelInfo, Unreachable, interface_of
 from console.core.adapters import Adapter, adapter_for
 
 
@@ -44,7 +44,7 @@ def served_models(url: str, api: str = "auto") -> tuple[str, list[ServedModel]]:
     try:
         states = server.model_states()
     except OSError as exc:
-        raise ClientError(f"{server.name} at {server.title()} does not answer: {exc}") from None
+        raise Unreachable(f"{server.name} at {server.title()} does not answer: {exc}") from None
     rows = [describe(server, name, state or "not loaded", reason) for name, (state, reason) in sorted(states.items())]
     return line, rows
 

@@ -9,9 +9,7 @@ from pathlib import Path
 import click
 import yaml
 
-from console.terminal import CONTEXT_SETTINGS, fail
-
-from .manifests import (
+from console.fleet.manifests import (
     API_KEY,
     FRONT_IMAGE,
     IMAGE,
@@ -22,6 +20,7 @@ from .manifests import (
     pod_sizing,
     secret_name,
 )
+from console.infra.terminal import CONTEXT_SETTINGS, fail
 
 
 @click.group("deploy", context_settings=CONTEXT_SETTINGS)

@@ -18,10 +18,9 @@ import click
 from backend_model.models import ModelSourceError
 from backend_model.sessions.protocol import SessionError
 from console.clients import ClientError
-
-from . import golden, report
-from .paths import SPEC_HELP, EvalPath, opened
-from .run import CORPUS, PROMPTS, Evaluation, evaluate, read_prompts
+from console.eval import golden, report
+from console.eval.paths import SPEC_HELP, EvalPath, opened
+from console.eval.run import CORPUS, PROMPTS, Evaluation, evaluate, read_prompts
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 ERRORS = (ClientError, SessionError, ModelSourceError, golden.GoldenError, ValueError, OSError)

@@ -18,12 +18,11 @@ from typing import IO, Any
 import click
 
 from backend_model.contract.parameters import precision_label
-
-from . import command
-from .command import DEFAULT_OUT, INPUT_ERRORS
-from .inspection import ModelFolder, list_models
-from .samples import CAUSAL_CPU_SPEED, EMBEDDED_SAMPLES, SEED_SAMPLES, write_samples
-from .staging import leftovers
+from repo_gen import command
+from repo_gen.command import DEFAULT_OUT, INPUT_ERRORS
+from repo_gen.inspection import ModelFolder, list_models
+from repo_gen.samples import CAUSAL_CPU_SPEED, EMBEDDED_SAMPLES, SEED_SAMPLES, write_samples
+from repo_gen.staging import leftovers
 
 __all__ = ["format_table", "repo_group"]
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}

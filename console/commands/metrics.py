@@ -9,11 +9,11 @@ import time
 import click
 
 from console.clients import ClientError
-from console.core.adapters import APIS, URL_HELP, adapter_for, api_help
-
-from .figures import HEADER, rows
-from .qaic import card_line, query
-from .watch import Look, MetricsWatch
+from console.commands.options import server_options
+from console.core.adapters import URL_HELP, adapter_for
+from console.metrics.figures import HEADER, rows
+from console.metrics.qaic import card_line, query
+from console.metrics.watch import Look, MetricsWatch
 
 
 def render(look: Look, card: str | None) -> str:
@@ -66,18 +66,11 @@ def follow_fleet(prometheus: str, window: str, interval: float, watch: bool, jso
 @click.option("--url", default=None,
               help=URL_HELP + ". Its metrics are guessed at tritonserver's HTTP port + 2, or at /metrics "
                    "beside /v1.")
-@click.option("--api", type=click.Choice(APIS), default="auto", show_default=True, help=api_help("--url"))
-@click.option("--metrics-url", default=None,
-              help="The metrics page itself (host:port or a URL), when it is not where --url's server is guessed "
-                   "to have it.")
+@server_options("--api", "--metrics-url", "--prometheus")
 @click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
               help="Seconds between the two scrapes the rates are measured over (and between tables with --watch).")
 @click.option("--watch", is_flag=True, help="Print a fresh table every --interval until Ctrl-C.")
 @click.option("--json", "json_", is_flag=True, help="Print each table as one JSON object (figures per model).")
-@click.option("--prometheus", default=None,
-              help="A Prometheus that scrapes every server (host:port or a URL): the fleet's figures per model, in "
-                   "total and per instance (its instance or pod label), and the servers it cannot scrape, instead "
-                   "of one server's page.")
 @click.option("--window", default="1m", show_default=True,
               help="With --prometheus: the range the rates and means are taken over (a PromQL duration).")
 def metrics_command(url: str | None, api: str, metrics_url: str | None, interval: float, watch: bool,

@@ -1,0 +1,1 @@
+"""The ``qaic-console`` commands (click) and the options they share (:mod:`.options`)."""

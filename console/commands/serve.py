@@ -128,7 +128,9 @@ def serve(model_repository: Path | None, models: tuple[str, ...], http_port: int
             if snap.phase == "failed":
                 fail(snap.message)
             _print_ready(controller)
-            beside.start(controller.server.grpc_url, click.echo, controller.server.handle.metrics_url)
+            server = controller.server
+            assert server is not None  # it started: the snapshot says so
+            beside.start(server.grpc_url, click.echo, server.handle.metrics_url)
             click.echo("press Ctrl-C to stop")  # last: what comes after it is the log
             fail(supervisor.run())
     except ClientError as exc:  # the OpenAI-compatible API cannot listen

@@ -33,7 +33,7 @@ from .keeper import ModelKeeper
 NOT_CONNECTED = "not connected: start a server or connect to a running one by URL"
 BUSY = ("starting", "stopping")
 
-Listener = Callable[["Snapshot"], None]
+Listener = Callable[["Snapshot"], object]  # what it returns is ignored
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Snapshot:
 class ServerController:
     """The server a console talks to: one started here, or one reached by URL."""
 
-    def __init__(self, on_change: Listener | None = None, on_log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_change: Listener | None = None, on_log: Callable[[str], object] | None = None) -> None:
         self._lock = threading.RLock()
         self._on_change = on_change
         self._on_log = on_log

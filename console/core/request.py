@@ -17,7 +17,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,7 +237,7 @@ class Exchange:
         return thread
 
     def frames(self, server: Adapter, settings: Settings, earlier: Sequence[Turn], info: ModelInfo | None,
-               every: float) -> Iterator[bool]:
+               every: float) -> Generator[bool, None, None]:
         """:meth:`start`, folding the steps in the caller's thread: one item at least every ``every`` s while it
         runs (False), then True once it is over. Closing the iterator before the end cancels the exchange."""
         steps: queue.Queue[Step] = queue.Queue()

@@ -102,7 +102,7 @@ class Warmup:
     key, LOADING, READY or why it could not be loaded; ``on_change(key)`` is called (from the loading thread) when
     one is loaded or fails."""
 
-    def __init__(self, on_change: Callable[[Key], None] | None = None) -> None:
+    def __init__(self, on_change: Callable[[Key], object] | None = None) -> None:
         self._lock = threading.Lock()
         self._state: dict[Key, str] = {}
         self._on_change = on_change

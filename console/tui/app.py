@@ -163,7 +163,7 @@ class QaicConsoleApp(App[None]):
         pane = self.active_chat
         if pane is None:
             return
-        if pane.controls.has_focus_within():
+        if pane.controls.has_focus_within:
             pane.focus_prompt()
             return
         pane.controls.display = True

@@ -145,6 +145,13 @@ def _speed_tab() -> dict[str, Any]:
 # --------------------------------------------------------------------------- wiring
 
 
+def _tab(request: gr.Request) -> str:
+    """The browser tab an event comes from: Gradio's session hash, which every event of a page carries."""
+    if request.session_hash is None:
+        raise gr.Error("this event came without its page's session: reload the page")
+    return request.session_hash
+
+
 def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
                speed_outputs: list[Any]) -> Callable[[gr.Request], None]:
     """The chat's events; returns the tab's stop handler."""
@@ -155,16 +162,16 @@ def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
         return {name: values[comp] for name, comp in fields.items()}
 
     def send(values: dict, request: gr.Request) -> Iterator[tuple]:
-        yield from console.send(request.session_hash, values[c["box"]], values[turns], form(values))
+        yield from console.send(_tab(request), values[c["box"]], values[turns], form(values))
 
     def retry(values: dict, request: gr.Request) -> Iterator[tuple]:
-        yield from console.retry(request.session_hash, values[turns], form(values))
+        yield from console.retry(_tab(request), values[turns], form(values))
 
     def stop(request: gr.Request) -> None:
-        console.stop(request.session_hash)
+        console.stop(_tab(request))
 
     def clear(request: gr.Request) -> tuple:
-        console.stop(request.session_hash)
+        console.stop(_tab(request))
         return [], [], ""
 
     inputs = {c["box"], turns, *fields.values()}

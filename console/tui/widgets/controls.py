@@ -104,10 +104,6 @@ class Controls(VerticalScroll, can_focus=False):
         if event.input.has_focus:
             self._explain(event.input)
 
-    def has_focus_within(self) -> bool:
-        """Whether one of these controls has the focus."""
-        focused = self.app.focused
-        return focused is not None and self in focused.ancestors
 
     # ---- the model
 

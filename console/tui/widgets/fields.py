@@ -34,10 +34,10 @@ class Field(Input):
     def _on_blur(self, event: events.Blur) -> None:
         self._fresh = False
 
-    def _on_key(self, event: events.Key) -> None:
+    async def _on_key(self, event: events.Key) -> None:
         self._fresh = False
 
-    def _on_mouse_down(self, event: events.MouseDown) -> None:
+    async def _on_mouse_down(self, event: events.MouseDown) -> None:
         if self._fresh:  # Input's handler will put the cursor where the click was: select after it
             self._fresh = False
             self.call_next(self.select_all)

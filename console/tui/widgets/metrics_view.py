@@ -56,7 +56,7 @@ class MetricsView(Vertical):
         self._snapshot = snapshot
         self._initial = metrics_url
         self.fleet = bool(prometheus)
-        self.watch = watcher(prometheus, GIVE)
+        self.watching = watcher(prometheus, GIVE)  # not self.watch: a widget's watch() is textual's
         self.look: Look | None = None  # the last one shown
         self.model = ""  # the model plotted (the table's cursor row)
         self._reading = False
@@ -88,7 +88,7 @@ class MetricsView(Vertical):
     @work(thread=True, group="metrics", exclusive=True)
     def _read(self, snap: Snapshot, override: str) -> None:
         try:
-            self.post_message(Read(self.watch.look(snap.server, override)))
+            self.post_message(Read(self.watching.look(snap.server, override)))
         finally:
             self._reading = False
 

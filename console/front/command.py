@@ -17,7 +17,7 @@ from console.clients import ClientError
 from .toolcalls import PARSERS
 
 if TYPE_CHECKING:  # the app imports FastAPI: a command imports it when it serves
-    from .app import Front
+    from .state import Front
 
 KEY_ENV = "QAIC_CONSOLE_API_KEY"
 DRAIN = 5  # s open requests get to finish once the front stops (new connections are refused at once)
@@ -118,11 +118,12 @@ class FrontServer:
 def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
                  tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None,
                  drain: int = DRAIN) -> FrontServer:
-    from .app import Front
+    from .state import Front
     from .tokenizers import Tokenizers
+    from .upstream import TritonUpstream
 
-    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers), metrics_url, tool_parser), host, port,
-                       drain)
+    front = Front(TritonUpstream(triton_grpc, metrics_url), api_key, Tokenizers(tokenizers), tool_parser)
+    return FrontServer(front, host, port, drain)
 
 
 class Beside:

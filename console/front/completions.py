@@ -24,10 +24,9 @@ from fastapi.responses import Response
 from console.clients import ClientError, GenerationParams, ModelInfo, interface_of
 
 from .errors import APIError, bad_request
-from .mapping import Job
+from .mapping import Job, token_ids
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .scoring import score
-from .tokenize_routes import token_ids
 from .upstream import Generation
 from .wire import EventStream, unless_gone
 

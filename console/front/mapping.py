@@ -91,6 +91,16 @@ def _ids(value: Any) -> bool:
         isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
 
 
+def token_ids(value: Any, vocab: int, name: str) -> list[int]:
+    """A list of token ids of a ``vocab``-token vocabulary; APIError 400 naming ``name``."""
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise bad_request(f"{name} must be a list of token ids (integers)", name)
+    bad = next((t for t in value if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise bad_request(f"{name} has token id {bad}, outside the vocabulary (0 to {vocab - 1})", name)
+    return value
+
+
 def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
     """``prompt``: a string, a list of strings, a list of token ids or a list of lists of token ids."""
     prompt = body.get("prompt")
@@ -202,7 +212,7 @@ def parse(body: Any, chat: bool) -> Job:
             raise bad_request(f"{name} is not supported here (only {NO_OP[name]!r}): the served models have no "
                               "such control", name)
     model = _typed(body, "model", str, "a model name (GET /v1/models lists them)")
-    job = Job(model or "", chat)  # none: the one model served (Upstream.named)
+    job = Job(model or "", chat)  # none: the one model served (answer.named)
     job.stream = bool(_typed(body, "stream", bool, "true or false"))
     options = _typed(body, "stream_options", dict, "an object")
     if options is not None and not job.stream:

@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from . import mapping
-from .app import Answer
+from .answer import Answer
 from .errors import APIError, bad_request
 from .replies import sse
 

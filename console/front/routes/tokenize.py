@@ -5,7 +5,8 @@ tokenizer reads: the special tokens and the chat template).
 A model's tokenizer is the front's (:mod:`console.front.tokenizers`). ``model`` may be left out, as lm-eval leaves it
 out, when the served models share one tokenizer. A text to tokenize is held to the limit the prompt routes meet at the
 bundled backend (:func:`backend_model.engine.detok.max_prompt_bytes`: the bytes over which a text surely has more
-tokens than the model's context holds), so an oversized one is refused at once, naming the limit.
+tokens than the model's context holds), so an oversized one is refused at once, naming the limit. Where the context
+length is not known (no metrics page), only the body's limit holds, as on the prompt routes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from ..state import Front
 from ..wire import read_body
 
 SPECIAL = ("bos_token", "eos_token", "pad_token", "unk_token")
-UNBOUNDED = 10 ** 9  # a tokenizer's model_max_length at or over this says it has none (transformers' default is huge)
 
 
 async def model_and_tokenizer(front: Front, model: str | None, param: str = "model") -> tuple[ModelInfo, Any]:
@@ -57,14 +57,9 @@ def tokenizer_info(tokenizer: Any) -> dict[str, Any]:
     return info
 
 
-def context_of(tokenizer: Any, known: int | None) -> int | None:
-    """The model's context length: ``known`` (the server's), else its tokenizer's ``model_max_length``."""
-    own = getattr(tokenizer, "model_max_length", None)
-    return known or (own if isinstance(own, int) and 0 < own < UNBOUNDED else None)
-
-
 def held(text: str, tokenizer: Any, context: int | None, param: str) -> None:
-    """APIError 400 naming ``param`` when ``text`` is longer than the ``context`` tokens of the model can hold."""
+    """APIError 400 naming ``param`` when ``text`` is longer than the model's ``context`` tokens can hold (None: not
+    known, as the prompt routes then leave it to the model too)."""
     limit = max_prompt_bytes(tokenizer, None, context) if context else None
     size = len(text.encode())
     if limit is not None and size > limit:
@@ -75,7 +70,6 @@ def held(text: str, tokenizer: Any, context: int | None, param: str) -> None:
 async def tokenized(front: Front, request: TokenizeRequest) -> TokenizeResponse:
     info, tokenizer = await model_and_tokenizer(front, request.model)
     known = await front.upstream.context_length(info.name)
-    context = context_of(tokenizer, known)
     if request.messages is not None:
         if request.prompt is not None:
             raise bad_request("give prompt or messages, not both", "messages")
@@ -90,7 +84,7 @@ async def tokenized(front: Front, request: TokenizeRequest) -> TokenizeResponse:
         text, param, special = request.prompt, "prompt", request.add_special_tokens is not False
     else:
         raise bad_request("prompt must be a string (or give messages)", "prompt")
-    held(text, tokenizer, context, param)
+    held(text, tokenizer, known, param)
     tokens = (await asyncio.to_thread(tokenizer, text, add_special_tokens=special))["input_ids"]
     return TokenizeResponse(count=len(tokens), max_model_len=known, tokens=tokens,
                             token_strs=tokenizer.convert_ids_to_tokens(tokens) if request.return_token_strs else None)

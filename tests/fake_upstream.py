@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 import httpx
 from fake_server import bundled_info
 
-from console.clients import GenerationParams, ModelInfo, NotServed
+from console.clients import GenerationParams, ModelInfo, NotServed, Tensor
 from console.front.app import create_app
 from console.front.errors import APIError, ModelError, from_client_error
 from console.front.state import Front
@@ -29,6 +30,7 @@ from console.front.tokenizers import Tokenizers
 from console.front.upstream import Generation
 
 Outputs = dict[str, Any]
+WIRED = (Tensor("logprobs", "INT64", (1,), True), Tensor("structured_outputs", "BYTES", (1,), True))
 Step = Outputs | Exception | asyncio.Event  # an Event: wait for it (a hang until it is set)
 
 
@@ -43,6 +45,14 @@ def answer(*pieces: str, finish: str = "length", n: int = 1, input_tokens: int |
     last.update(finish_reason=[finish] * n, input_tokens=[input_tokens] * n if input_tokens is not None else None,
                 output_tokens=[len(pieces)] * n)
     return steps if steps else [last]
+
+
+def full_info(name: str) -> ModelInfo:
+    """The bundled backend's model as it is served: also its ``logprobs`` and ``structured_outputs`` inputs and its
+    ``logprobs`` output."""
+    info = bundled_info(name)
+    return dataclasses.replace(info, inputs=(*info.inputs, *WIRED),
+                               outputs=(*info.outputs, Tensor("logprobs", "BYTES", (-1,))))
 
 
 @dataclass

@@ -3,12 +3,8 @@ errors by whose fault they are, and the refusals naming their field. (Served: e2
 
 from __future__ import annotations
 
-import dataclasses
-
 from fake_server import bundled_info, plain_info
-from fake_upstream import FakeUpstream, answer, error, events, failure, post
-
-from console.clients import Tensor
+from fake_upstream import FakeUpstream, answer, error, events, failure, full_info, post
 
 ASK = {"model": "smollm2", "prompt": "Once"}
 
@@ -73,9 +69,7 @@ def test_echo_without_tokens_to_make_sends_nothing_upstream() -> None:
 
 
 def test_logprobs_come_with_the_text_they_score() -> None:
-    info = bundled_info("smollm2")
-    upstream = FakeUpstream(dataclasses.replace(info, inputs=(*info.inputs, Tensor("logprobs", "INT64", (1,), True)),
-                                                outputs=(*info.outputs, Tensor("logprobs", "BYTES", (-1,)))))
+    upstream = FakeUpstream(full_info("smollm2"))
     entries = [[{"id": 1, "token": "Hi", "logprob": -0.5, "top": [{"id": 1, "token": "Hi", "logprob": -0.5}]}]]
     upstream.enqueue(answer("Hi", logprobs=entries))
     logprobs = post(upstream, "/v1/completions", {**ASK, "logprobs": 1}).json()["choices"][0]["logprobs"]
@@ -121,7 +115,7 @@ def test_the_backends_own_failure_is_a_500_by_its_code() -> None:
 
 
 def test_a_models_refusal_of_a_control_names_the_field_that_gave_it() -> None:
-    upstream = FakeUpstream()
+    upstream = FakeUpstream(full_info("smollm2"))
     upstream.enqueue(failure("structured_outputs cannot be compiled: bad regex"))
     assert error(post(upstream, "/v1/completions", {**ASK, "guided_regex": "("})) == (400, "guided_regex", None)
 

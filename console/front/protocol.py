@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 M = TypeVar("M", bound="Request")
 MODEL_NAME = "a model name (GET /v1/models lists them)"
 SWITCH = "true or false"
+MAX_LOGPROBS = 20
+TOP = f"an integer from 0 to {MAX_LOGPROBS}"
 
 
 class Upstream(Protocol):
@@ -78,6 +80,95 @@ def validated(kind: type[M], body: Any) -> M:
     except ValidationError as exc:
         name = str(exc.errors()[0]["loc"][0])
         raise bad_request(f"{name} must be {kind.model_fields[name].description}", name) from None
+
+
+class Sampling(Request):
+    """The fields ``/v1/completions`` and ``/v1/chat/completions`` share. Those typed ``Any`` are checked by others:
+    a control by its row of the controls schema (``backend_model.controls``), a field with a no-op value against it
+    (:data:`~.mapping.NO_OP`); a few are accepted and ignored."""
+
+    model: str | None = Field(None, description=MODEL_NAME)
+    stream: bool | None = Field(None, description=SWITCH)
+    stream_options: dict[str, Any] | None = Field(None, description="an object")
+    n: int | None = Field(None, description="an integer from 1")
+    ignore_eos: bool | None = Field(None, description=SWITCH)
+    response_format: dict[str, Any] | None = Field(None, description="an object with a type")
+    guided_json: dict[str, Any] | str | None = Field(None, description="a JSON schema")
+    guided_regex: str | None = Field(None, description="a regular expression")
+    guided_choice: list[Any] | None = Field(None, description="a list of strings")
+    structured_outputs: dict[str, Any] | None = Field(None, description="an object")
+    max_tokens: Any = None  # the controls
+    max_completion_tokens: Any = None
+    temperature: Any = None
+    top_p: Any = None
+    top_k: Any = None
+    seed: Any = None
+    stop: Any = None
+    repetition_penalty: Any = None
+    min_tokens: Any = None
+    presence_penalty: Any = None  # no-op values only
+    frequency_penalty: Any = None
+    logit_bias: Any = None
+    suffix: Any = None
+    functions: Any = None
+    user: Any = None  # ignored
+    metadata: Any = None
+    store: Any = None
+    service_tier: Any = None
+    function_call: Any = None
+    prompt_cache_key: Any = None
+    safety_identifier: Any = None
+
+
+class CompletionRequest(Sampling):
+    """``POST /v1/completions``; ``prompt`` is one or more texts or token-id lists (:func:`~.mapping.parse`)."""
+
+    prompt: Any = None
+    echo: bool | None = Field(None, description=SWITCH)
+    best_of: int | None = Field(None, description="an integer equal to n")
+    logprobs: int | None = Field(None, description=TOP)
+
+
+class ChatCompletionRequest(Sampling):
+    """``POST /v1/chat/completions``; ``messages`` and the tool fields are checked by :mod:`.mapping` and
+    :mod:`.tools`."""
+
+    messages: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+    logprobs: bool | None = Field(None, description=SWITCH)
+    top_logprobs: int | None = Field(None, description=TOP)
+
+
+class ResponsesRequest(Request):
+    """``POST /v1/responses``, read as the chat it asks for (:func:`~.responses.chat_body`, which checks the rest);
+    the fields that need stored responses are named only to be refused."""
+
+    model: Any = None
+    input: Any = None
+    instructions: str | None = Field(None, description="a string")
+    max_output_tokens: Any = None
+    temperature: Any = None
+    top_p: Any = None
+    tools: list[Any] | None = Field(None, description="a list of functions")
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+    stream: Any = None
+    text: Any = None
+    include: Any = None
+    store: Any = None  # ignored, as the rest
+    metadata: Any = None
+    user: Any = None
+    truncation: Any = None
+    reasoning: Any = None
+    service_tier: Any = None
+    prompt_cache_key: Any = None
+    safety_identifier: Any = None
+    previous_response_id: Any = None  # stored responses: refused
+    conversation: Any = None
+    prompt: Any = None
+    background: Any = None
 
 
 class TokenizeRequest(Request):

@@ -11,10 +11,10 @@ through :func:`~.wire.unless_gone`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from console.clients import ModelInfo, interface_of, new_request_id
@@ -27,7 +27,7 @@ from .replies import DONE, Shape, finish_reason, sse, usage
 from .state import Front
 from .toolcalls import Call, Parser, Reader
 from .upstream import Generation
-from .wire import EventStream, Gone, unless_gone
+from .wire import EventStream, Gone, read_body, unless_gone
 
 
 class Answer:
@@ -139,3 +139,14 @@ async def answer(front: Front, request: Request, job: mapping.Job, kind: type[An
         return Response(status_code=499)
     except APIError as exc:
         raise mapping.blame(job, exc) from None
+
+
+def answering(front: Front, path: str, job: Callable[[Any], mapping.Job], kind: type[Answer] = Answer) -> APIRouter:
+    """The route ``POST path``: its body read as a job by ``job``, answered by :func:`answer`."""
+    routes = APIRouter()
+
+    @routes.post(path)
+    async def post(request: Request) -> Response:
+        return await answer(front, request, job(await read_body(request)), kind)
+
+    return routes

@@ -24,15 +24,10 @@ from console.clients import params as offered
 
 from . import tools as tool_fields
 from .errors import APIError, bad_request
-from .protocol import MAX_LOGPROBS, ChatCompletionRequest, CompletionRequest, validated
+from .protocol import CONTROL_FIELDS, MAX_LOGPROBS, NO_OP, ChatCompletionRequest, CompletionRequest, validated
 
 Body = CompletionRequest | ChatCompletionRequest
 
-CONTROL_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
-                  "seed": "seed", "stop": "stop", "repetition_penalty": "repetition_penalty",
-                  "min_tokens": "min_tokens"}  # field -> control (top_k and after: vLLM's extensions)
-NO_OP = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "suffix": "",
-         "functions": []}  # fields accepted at this value only
 # vLLM's fields -> the control's key ("": the whole of it); their types are the protocol's
 GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "structured_outputs": ""}
 FORMATS = ("text", "json_object", "json_schema")
@@ -187,7 +182,7 @@ def parse(body: Any, chat: bool) -> Job:
     one, naming the field."""
     request: Body = validated(ChatCompletionRequest, body) if chat else validated(CompletionRequest, body)
     for name, no_op in NO_OP.items():
-        value = getattr(request, name)
+        value = request.taken(name)
         if value is not None and value != no_op:
             raise bad_request(f"{name} is not supported here (only {no_op!r}): the served models have no such "
                               "control", name)
@@ -203,7 +198,7 @@ def parse(body: Any, chat: bool) -> Job:
         job.messages = _messages(body)
         job.tools = tool_fields.parse(body)
     else:
-        job.prompts = _prompts(request.prompt)
+        job.prompts = _prompts(request.taken("prompt"))
         job.echo = bool(request.echo)
     _n(request, job)
     _logprobs(request, job)
@@ -219,8 +214,8 @@ def parse(body: Any, chat: bool) -> Job:
     if spec is not None:
         _control(job, job.structured, spec, "structured_outputs")
     for name, control in {**CONTROL_FIELDS, "max_completion_tokens": "max_tokens"}.items():
-        if getattr(request, name) is not None:
-            _control(job, name, getattr(request, name), control)
+        if request.taken(name) is not None:
+            _control(job, name, request.taken(name), control)
     if request.ignore_eos:  # fixed lengths, as the consoles ask for them
         if "max_tokens" not in job.controls:
             raise bad_request("ignore_eos needs max_tokens (it generates exactly that many)", "ignore_eos")

@@ -1,7 +1,8 @@
 """The front's protocol: what the routes call (:class:`Upstream`, the served models behind the front) and the shapes
 of the requests and answers they read and write (pydantic models, as vLLM's ``protocol.py`` has them).
 
-A request model forbids fields it does not name and takes each field's JSON type as it is (strict: no ``"1"`` for 1);
+A request model refuses fields it does not name and takes each typed field's JSON type as it is (strict: no ``"1"``
+for 1);
 :func:`validated` turns a refusal into the OpenAI error the front gives everywhere: 400, ``param`` the field, the
 message ``"<field> must be <what>"`` with each field's ``description`` as the what.
 """
@@ -9,7 +10,7 @@ message ``"<field> must be <what>"`` with each field's ``description`` as the wh
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,6 +27,13 @@ MODEL_NAME = "a model name (GET /v1/models lists them)"
 SWITCH = "true or false"
 MAX_LOGPROBS = 20
 TOP = f"an integer from 0 to {MAX_LOGPROBS}"
+CONTROL_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+                  "seed": "seed", "stop": "stop", "repetition_penalty": "repetition_penalty",
+                  "min_tokens": "min_tokens"}  # field -> control (top_k and after: vLLM's extensions)
+NO_OP = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "suffix": "",
+         "functions": []}  # fields accepted at this value only
+IGNORED = ("user", "metadata", "store", "service_tier", "function_call", "prompt_cache_key", "safety_identifier")
+STORED = ("previous_response_id", "conversation", "prompt", "background")  # Responses fields for stored responses
 
 
 class Upstream(Protocol):
@@ -63,9 +71,15 @@ class Upstream(Protocol):
 
 
 class Request(BaseModel):
-    """A request body: unknown fields refused, each field's JSON type taken as it is."""
+    """A request body: each typed field's JSON type taken as it is; the fields named in :attr:`TAKEN` are taken
+    whatever they hold (others check them: :meth:`taken`); any other field is refused."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True)
+    TAKEN: ClassVar[tuple[str, ...]] = ()
+
+    def taken(self, name: str) -> Any:
+        """The value of a field of :attr:`TAKEN` (None: not given)."""
+        return (self.model_extra or {}).get(name)
 
 
 def validated(kind: type[M], body: Any) -> M:
@@ -73,7 +87,7 @@ def validated(kind: type[M], body: Any) -> M:
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     for name in body:
-        if name not in kind.model_fields:
+        if name not in kind.model_fields and name not in kind.TAKEN:
             raise bad_request(f"unrecognized request argument supplied: {name[:60]}", name[:60])
     try:
         return kind.model_validate(body)
@@ -83,10 +97,10 @@ def validated(kind: type[M], body: Any) -> M:
 
 
 class Sampling(Request):
-    """The fields ``/v1/completions`` and ``/v1/chat/completions`` share. Those typed ``Any`` are checked by others:
-    a control by its row of the controls schema (``backend_model.controls``), a field with a no-op value against it
-    (:data:`~.mapping.NO_OP`); a few are accepted and ignored."""
+    """The fields ``/v1/completions`` and ``/v1/chat/completions`` share. The controls are checked by their rows of the
+    controls schema (``backend_model.controls``), the no-op fields against their value (:mod:`.mapping`)."""
 
+    TAKEN = (*CONTROL_FIELDS, "max_completion_tokens", *NO_OP, *IGNORED)
     model: str | None = Field(None, description=MODEL_NAME)
     stream: bool | None = Field(None, description=SWITCH)
     stream_options: dict[str, Any] | None = Field(None, description="an object")
@@ -97,33 +111,12 @@ class Sampling(Request):
     guided_regex: str | None = Field(None, description="a regular expression")
     guided_choice: list[Any] | None = Field(None, description="a list of strings")
     structured_outputs: dict[str, Any] | None = Field(None, description="an object")
-    max_tokens: Any = None  # the controls
-    max_completion_tokens: Any = None
-    temperature: Any = None
-    top_p: Any = None
-    top_k: Any = None
-    seed: Any = None
-    stop: Any = None
-    repetition_penalty: Any = None
-    min_tokens: Any = None
-    presence_penalty: Any = None  # no-op values only
-    frequency_penalty: Any = None
-    logit_bias: Any = None
-    suffix: Any = None
-    functions: Any = None
-    user: Any = None  # ignored
-    metadata: Any = None
-    store: Any = None
-    service_tier: Any = None
-    function_call: Any = None
-    prompt_cache_key: Any = None
-    safety_identifier: Any = None
 
 
 class CompletionRequest(Sampling):
     """``POST /v1/completions``; ``prompt`` is one or more texts or token-id lists (:func:`~.mapping.parse`)."""
 
-    prompt: Any = None
+    TAKEN = (*Sampling.TAKEN, "prompt")
     echo: bool | None = Field(None, description=SWITCH)
     best_of: int | None = Field(None, description="an integer equal to n")
     logprobs: int | None = Field(None, description=TOP)
@@ -133,42 +126,19 @@ class ChatCompletionRequest(Sampling):
     """``POST /v1/chat/completions``; ``messages`` and the tool fields are checked by :mod:`.mapping` and
     :mod:`.tools`."""
 
-    messages: Any = None
-    tools: Any = None
-    tool_choice: Any = None
-    parallel_tool_calls: Any = None
+    TAKEN = (*Sampling.TAKEN, "messages", "tools", "tool_choice", "parallel_tool_calls")
     logprobs: bool | None = Field(None, description=SWITCH)
     top_logprobs: int | None = Field(None, description=TOP)
 
 
 class ResponsesRequest(Request):
-    """``POST /v1/responses``, read as the chat it asks for (:func:`~.responses.chat_body`, which checks the rest);
-    the fields that need stored responses are named only to be refused."""
+    """``POST /v1/responses``, read as the chat it asks for (:func:`~.responses.chat_body` checks the fields it takes
+    as they are); those that need stored responses (:data:`STORED`) are named only to be refused."""
 
-    model: Any = None
-    input: Any = None
+    TAKEN = ("model", "input", "max_output_tokens", "temperature", "top_p", "tool_choice", "parallel_tool_calls",
+             "stream", "text", "include", "truncation", "reasoning", *IGNORED, *STORED)
     instructions: str | None = Field(None, description="a string")
-    max_output_tokens: Any = None
-    temperature: Any = None
-    top_p: Any = None
     tools: list[Any] | None = Field(None, description="a list of functions")
-    tool_choice: Any = None
-    parallel_tool_calls: Any = None
-    stream: Any = None
-    text: Any = None
-    include: Any = None
-    store: Any = None  # ignored, as the rest
-    metadata: Any = None
-    user: Any = None
-    truncation: Any = None
-    reasoning: Any = None
-    service_tier: Any = None
-    prompt_cache_key: Any = None
-    safety_identifier: Any = None
-    previous_response_id: Any = None  # stored responses: refused
-    conversation: Any = None
-    prompt: Any = None
-    background: Any = None
 
 
 class TokenizeRequest(Request):

@@ -19,11 +19,12 @@ from typing import Any
 from . import mapping
 from .answer import Answer
 from .errors import APIError, bad_request
-from .protocol import ResponsesRequest, validated
+from .protocol import STORED, ResponsesRequest, validated
 from .replies import sse
 
-STORED = ("previous_response_id", "conversation", "prompt", "background")
 CHAT_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text"}
+SAME = {"model": "model", "stream": "stream", "max_tokens": "max_output_tokens", "temperature": "temperature",
+        "top_p": "top_p", "parallel_tool_calls": "parallel_tool_calls"}  # chat field -> the Responses field as it is
 ROLES = ("user", "system", "developer", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -95,23 +96,21 @@ def chat_body(body: Any) -> dict[str, Any]:
     """The chat completion a Responses body asks for; APIError 400 naming the Responses field."""
     request = validated(ResponsesRequest, body)
     for name in STORED:
-        if getattr(request, name) not in (None, False):
+        if request.taken(name) not in (None, False):
             raise bad_request(f"{name} is not supported: this server stores no responses; send the whole "
                               "conversation as input", name)
-    if request.include:
+    if request.taken("include"):
         raise bad_request("include is not supported here (only [])", "include")
     tools = request.tools or []
-    choice = request.tool_choice
+    choice = request.taken("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "function":
         choice = {"type": "function", "function": {"name": choice.get("name")}}
-    messages = _messages(request.input)
+    messages = _messages(request.taken("input"))
     if request.instructions is not None:
         messages.insert(0, {"role": "system", "content": request.instructions})
-    chat = {"model": request.model, "messages": messages, "stream": request.stream,
-            "max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
+    chat = {"messages": messages, "tool_choice": choice, "response_format": _format(request.taken("text")),
             "tools": [_tool(t, f"tool {i + 1} of {len(tools)}") for i, t in enumerate(tools)] or None,
-            "tool_choice": choice, "parallel_tool_calls": request.parallel_tool_calls,
-            "response_format": _format(request.text)}
+            **{ours: request.taken(theirs) for ours, theirs in SAME.items()}}
     return {name: value for name, value in chat.items() if value is not None}
 
 

@@ -1,22 +1,16 @@
-"""``POST /v1/chat/completions``: the body checked (:mod:`console.front.mapping`), answered as an
-:class:`~console.front.answer.Answer`."""
+"""``POST /v1/chat/completions``: the conversation checked (:func:`console.front.mapping.parse`) and rendered by the
+model's chat template, answered as an :class:`~console.front.answer.Answer` (tool calls read out of its text)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from functools import partial
+
+from fastapi import APIRouter
 
 from .. import mapping
-from ..answer import answer
+from ..answer import answering
 from ..state import Front
-from ..wire import read_body
 
 
 def router(front: Front) -> APIRouter:
-    routes = APIRouter()
-
-    @routes.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await answer(front, request, mapping.parse(await read_body(request), chat=True))
-
-    return routes
+    return answering(front, "/v1/chat/completions", partial(mapping.parse, chat=True))

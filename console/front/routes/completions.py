@@ -1,22 +1,16 @@
-"""``POST /v1/completions``: the body checked (:mod:`console.front.mapping`), answered as a
-:class:`~console.front.completions.Completion`."""
+"""``POST /v1/completions``: the body checked (:func:`console.front.mapping.parse`), answered as a
+:class:`~console.front.completions.Completion` (one prompt or several, ``n`` answers each, ``echo`` scored)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from functools import partial
+
+from fastapi import APIRouter
 
 from .. import mapping
-from ..answer import answer
+from ..answer import answering
 from ..state import Front
-from ..wire import read_body
 
 
 def router(front: Front) -> APIRouter:
-    routes = APIRouter()
-
-    @routes.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        return await answer(front, request, mapping.parse(await read_body(request), chat=False))
-
-    return routes
+    return answering(front, "/v1/completions", partial(mapping.parse, chat=False))

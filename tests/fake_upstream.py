@@ -27,7 +27,6 @@ from console.front.app import create_app
 from console.front.errors import APIError, ModelError, from_client_error
 from console.front.state import Front
 from console.front.tokenizers import Tokenizers
-from console.front.upstream import Generation
 
 Outputs = dict[str, Any]
 WIRED = (Tensor("logprobs", "INT64", (1,), True), Tensor("structured_outputs", "BYTES", (1,), True))
@@ -108,10 +107,6 @@ class FakeUpstream:
 
     async def metrics_page(self) -> str | None:
         return self.page
-
-    def generate(self, info: ModelInfo, prompts: str | Sequence[str], params: GenerationParams,
-                 timeout: float | None) -> Generation:
-        return Generation(self, info, prompts, params, timeout)
 
     async def responses(self, info: ModelInfo, prompts: list[str], params: GenerationParams,
                         timeout: float | None) -> AsyncGenerator[Outputs, None]:

@@ -126,7 +126,7 @@ async def answer(front: Front, request: Request, job: mapping.Job, kind: type[An
     if job.chat:
         prompt = await front.tokenizers.chat_prompt(info, job.messages, job.tools)
         parser = await front.tokenizers.tool_parser(info, front.tool_parser) if job.tools is not None else None
-        generation = front.upstream.generate(info, prompt, params, info.default_timeout)
+        generation = Generation(front.upstream, info, prompt, params, info.default_timeout)
         result: Answer | Completion = kind(front, job, generation, parser)
     else:
         result = Completion(front, job, info, params)

@@ -114,7 +114,7 @@ class Completion:
                 raise bad_request(f"{exc} (answer {i + 1} of n {job.n} is sampled with seed + {i})", "seed") from None
             for group in groups:
                 k = len(self.generations)
-                generation = self.front.upstream.generate(self.info, [self.texts[p] for p in group], params.replace(
+                generation = Generation(self.front.upstream, self.info, [self.texts[p] for p in group], params.replace(
                     request_id=f"{rid}-{k}" if k else rid), self.info.default_timeout)
                 self.generations.append(generation)
                 for position, p in enumerate(group):

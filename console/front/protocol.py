@@ -9,8 +9,8 @@ message ``"<field> must be <what>"`` with each field's ``description`` as the wh
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from collections.abc import AsyncGenerator
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,9 +18,6 @@ from console.clients import GenerationParams, ModelInfo
 from console.clients.interfaces import Outputs
 
 from .errors import bad_request
-
-if TYPE_CHECKING:
-    from .upstream import Generation
 
 M = TypeVar("M", bound="Request")
 MODEL_NAME = "a model name (GET /v1/models lists them)"
@@ -61,13 +58,9 @@ class Upstream(Protocol):
     async def metrics_page(self) -> str | None:
         """The server's Prometheus page, None when there is none to read."""
 
-    def generate(self, info: ModelInfo, prompts: str | Sequence[str], params: GenerationParams,
-                 timeout: float | None) -> Generation:
-        """One request's :class:`~.upstream.Generation` (nothing is sent before it is iterated)."""
-
     def responses(self, info: ModelInfo, prompts: list[str], params: GenerationParams,
                   timeout: float | None) -> AsyncGenerator[Outputs, None]:
-        """Each response's outputs of one streamed request (what a Generation reads)."""
+        """Each response's outputs of one streamed request (what a :class:`~.upstream.Generation` reads)."""
 
 
 class Request(BaseModel):

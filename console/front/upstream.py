@@ -160,10 +160,6 @@ class TritonUpstream:
         info = self._infos[model] = info_from_config(model, config)
         return info
 
-    def generate(self, info: ModelInfo, prompts: str | Sequence[str], params: GenerationParams,
-                 timeout: float | None) -> Generation:
-        return Generation(self, info, prompts, params, timeout)
-
     async def responses(self, info: ModelInfo, prompts: list[str], params: GenerationParams,
                         timeout: float | None) -> AsyncGenerator[Outputs, None]:
         """Each response's outputs of one streamed request; ModelError for an error the model sent, APIError for any

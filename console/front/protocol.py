@@ -2,9 +2,8 @@
 of the requests and answers they read and write (pydantic models, as vLLM's ``protocol.py`` has them).
 
 A request model refuses fields it does not name and takes each typed field's JSON type as it is (strict: no ``"1"``
-for 1);
-:func:`validated` turns a refusal into the OpenAI error the front gives everywhere: 400, ``param`` the field, the
-message ``"<field> must be <what>"`` with each field's ``description`` as the what.
+for 1); :func:`validated` turns a refusal into the OpenAI error the front gives everywhere: 400, ``param`` the field,
+the message ``"<field> must be <what>"`` with each field's ``description`` as the what.
 """
 
 from __future__ import annotations

@@ -127,3 +127,14 @@ def test_an_error_after_text_ends_the_stream_with_an_error_event() -> None:
     chunks = events(response.text)
     assert response.status_code == 200 and chunks[0]["choices"][0]["text"] == "Hel"
     assert chunks[-2]["error"]["type"] == "server_error" and chunks[-1] == "[DONE]"
+
+
+def test_a_field_of_the_wrong_json_type_is_refused_saying_what_it_takes() -> None:
+    response = post(FakeUpstream(), "/v1/completions", {**ASK, "stream": "yes"})
+    assert error(response) == (400, "stream", None)
+    assert response.json()["error"]["message"] == "stream must be true or false"
+
+
+def test_a_number_is_not_taken_for_a_switch_nor_a_switch_for_a_number() -> None:
+    assert error(post(FakeUpstream(), "/v1/completions", {**ASK, "echo": 1}))[1] == "echo"
+    assert error(post(FakeUpstream(), "/v1/completions", {**ASK, "n": True}))[1] == "n"

@@ -44,3 +44,7 @@ def test_a_stored_response_is_refused_by_name() -> None:
 def test_a_refusal_names_the_responses_field_not_the_chats() -> None:
     response = post(FakeUpstream(), "/v1/responses", {**ASK, "max_output_tokens": -1})
     assert error(response) == (400, "max_output_tokens", None)
+
+
+def test_instructions_must_be_text() -> None:
+    assert error(post(FakeUpstream(), "/v1/responses", {**ASK, "instructions": ["x"]})) == (400, "instructions", None)

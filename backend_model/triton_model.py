@@ -18,7 +18,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .build import BackendSettings, build_engine
-from .contract.errors import BadRequest
+from .contract.errors import GENERATION_FAILED, READ_FAILED, BadRequest
 from .engine.logprobs import TokenLogprob, TokenTexts
 from .engine.loop import Engine
 from .engine.metrics import publish
@@ -109,7 +109,7 @@ class TritonResponder:
             return
         errors = [s.error for s in req.seqs if s.finish_reason == "error"]
         if errors:
-            response = pb_utils.InferenceResponse(error=_error(f"generation failed: {errors[0]}", invalid=False))
+            response = pb_utils.InferenceResponse(error=_error(f"{GENERATION_FAILED}: {errors[0]}", invalid=False))
         else:
             if not req.streaming:
                 texts = [(p if req.include_prompt else "") + s.text for p, s in zip(req.prompts, req.seqs)]
@@ -163,7 +163,7 @@ class TritonPythonModel:
                 continue
             except Exception as exc:  # a bug of ours: the client gets one line, the server log the traceback
                 _log("error", f"{self.name}: reading a request failed: {traceback.format_exc()}")
-                self._refuse(request, f"the model failed to read the request ({type(exc).__name__}); see the "
+                self._refuse(request, f"{READ_FAILED} to read the request ({type(exc).__name__}); see the "
                              "server log", invalid=False)
                 continue
         return None

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from console.clients import ClientError
+from console.clients import ClientError, UsageError
 from console.commands.options import server_options
 from console.server.keys import FRONT_KEY_ENV
 
 from .toolcalls import PARSERS
 
 if TYPE_CHECKING:  # the app imports FastAPI: a command imports it when it serves
-    from .app import Front
+    from .state import Front
 
 KEY_ENV = FRONT_KEY_ENV
 DRAIN = 5  # s open requests get to finish once the front stops (new connections are refused at once)
@@ -37,12 +37,12 @@ def loopback(host: str) -> bool:
 
 def api_key_for(host: str, api_key: str | None, no_api_key: bool) -> str | None:
     """The key clients must bring: the one given; none on loopback or with ``--no-api-key``; off loopback without
-    either, ClientError (the key is on by default there)."""
+    either, UsageError (the key is on by default there)."""
     if api_key and no_api_key:
-        raise ClientError("give --api-key or --no-api-key, not both")
+        raise UsageError("give --api-key or --no-api-key, not both")
     if api_key or no_api_key or loopback(host):
         return api_key or None
-    raise ClientError(f"the OpenAI-compatible API would listen on {host}, off loopback: give --api-key (or "
+    raise UsageError(f"the OpenAI-compatible API would listen on {host}, off loopback: give --api-key (or "
                       f"${KEY_ENV}), or --no-api-key to serve it to anyone who can reach it")
 
 
@@ -101,7 +101,7 @@ class FrontServer:
         thread = self.thread
         if not self._listening(lambda: not thread.is_alive(), timeout):
             self.stop()
-            raise ClientError(f"the OpenAI-compatible API cannot listen on {self.host}:{self.port}")
+            raise UsageError(f"the OpenAI-compatible API cannot listen on {self.host}:{self.port}")
 
     def _listening(self, ended: Callable[[], bool], timeout: float | None) -> bool:
         """Whether uvicorn listens, waited for until ``ended()`` or ``timeout`` seconds (None: no limit)."""
@@ -120,11 +120,12 @@ class FrontServer:
 def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
                  tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None,
                  drain: int = DRAIN) -> FrontServer:
-    from .app import Front
+    from .state import Front
     from .tokenizers import Tokenizers
+    from .upstream import TritonUpstream
 
-    return FrontServer(Front(triton_grpc, api_key, Tokenizers(tokenizers), metrics_url, tool_parser), host, port,
-                       drain)
+    front = Front(TritonUpstream(triton_grpc, metrics_url), api_key, Tokenizers(tokenizers), tool_parser)
+    return FrontServer(front, host, port, drain)
 
 
 class Beside:
@@ -138,7 +139,7 @@ class Beside:
         self.port, self.host, self.tokenizers, self.tool_parser = port, host, tokenizers, tool_parser
         self.key = api_key_for(host, api_key, no_api_key) if port is not None else None
         if port is not None and port_in_use(port):
-            raise ClientError(f"--openai-port {port} is in use: give a free port")
+            raise UsageError(f"--openai-port {port} is in use: give a free port")
         self.server: FrontServer | None = None
 
     def start(self, triton_grpc: str, say: Callable[[str], None], metrics_url: str | None = None) -> None:
@@ -177,9 +178,9 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
     try:
         key = api_key_for(host, api_key, no_api_key)
         if port_in_use(port):
-            raise ClientError(f"--port {port} is in use: give a free port")
+            raise UsageError(f"--port {port} is in use: give a free port")
         if not url and not grpc_url:
-            raise ClientError("give --url (the tritonserver's address)")
+            raise UsageError("give --url (the tritonserver's address)")
         triton = TritonAdapter.at(url or "", grpc_url)
         triton.metrics_url = metrics_endpoint(metrics_url) if metrics_url else None
         grpc, _ = triton.url("stream")

@@ -24,10 +24,9 @@ from fastapi.responses import Response
 from console.clients import ClientError, GenerationParams, ModelInfo, interface_of
 
 from .errors import APIError, bad_request
-from .mapping import Job
+from .mapping import Job, token_ids
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .scoring import score
-from .tokenize_routes import token_ids
 from .upstream import Generation
 from .wire import EventStream, unless_gone
 
@@ -115,7 +114,7 @@ class Completion:
                 raise bad_request(f"{exc} (answer {i + 1} of n {job.n} is sampled with seed + {i})", "seed") from None
             for group in groups:
                 k = len(self.generations)
-                generation = self.front.upstream.generate(self.info, [self.texts[p] for p in group], params.replace(
+                generation = Generation(self.front.upstream, self.info, [self.texts[p] for p in group], params.replace(
                     request_id=f"{rid}-{k}" if k else rid), self.info.default_timeout)
                 self.generations.append(generation)
                 for position, p in enumerate(group):

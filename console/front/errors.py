@@ -3,18 +3,19 @@
 Every refusal of the front is an :class:`APIError`; the app's handlers turn it, and the framework's own
 errors (an unknown route, a wrong method), into that shape. The console's errors get their status from one table
 (:data:`STATUSES`, by class). An error on a model's gRPC stream carries only a message, no status
-(:func:`upstream_error`): one the model reported before it answered anything is the client's (400), unless it is
-one of the bundled backend's own failures, which it words with a fixed start.
+(:class:`ModelError`, :func:`upstream_error`): one the model reported before it answered anything is the client's
+(400), unless the bundled backend's code says it is its own failure
+(:func:`backend_model.contract.errors.server_fault`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from backend_model.contract.errors import server_fault
 from console.clients import Cancelled, ClientError, NotServed, Refused, ServerFault, Timeout, Unreachable
 
 INVALID = "invalid_request_error"
-SERVER_FAULTS = ("generation failed", "the model failed")  # the bundled backend's words for its own failures
 # the console's errors by class (the first of an error's classes found): status, param, code
 STATUSES: dict[type[ClientError], tuple[int, str | None, str | None]] = {
     Unreachable: (503, None, None), Timeout: (504, None, None), NotServed: (404, "model", "model_not_found"),
@@ -48,7 +49,10 @@ def from_client_error(exc: ClientError, param: str | None = None) -> APIError:
     return APIError(status, str(exc), named or (param if status == 400 else None), code)
 
 
+class ModelError(Exception):
+    """An error a model sent on its stream: ``str()`` is its message."""
+
+
 def upstream_error(message: str, answered: bool) -> APIError:
     """An error the model reported on its stream; ``answered``: text had come before it."""
-    server_side = answered or message.startswith(SERVER_FAULTS)
-    return APIError(500 if server_side else 400, message)
+    return APIError(500 if answered or server_fault(message) else 400, message)

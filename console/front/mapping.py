@@ -24,25 +24,14 @@ from console.clients import params as offered
 
 from . import tools as tool_fields
 from .errors import APIError, bad_request
+from .protocol import CONTROL_FIELDS, MAX_LOGPROBS, NO_OP, ChatCompletionRequest, CompletionRequest, validated
 
-CONTROL_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
-                  "seed": "seed", "stop": "stop", "repetition_penalty": "repetition_penalty",
-                  "min_tokens": "min_tokens"}  # field -> control (top_k and after: vLLM's extensions)
-NO_OP = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": {}, "suffix": "",
-         "functions": []}  # fields accepted at this value only
-IGNORED = ("user", "metadata", "store", "service_tier", "function_call", "prompt_cache_key", "safety_identifier")
-SWITCHES = ("model", "stream", "stream_options", "logprobs", "ignore_eos", "max_completion_tokens")
-# vLLM's fields -> (the control's key, "": the whole of it; the types the field takes; what they are, for the error)
-GUIDED: dict[str, tuple[str, type | tuple[type, ...], str]] = {
-    "guided_json": ("json", (dict, str), "a JSON schema"), "guided_regex": ("regex", str, "a regular expression"),
-    "guided_choice": ("choice", list, "a list of strings"), "structured_outputs": ("", dict, "an object")}
-STRUCTURED = ("response_format", *GUIDED)
-COMPLETION_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, "prompt", "echo", "n", "best_of"}
-CHAT_FIELDS = {*SWITCHES, *CONTROL_FIELDS, *NO_OP, *IGNORED, *STRUCTURED, *tool_fields.FIELDS, "messages",
-               "top_logprobs", "n"}
+Body = CompletionRequest | ChatCompletionRequest
+
+# vLLM's fields -> the control's key ("": the whole of it); their types are the protocol's
+GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "structured_outputs": ""}
 FORMATS = ("text", "json_object", "json_schema")
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-MAX_LOGPROBS = 20
 COMPLETIONS_MAX_TOKENS = 16  # the API's default for /v1/completions (chat: the model's own)
 MAX_SEQUENCES = 256  # prompts x n in one request (the bundled backend's most prompts a request)
 
@@ -67,13 +56,6 @@ class Job:
     tools: tool_fields.Tools | None = None  # the tools offered (chat), None for none
 
 
-def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
-    value = body.get(name)
-    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-        raise bad_request(f"{name} must be {what}", name)
-    return value
-
-
 def _control(job: Job, name: str, value: Any, control: str) -> None:
     if control in job.fields and job.fields[control] != name:
         raise bad_request(f"give {job.fields[control]} or {name}, not both", name)
@@ -91,9 +73,18 @@ def _ids(value: Any) -> bool:
         isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
 
 
-def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
+def token_ids(value: Any, vocab: int, name: str) -> list[int]:
+    """A list of token ids of a ``vocab``-token vocabulary; APIError 400 naming ``name``."""
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise bad_request(f"{name} must be a list of token ids (integers)", name)
+    bad = next((t for t in value if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise bad_request(f"{name} has token id {bad}, outside the vocabulary (0 to {vocab - 1})", name)
+    return value
+
+
+def _prompts(prompt: Any) -> list[str | list[int]]:
     """``prompt``: a string, a list of strings, a list of token ids or a list of lists of token ids."""
-    prompt = body.get("prompt")
     prompts = [prompt] if isinstance(prompt, str) or _ids(prompt) else prompt
     what = "a non-empty string, a list of them, a list of token ids or a list of such lists"
     if not isinstance(prompts, list) or not prompts:
@@ -105,9 +96,8 @@ def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
     return prompts
 
 
-def _n(body: dict[str, Any], job: Job) -> None:
-    n = _typed(body, "n", int, "an integer from 1")
-    best = _typed(body, "best_of", int, "an integer equal to n")
+def _n(request: Body, job: Job) -> None:
+    n, best = request.n, getattr(request, "best_of", None)
     job.n = 1 if n is None else n
     if job.n < 1:
         raise bad_request(f"n must be an integer from 1, got {job.n}", "n")
@@ -151,26 +141,24 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _logprobs(body: dict[str, Any], job: Job) -> None:
-    if job.chat:
-        wanted = _typed(body, "logprobs", bool, "true or false")
-        top = _typed(body, "top_logprobs", int, f"an integer from 0 to {MAX_LOGPROBS}")
-        if top is not None and not wanted:
+def _logprobs(request: Body, job: Job) -> None:
+    if isinstance(request, ChatCompletionRequest):
+        top = request.top_logprobs
+        if top is not None and not request.logprobs:
             raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
-        job.logprobs = (top or 0) if wanted else None
+        job.logprobs = (top or 0) if request.logprobs else None
     else:
-        top = _typed(body, "logprobs", int, f"an integer from 0 to {MAX_LOGPROBS}")
-        job.logprobs = top
+        job.logprobs = request.logprobs
     if job.logprobs is not None and not 0 <= job.logprobs <= MAX_LOGPROBS:
         name = "top_logprobs" if job.chat else "logprobs"
         raise bad_request(f"{name} must be an integer from 0 to {MAX_LOGPROBS}, got {job.logprobs}", name)
 
 
-def _structured(body: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+def _structured(request: Body) -> tuple[str, dict[str, Any] | None]:
     """The structured-output field a body sets and its ``structured_outputs`` control (vLLM's names), or ("", None).
     The backend compiles it; only its shape is checked here."""
     asked: dict[str, dict[str, Any]] = {}
-    form = _typed(body, "response_format", dict, "an object with a type")
+    form = request.response_format
     if form is not None:
         kind = form.get("type")
         if kind not in FORMATS:
@@ -180,8 +168,8 @@ def _structured(body: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
             raise bad_request("response_format json_schema needs json_schema.schema (an object)", "response_format")
         if kind != "text":
             asked["response_format"] = {"json": schema} if schema is not None else {"json_object": True}
-    for name, (key, kind, what) in GUIDED.items():
-        value = _typed(body, name, kind, what)
+    for name, key in GUIDED.items():
+        value = getattr(request, name)
         if value:
             asked[name] = {key: value} if key else value
     if len(asked) > 1:
@@ -192,34 +180,32 @@ def _structured(body: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
 def parse(body: Any, chat: bool) -> Job:
     """The job of a ``/v1/chat/completions`` (``chat``) or ``/v1/completions`` body; APIError 400 when it is not
     one, naming the field."""
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object")
-    known = CHAT_FIELDS if chat else COMPLETION_FIELDS
-    for name, value in body.items():
-        if name not in known:
-            raise bad_request(f"unrecognized request argument supplied: {name[:60]}", name[:60])
-        if name in NO_OP and value is not None and value != NO_OP[name]:
-            raise bad_request(f"{name} is not supported here (only {NO_OP[name]!r}): the served models have no "
-                              "such control", name)
-    model = _typed(body, "model", str, "a model name (GET /v1/models lists them)")
-    job = Job(model or "", chat)  # none: the one model served (Upstream.named)
-    job.stream = bool(_typed(body, "stream", bool, "true or false"))
-    options = _typed(body, "stream_options", dict, "an object")
-    if options is not None and not job.stream:
+    request: Body = validated(ChatCompletionRequest, body) if chat else validated(CompletionRequest, body)
+    for name, no_op in NO_OP.items():
+        value = request.taken(name)
+        if value is not None and value != no_op:
+            raise bad_request(f"{name} is not supported here (only {no_op!r}): the served models have no such "
+                              "control", name)
+    job = Job(request.model or "", chat)  # none: the one model served (answer.named)
+    job.stream = bool(request.stream)
+    if request.stream_options is not None and not job.stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
-    job.include_usage = bool(_typed(options or {}, "include_usage", bool, "true or false"))
-    if chat:
+    usage = (request.stream_options or {}).get("include_usage")
+    if usage is not None and not isinstance(usage, bool):
+        raise bad_request("include_usage must be true or false", "include_usage")
+    job.include_usage = bool(usage)
+    if isinstance(request, ChatCompletionRequest):
         job.messages = _messages(body)
         job.tools = tool_fields.parse(body)
     else:
-        job.prompts = _prompts(body)
-        job.echo = bool(_typed(body, "echo", bool, "true or false"))
-    _n(body, job)
-    _logprobs(body, job)
+        job.prompts = _prompts(request.taken("prompt"))
+        job.echo = bool(request.echo)
+    _n(request, job)
+    _logprobs(request, job)
     if job.logprobs is not None:
-        _control(job, "top_logprobs" if chat and body.get("top_logprobs") is not None else "logprobs", job.logprobs,
-                 "logprobs")
-    job.structured, spec = _structured(body)
+        top = isinstance(request, ChatCompletionRequest) and request.top_logprobs is not None
+        _control(job, "top_logprobs" if top else "logprobs", job.logprobs, "logprobs")
+    job.structured, spec = _structured(request)
     forced = job.tools.grammar() if job.tools is not None else None
     if forced is not None and spec is not None:
         raise bad_request(f"give {job.structured} or a tool_choice that forces a call, not both", job.structured)
@@ -228,9 +214,9 @@ def parse(body: Any, chat: bool) -> Job:
     if spec is not None:
         _control(job, job.structured, spec, "structured_outputs")
     for name, control in {**CONTROL_FIELDS, "max_completion_tokens": "max_tokens"}.items():
-        if body.get(name) is not None:
-            _control(job, name, body[name], control)
-    if _typed(body, "ignore_eos", bool, "true or false"):  # fixed lengths, as the consoles ask for them
+        if request.taken(name) is not None:
+            _control(job, name, request.taken(name), control)
+    if request.ignore_eos:  # fixed lengths, as the consoles ask for them
         if "max_tokens" not in job.controls:
             raise bad_request("ignore_eos needs max_tokens (it generates exactly that many)", "ignore_eos")
         if job.controls.setdefault("min_tokens", job.controls["max_tokens"]) != job.controls["max_tokens"]:

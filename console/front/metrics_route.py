@@ -129,10 +129,10 @@ def gauge_by_model(text: str, family: str) -> dict[str, float]:
             for s in f.samples if MODEL_LABEL in s.labels}
 
 
-async def render(metrics: FrontMetrics, triton_metrics_url: str | None, served: set[str] | None) -> tuple[bytes, str]:
-    """The page: the front's own figures, then the served models' under vLLM's names (when Triton's page reads)."""
+def render(metrics: FrontMetrics, text: str | None, served: set[str] | None) -> tuple[bytes, str]:
+    """The page: the front's own figures, then the served models' under vLLM's names from the upstream's page
+    ``text`` (None: not read)."""
     families: list[Metric] = []
-    text = await triton_page(triton_metrics_url)
     try:
         families = vllm_families(text, served) if text is not None else []
     except ValueError:  # not Prometheus text

@@ -17,15 +17,14 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from . import mapping
-from .app import Answer
+from .answer import Answer
 from .errors import APIError, bad_request
+from .protocol import STORED, ResponsesRequest, validated
 from .replies import sse
 
-ACCEPTED = ("model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
-            "parallel_tool_calls", "stream", "text", "include", "store", "metadata", "user", "truncation",
-            "reasoning", "service_tier", "prompt_cache_key", "safety_identifier")
-STORED = ("previous_response_id", "conversation", "prompt", "background")
 CHAT_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text"}
+SAME = {"model": "model", "stream": "stream", "max_tokens": "max_output_tokens", "temperature": "temperature",
+        "top_p": "top_p", "parallel_tool_calls": "parallel_tool_calls"}  # chat field -> the Responses field as it is
 ROLES = ("user", "system", "developer", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -95,33 +94,23 @@ def _format(text: Any) -> dict[str, Any] | None:
 
 def chat_body(body: Any) -> dict[str, Any]:
     """The chat completion a Responses body asks for; APIError 400 naming the Responses field."""
-    if not isinstance(body, dict):
-        raise bad_request("the request body must be a JSON object")
-    for name, value in body.items():
-        if name in STORED and value not in (None, False):
+    request = validated(ResponsesRequest, body)
+    for name in STORED:
+        if request.taken(name) not in (None, False):
             raise bad_request(f"{name} is not supported: this server stores no responses; send the whole "
                               "conversation as input", name)
-        if name not in ACCEPTED and name not in STORED:
-            raise bad_request(f"unrecognized request argument supplied: {name[:60]}", name[:60])
-    if body.get("include"):
+    if request.taken("include"):
         raise bad_request("include is not supported here (only [])", "include")
-    tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        raise bad_request("tools must be a list of functions", "tools")
-    choice = body.get("tool_choice")
+    tools = request.tools or []
+    choice = request.taken("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "function":
         choice = {"type": "function", "function": {"name": choice.get("name")}}
-    messages = _messages(body.get("input"))
-    if body.get("instructions") is not None:
-        if not isinstance(body["instructions"], str):
-            raise bad_request("instructions must be a string", "instructions")
-        messages.insert(0, {"role": "system", "content": body["instructions"]})
-    chat = {"model": body.get("model"), "messages": messages, "stream": body.get("stream"),
-            "max_tokens": body.get("max_output_tokens"), "temperature": body.get("temperature"),
-            "top_p": body.get("top_p"), "tools": [_tool(t, f"tool {i + 1} of {len(tools)}")
-                                                  for i, t in enumerate(tools)] or None,
-            "tool_choice": choice, "parallel_tool_calls": body.get("parallel_tool_calls"),
-            "response_format": _format(body.get("text"))}
+    messages = _messages(request.taken("input"))
+    if request.instructions is not None:
+        messages.insert(0, {"role": "system", "content": request.instructions})
+    chat = {"messages": messages, "tool_choice": choice, "response_format": _format(request.taken("text")),
+            "tools": [_tool(t, f"tool {i + 1} of {len(tools)}") for i, t in enumerate(tools)] or None,
+            **{ours: request.taken(theirs) for ours, theirs in SAME.items()}}
     return {name: value for name, value in chat.items() if value is not None}
 
 

@@ -17,7 +17,9 @@ from typing import Any
 
 from console.clients import GenerationParams, ModelInfo
 
-from .errors import bad_request
+from .errors import APIError, bad_request
+from .protocol import Upstream
+from .upstream import Generation
 
 MAX_HEAD = 8  # tokens tried as the head before a prompt is said to be unscorable
 
@@ -46,7 +48,7 @@ def unscored(tokenizer: Any, ids: list[int]) -> list[dict[str, Any]]:
     return entries
 
 
-async def score(upstream: Any, info: ModelInfo, tokenizer: Any, prompts: Sequence[list[int]], top: int,
+async def score(upstream: Upstream, info: ModelInfo, tokenizer: Any, prompts: Sequence[list[int]], top: int,
                 request_id: str) -> list[list[dict[str, Any]]]:
     """Each prompt's tokens' entries (``backend_model.engine.logprobs``' shape, ``top`` alternatives): its head's
     without a log-probability, then the backend's, all prompts in one request."""
@@ -63,10 +65,13 @@ async def score(upstream: Any, info: ModelInfo, tokenizer: Any, prompts: Sequenc
         return entries
     params = GenerationParams(logprobs=top, request_id=request_id,
                               continuations=tuple(prompts[i][heads[i][0]:] for i in scored))
-    generation = upstream.generate(info, [heads[i][1] for i in scored], params, info.default_timeout)
+    generation = Generation(upstream, info, [heads[i][1] for i in scored], params, info.default_timeout)
     async with contextlib.aclosing(generation.deltas()) as responses:
         async for _ in responses:
             pass
+    got = generation.collected.logprobs
+    if got is None:
+        raise APIError(502, f"model {info.name} sent no log-probabilities for the prompt's tokens")
     for position, i in enumerate(scored):
-        entries[i] += generation.collected.logprobs[position]
+        entries[i] += got[position]
     return entries

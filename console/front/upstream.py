@@ -1,5 +1,6 @@
-"""The Triton side of the front: one asyncio gRPC client (``tritonclient.grpc.aio``), the ready models, and one
-streamed request per answer.
+"""The Triton side of the front (:class:`TritonUpstream`, the :class:`~.protocol.Upstream` the routes call): one
+asyncio gRPC client (``tritonclient.grpc.aio``), the ready models, their context lengths, Triton's metrics page,
+and one streamed request per answer (a :class:`Generation`, the same on any upstream).
 
 Every answer is one request on a gRPC stream of its own, built by the model's interface adapter
 (:mod:`console.clients.interfaces`: the bundled backend, vLLM's, TensorRT-LLM's ensemble, one-string models)
@@ -11,8 +12,9 @@ Triton cancels the request: the bundled backend frees its slot at the next step.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from tritonclient.grpc import aio
@@ -29,17 +31,47 @@ from console.clients import (
 )
 from console.clients.events import TextDelta
 from console.clients.failures import error_class, error_message
+from console.clients.interfaces import Outputs
 from console.clients.stream import Collected
 from console.clients.wire import MAX_NAME
 
-from .errors import APIError, from_client_error, upstream_error
+from .errors import APIError, ModelError, from_client_error, upstream_error
+from .metrics_route import gauge_by_model, triton_page
+
+if TYPE_CHECKING:
+    from .protocol import Upstream
+
+REREAD_S = 10.0  # a model the metrics page lacks is looked for again at most this often
 
 
-class Upstream:
-    """A tritonserver at its gRPC endpoint ``url`` (``host:port``); made and used inside one event loop."""
+class Lengths:
+    """Each served model's context length (``max_model_len``), read from Triton's metrics page once per model (a model
+    the page lacks is looked for again at most every :data:`REREAD_S` seconds)."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, metrics_url: str | None) -> None:
+        self.metrics_url = metrics_url
+        self.known: dict[str, int] = {}
+        self.read_at = -REREAD_S
+
+    async def of(self, model: str) -> int | None:
+        if model not in self.known and time.monotonic() - self.read_at >= REREAD_S:
+            self.read_at = time.monotonic()
+            text = await triton_page(self.metrics_url)
+            try:
+                found = gauge_by_model(text, "qaic_ctx_len") if text else {}
+            except ValueError:
+                found = {}
+            self.known.update({name: int(value) for name, value in found.items()})
+        return self.known.get(model)
+
+
+class TritonUpstream:
+    """A tritonserver at its gRPC endpoint ``url`` (``host:port``) and its metrics page (``metrics_url``, None: not
+    known); made and used inside one event loop."""
+
+    def __init__(self, url: str, metrics_url: str | None = None) -> None:
+        self.url, self.metrics_url = url, metrics_url
+        self.lengths = Lengths(metrics_url)
         self._client: aio.InferenceServerClient | None = None
         self._infos: dict[str, ModelInfo] = {}
         self._restricted = False  # its repository index did not answer when its statistics did: read those since
@@ -54,6 +86,14 @@ class Upstream:
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+    async def context_length(self, model: str) -> int | None:
+        """The model's context length: the bundled backend's ``qaic_ctx_len`` gauge (None: no page or no gauge)."""
+        return await self.lengths.of(model)
+
+    async def metrics_page(self) -> str | None:
+        """Triton's metrics page (None: no URL, or it does not answer)."""
+        return await triton_page(self.metrics_url)
 
     def _unreachable(self, exc: Exception) -> APIError:
         return APIError(503, error_message(exc, self.url, "gRPC"))
@@ -103,16 +143,6 @@ class Upstream:
             infos.append(info)
         return infos
 
-    async def named(self, model: str) -> ModelInfo:
-        """The model a request names; none named: the one model served, else 400 naming the served ones."""
-        if model:
-            return await self.info(model)
-        served = await self.models()
-        if len(served) != 1:
-            names = ", ".join(info.name for info in served) or "none"
-            raise APIError(400, f"model is required unless exactly one model is served (served: {names})", "model")
-        return served[0]
-
     async def info(self, model: str) -> ModelInfo:
         """A served model's config (read once while it stays ready); 404 naming the served ones when absent."""
         if model in self._infos:
@@ -130,15 +160,39 @@ class Upstream:
         info = self._infos[model] = info_from_config(model, config)
         return info
 
-    def generate(self, info: ModelInfo, prompts: str | Sequence[str], params: GenerationParams,
-                 timeout: float | None) -> Generation:
-        return Generation(self, info, prompts, params, timeout)
+    async def responses(self, info: ModelInfo, prompts: list[str], params: GenerationParams,
+                        timeout: float | None) -> AsyncGenerator[Outputs, None]:
+        """Each response's outputs of one streamed request; ModelError for an error the model sent, APIError for any
+        other failure. Closing it early cancels the gRPC call."""
+        interface = interface_of(info)
+        try:
+            inputs = interface.inputs(aio, prompts, params, streaming=True)
+        except ClientError as exc:
+            raise from_client_error(exc) from None
+        request = {"model_name": info.name, "inputs": inputs, "request_id": params.request_id or ""}
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield request
+
+        call = self.client.stream_infer(requests(), stream_timeout=timeout)
+        try:
+            async for result, error in call:
+                if error is not None:
+                    raise ModelError(error.message() or "the model failed")
+                yield interface.outputs(result, len(prompts))
+        except ClientError as exc:  # outputs the front cannot read (502)
+            raise from_client_error(exc) from None
+        except grpc.RpcError as exc:
+            details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            raise from_client_error(error_class(exc)(f"tritonserver at {self.url}: {details}")) from None
+        finally:
+            call.cancel()  # a finished call ignores it; one in flight is cancelled on the server
 
 
 class Generation:
-    """One request for one prompt or several (the model's batch): iterate :meth:`deltas` for each response's new text
-    per prompt, or :meth:`pieces` for the first prompt's (and :meth:`tokens` for the log-probability entries that came
-    since), then read the finish reasons and the token counts the model sent."""
+    """One request for one prompt or several (the model's batch) on ``upstream``: iterate :meth:`deltas` for each
+    response's new text per prompt, or :meth:`pieces` for the first prompt's (and :meth:`tokens` for the
+    log-probability entries that came since), then read the finish reasons and the token counts the model sent."""
 
     def __init__(self, upstream: Upstream, info: ModelInfo, prompts: str | Sequence[str], params: GenerationParams,
                  timeout: float | None) -> None:
@@ -179,30 +233,15 @@ class Generation:
             await deltas.aclose()
 
     async def deltas(self) -> AsyncGenerator[list[TextDelta], None]:
-        """Each response's new text, per prompt; APIError on failure."""
-        try:
-            inputs = self.interface.inputs(aio, self.prompts, self.params, streaming=True)
-        except ClientError as exc:
-            raise from_client_error(exc) from None
-        request = {"model_name": self.info.name, "inputs": inputs, "request_id": self.params.request_id or ""}
-
-        async def requests() -> AsyncIterator[dict[str, Any]]:
-            yield request
-
-        call = self.upstream.client.stream_infer(requests(), stream_timeout=self.timeout)
+        """Each response's new text, per prompt; APIError on failure (a model's error: whose, by
+        :func:`~.errors.upstream_error`)."""
         once = not self.info.decoupled  # a batch model answers once, with the whole text
+        responses = self.upstream.responses(self.info, self.prompts, self.params, self.timeout)
         try:
-            async for result, error in call:
-                if error is not None:
-                    raise upstream_error(error.message() or "the model failed", answered=bool(self.text))
+            async for outputs in responses:
                 self.responses += 1
-                outputs = self.interface.outputs(result, len(self.prompts))
                 yield list(self.collected.add(outputs, 0.0, once))
-        except ClientError as exc:  # outputs the front cannot read (502)
-            raise from_client_error(exc) from None
-        except grpc.RpcError as exc:
-            details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-            error = error_class(exc)(f"tritonserver at {self.upstream.url}: {details}")
-            raise from_client_error(error) from None
+        except ModelError as exc:
+            raise upstream_error(str(exc), answered=bool(self.text)) from None
         finally:
-            call.cancel()  # a finished call ignores it; one in flight is cancelled on the server
+            await responses.aclose()

@@ -1,0 +1,152 @@
+"""One request's answer, whole or streamed: :func:`answer` runs a checked job on the model it names, and
+:class:`Answer` writes a chat's answer in OpenAI's shapes (:class:`~.completions.Completion` a completion's;
+:class:`~.responses.ResponseAnswer` the Responses API's).
+
+A request's model is found and its controls checked against the model's interface, the chat template applied
+(:mod:`.tokenizers`), then one streamed request goes upstream. A stream's first response is awaited before the answer
+starts, so a refusal still gets its status; later errors end the stream with an error event. A client that goes away
+cancels its upstream request: a stream through the framework's disconnect watch, an answer that is not streamed
+through :func:`~.wire.unless_gone`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from console.clients import ModelInfo, interface_of, new_request_id
+
+from . import mapping
+from .completions import Completion
+from .errors import APIError
+from .protocol import Upstream
+from .replies import DONE, Shape, finish_reason, sse, usage
+from .state import Front
+from .toolcalls import Call, Parser, Reader
+from .upstream import Generation
+from .wire import EventStream, Gone, read_body, unless_gone
+
+
+class Answer:
+    """One request's answer to the client, built from one :class:`Generation`."""
+
+    def __init__(self, front: Front, job: mapping.Job, generation: Generation, parser: Parser | None = None) -> None:
+        self.front, self.job, self.generation = front, job, generation
+        self.shape = Shape(job)
+        self.reader = Reader(job.tools, parser) if job.tools is not None and job.tools.active and parser else None
+
+    async def counts(self) -> dict[str, int | None]:
+        """``usage``: the model's counts, else the front's tokenizer's."""
+        gen, tokenizers = self.generation, self.front.tokenizers
+        prompt = gen.value("input_tokens")
+        completion = gen.value("output_tokens")
+        if prompt is None:
+            prompt = await tokenizers.count(gen.info, gen.prompt)
+        if completion is None:
+            completion = await tokenizers.count(gen.info, gen.text)
+        return usage(prompt, completion)
+
+    @property
+    def finish(self) -> str:
+        reason = finish_reason(self.generation.value("finish_reason"))
+        return "tool_calls" if reason == "stop" and self.reader is not None and self.reader.calls else reason
+
+    def read(self, piece: str, last: bool = False) -> tuple[str, list[dict[str, Any]]]:
+        """The content of the answer's next ``piece`` (or of its end) and the tool calls' new stream entries."""
+        if self.reader is None:
+            return piece, []
+        return self.reader.end() if last else self.reader.feed(piece)
+
+    async def outcome(self) -> tuple[str, list[Call]]:
+        """The whole answer: its content and its tool calls."""
+        async for _ in self.generation.pieces():
+            pass
+        text = (self.generation.prompt if self.job.echo else "") + self.generation.text
+        return self.reader.whole(text) if self.reader is not None else (text, [])
+
+    async def whole(self) -> dict[str, Any]:
+        text, calls = await self.outcome()
+        return self.shape.whole(text, self.finish, await self.counts(), self.generation.tokens(),
+                                [call.openai() for call in calls] or None)
+
+    async def stream(self, request: Request, headers: dict[str, str]) -> Response:
+        pieces = self.generation.pieces()
+        try:
+            first = await unless_gone(request, anext(pieces, None))
+        except BaseException:
+            await pieces.aclose()
+            raise
+        return EventStream(self.events(first or "", pieces), headers=headers)
+
+    async def events(self, first: str, pieces: AsyncGenerator[str, None]) -> AsyncGenerator[bytes, None]:
+        shape, tokens = self.shape, self.generation.tokens
+        try:
+            if self.job.echo:
+                yield shape.chunk(self.generation.prompt)
+            text, calls = self.read(first)
+            yield shape.chunk(text, first=True, tokens=tokens(), calls=calls)
+            async for piece in pieces:
+                new = tokens()
+                text, calls = self.read(piece)
+                if text or new or calls:
+                    yield shape.chunk(text, tokens=new, calls=calls)
+            text, calls = self.read("", last=True)
+            if text or calls:
+                yield shape.chunk(text, calls=calls)
+            yield shape.chunk("", finish=self.finish, tokens=tokens())
+            if self.job.include_usage:
+                yield shape.usage_chunk(await self.counts())
+        except APIError as exc:
+            yield sse(exc.body())
+        finally:
+            await pieces.aclose()
+        yield DONE
+
+
+async def named(upstream: Upstream, model: str) -> ModelInfo:
+    """The model a request names; none named: the one model served, else 400 naming the served ones."""
+    if model:
+        return await upstream.info(model)
+    served = await upstream.models()
+    if len(served) != 1:
+        names = ", ".join(info.name for info in served) or "none"
+        raise APIError(400, f"model is required unless exactly one model is served (served: {names})", "model")
+    return served[0]
+
+
+async def answer(front: Front, request: Request, job: mapping.Job, kind: type[Answer] = Answer) -> Response:
+    """``job``'s answer, whole or streamed: a completion, or a chat in the shapes of ``kind``."""
+    info = await named(front.upstream, job.model)
+    job.model = info.name
+    request_id = new_request_id()
+    params = mapping.check_model(job, interface_of(info)).replace(request_id=request_id)
+    if job.chat:
+        prompt = await front.tokenizers.chat_prompt(info, job.messages, job.tools)
+        parser = await front.tokenizers.tool_parser(info, front.tool_parser) if job.tools is not None else None
+        generation = Generation(front.upstream, info, prompt, params, info.default_timeout)
+        result: Answer | Completion = kind(front, job, generation, parser)
+    else:
+        result = Completion(front, job, info, params)
+    headers = {"x-request-id": request_id}  # the Triton request's id (its log names it)
+    try:
+        if job.stream:
+            return await result.stream(request, headers)
+        return JSONResponse(await unless_gone(request, result.whole()), headers=headers)
+    except Gone:
+        return Response(status_code=499)
+    except APIError as exc:
+        raise mapping.blame(job, exc) from None
+
+
+def answering(front: Front, path: str, job: Callable[[Any], mapping.Job], kind: type[Answer] = Answer) -> APIRouter:
+    """The route ``POST path``: its body read as a job by ``job``, answered by :func:`answer`."""
+    routes = APIRouter()
+
+    @routes.post(path)
+    async def post(request: Request) -> Response:
+        return await answer(front, request, job(await read_body(request)), kind)
+
+    return routes

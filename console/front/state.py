@@ -1,0 +1,22 @@
+"""What the front serves (:class:`Front`): its upstream, key, tokenizers and counters, shared by every route."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .metrics_route import FrontMetrics
+from .protocol import Upstream
+from .tokenizers import Tokenizers
+
+
+@dataclass
+class Front:
+    """The models behind the front (a :class:`~.upstream.TritonUpstream`; a test's fake), the API key clients bring
+    (None: none asked), the tokenizers, the format of every model's tool calls (``--tool-call-parser``; None: each
+    template's) and the front's own counters."""
+
+    upstream: Upstream
+    api_key: str | None = None
+    tokenizers: Tokenizers = field(default_factory=Tokenizers)
+    tool_parser: str | None = None
+    metrics: FrontMetrics = field(init=False, default_factory=FrontMetrics)

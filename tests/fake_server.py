@@ -16,7 +16,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import pytest
@@ -91,7 +91,14 @@ class Hang:
     """The server goes quiet: nothing more comes until the request is cancelled."""
 
 
-Step = Piece | Fail | Hang
+@dataclass(frozen=True)
+class Gate:
+    """The server holds the rest of the answer until the test opens the gate: a wait that no timing decides."""
+
+    opened: threading.Event = field(default_factory=threading.Event, compare=False)
+
+
+Step = Piece | Fail | Hang | Gate
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,11 @@ def replies(*answers: Sequence[str], every: float = 0.0, finish: Sequence[str] =
 def failure(message: str, error: type[ClientError] = ServerFault, after: float = 0.0, *pieces: str) -> Script:
     """``pieces`` of text, then the request fails with ``message`` (``error``: ServerFault, Unreachable ...)."""
     return Script((*(Piece(p) for p in pieces), Fail(message, error, after)))
+
+
+def gated(gate: Gate, script: Script) -> Script:
+    """``script`` held back before its first step until ``gate`` opens."""
+    return replace(script, steps=(gate, *script.steps))
 
 
 def hang(*pieces: str, every: float = 0.0) -> Script:
@@ -257,6 +269,9 @@ class FakeCall(Call):
     def _play(self, script: Script, request: Request) -> None:
         """The server's side: each step after its delay, unless the request was cancelled meanwhile."""
         for step in script.steps:
+            if isinstance(step, Gate):
+                step.opened.wait(HANG_LIMIT)
+                continue
             wait = HANG_LIMIT if isinstance(step, Hang) else step.after
             if request.cancelled.wait(wait) or self.cancelled:
                 return

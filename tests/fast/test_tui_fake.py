@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from fake_server import FakeServer, hang, replies, reply
+from fake_server import FakeServer, Gate, gated, hang, replies, reply
 from textual.widgets import DataTable, Select
 from tui_pilot import SIZE, add_control, drawn, exported, ready, run, say, stream_pane, table_rows, text_of, until
 
@@ -119,7 +119,8 @@ def test_esc_stops_on_the_server_and_the_export_keeps_the_figures(fake_server: F
 
 def test_f8_connects_and_the_batch_pane_answers_each_prompt_in_its_block(fake_server: FakeServer,
                                                                          tmp_path: Path) -> None:
-    fake_server.enqueue(replies(["I", " am"], ["are", " red"], every=0.3))
+    gate = Gate()  # the answer waits until the pane has shown the time waited
+    fake_server.enqueue(gated(gate, replies(["I", " am"], ["are", " red"], every=0.3)))
 
     async def go() -> None:
         app = QaicConsoleApp(export_dir=tmp_path)
@@ -132,9 +133,8 @@ def test_f8_connects_and_the_batch_pane_answers_each_prompt_in_its_block(fake_se
             await ready(pilot, batch, 16, chat=False)
             batch.focus_prompt()
             await pilot.press(*"My name is|Maroon bells", "enter")
-            await until(pilot, lambda: batch.exchange is None or "waiting" in batch.blocks[0].figures_text, 30,
-                        "the time waited")
-            assert batch.exchange is not None, "the reply came before the time waited showed"
+            await until(pilot, lambda: "waiting" in batch.blocks[0].figures_text, 30, "the time waited")
+            gate.opened.set()
             await until(pilot, lambda: batch.exchange is None, 120, "the batch reply")
             turn = batch.turns[0]
             assert turn.failure is None and len(turn.replies) == 2

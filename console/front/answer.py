@@ -22,7 +22,7 @@ from console.clients import ModelInfo, interface_of, new_request_id
 from . import mapping
 from .completions import Completion
 from .errors import APIError
-from .protocol import Upstream
+from .protocol import Reply, Upstream, UsageInfo
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .state import Front
 from .toolcalls import Call, Parser, Reader
@@ -38,7 +38,7 @@ class Answer:
         self.shape = Shape(job)
         self.reader = Reader(job.tools, parser) if job.tools is not None and job.tools.active and parser else None
 
-    async def counts(self) -> dict[str, int | None]:
+    async def counts(self) -> UsageInfo:
         """``usage``: the model's counts, else the front's tokenizer's."""
         gen, tokenizers = self.generation, self.front.tokenizers
         prompt = gen.value("input_tokens")
@@ -67,7 +67,7 @@ class Answer:
         text = (self.generation.prompt if self.job.echo else "") + self.generation.text
         return self.reader.whole(text) if self.reader is not None else (text, [])
 
-    async def whole(self) -> dict[str, Any]:
+    async def whole(self) -> Reply:
         text, calls = await self.outcome()
         return self.shape.whole(text, self.finish, await self.counts(), self.generation.tokens(),
                                 [call.openai() for call in calls] or None)
@@ -134,7 +134,7 @@ async def answer(front: Front, request: Request, job: mapping.Job, kind: type[An
     try:
         if job.stream:
             return await result.stream(request, headers)
-        return JSONResponse(await unless_gone(request, result.whole()), headers=headers)
+        return JSONResponse((await unless_gone(request, result.whole())).wire(), headers=headers)
     except Gone:
         return Response(status_code=499)
     except APIError as exc:

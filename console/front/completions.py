@@ -25,6 +25,7 @@ from console.clients import ClientError, GenerationParams, ModelInfo, interface_
 
 from .errors import APIError, bad_request
 from .mapping import Job, token_ids
+from .protocol import ChatCompletionResponse, CompletionResponse, UsageInfo
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .scoring import score
 from .upstream import Generation
@@ -137,7 +138,7 @@ class Completion:
             return ECHO_ONLY_FINISH
         return finish_reason(slot.generation.value("finish_reason", slot.position))
 
-    async def counts(self) -> dict[str, int | None]:
+    async def counts(self) -> UsageInfo:
         """``usage``: each prompt once, every answer; the model's counts, else the front's tokenizer's."""
         prompt: int | None = 0
         completion: int | None = 0
@@ -164,11 +165,11 @@ class Completion:
             return made
         return self.scored[slot.prompt] + (made or [])
 
-    async def whole(self) -> dict[str, Any]:
+    async def whole(self) -> ChatCompletionResponse | CompletionResponse:
         await self._prepare()
         await together(self._score(), *(self._drain(g) for g in self.generations))
         choices = [slot.shape.choice(self._text(slot), self._finish(slot), self._tokens(slot)) for slot in self.slots]
-        return {**self.shape.head(False), "choices": choices, "usage": await self.counts()}
+        return self.shape.answer(choices, await self.counts())
 
     @staticmethod
     async def _drain(generation: Generation) -> None:

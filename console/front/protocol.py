@@ -183,3 +183,139 @@ class Version(BaseModel):
     server: str
     version: str
     api: str = "openai"
+
+
+class Reply(BaseModel):
+    """An answer's shape as it goes on the wire (:meth:`wire`): a field with a default is left out unless it was set,
+    every other field is required and always sent (None as null: OpenAI's clients read ``logprobs: null``)."""
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+
+class UsageInfo(Reply):
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    total_tokens: int | None
+
+
+class CompletionLogProbs(Reply):
+    """The completions shape of log-probabilities: parallel lists, one entry per token."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class ChatLogProb(Reply):
+    token: str
+    logprob: float | None
+    bytes: list[int]
+
+
+class ChatLogProbsEntry(ChatLogProb):
+    top_logprobs: list[ChatLogProb]
+
+
+class ChatLogProbs(Reply):
+    """The chat shape of log-probabilities: one entry per token."""
+
+    content: list[ChatLogProbsEntry]
+    refusal: None
+
+
+class CompletionChoice(Reply):
+    index: int
+    text: str
+    logprobs: CompletionLogProbs | None
+    finish_reason: str | None
+
+
+class ChatMessage(Reply):
+    role: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatChoice(Reply):
+    index: int
+    message: ChatMessage
+    logprobs: ChatLogProbs | None
+    finish_reason: str
+
+
+class DeltaMessage(Reply):
+    role: str | None = None
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatStreamChoice(Reply):
+    index: int
+    delta: DeltaMessage
+    logprobs: ChatLogProbs | None
+    finish_reason: str | None
+
+
+class Head(Reply):
+    id: str
+    object: str
+    created: int
+    model: str
+
+
+class CompletionResponse(Head):
+    choices: list[CompletionChoice]
+    usage: UsageInfo
+
+
+class ChatCompletionResponse(Head):
+    choices: list[ChatChoice]
+    usage: UsageInfo
+
+
+class CompletionStreamResponse(Head):
+    """A stream's chunk (``usage``: set, null or the counts, only when the client asked for it)."""
+
+    choices: list[CompletionChoice]
+    usage: UsageInfo | None = None
+
+
+class ChatCompletionStreamResponse(Head):
+    choices: list[ChatStreamChoice]
+    usage: UsageInfo | None = None
+
+
+class ResponseUsage(Reply):
+    input_tokens: int | None
+    input_tokens_details: dict[str, int]
+    output_tokens: int | None
+    output_tokens_details: dict[str, int]
+    total_tokens: int | None
+
+
+class ResponsesResponse(Reply):
+    """The Responses API's ``response`` object (its output items: :mod:`.responses`)."""
+
+    id: str
+    object: str
+    created_at: int
+    status: str
+    error: None
+    incomplete_details: dict[str, str] | None
+    model: str
+    output: list[dict[str, Any]]
+    parallel_tool_calls: bool
+    tool_choice: Any
+    tools: list[dict[str, Any]]
+    temperature: int | float | None
+    top_p: int | float | None
+    max_output_tokens: int | None
+    truncation: str
+    text: dict[str, Any]
+    metadata: dict[str, Any]
+    store: bool
+    previous_response_id: None
+    reasoning: None
+    usage: ResponseUsage | None

@@ -19,7 +19,7 @@ from typing import Any
 from . import mapping
 from .answer import Answer
 from .errors import APIError, bad_request
-from .protocol import STORED, ResponsesRequest, validated
+from .protocol import STORED, ResponsesRequest, ResponsesResponse, ResponseUsage, UsageInfo, validated
 from .replies import sse
 
 CHAT_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text"}
@@ -123,10 +123,10 @@ def job(body: Any) -> mapping.Job:
         raise
 
 
-def _usage(counts: dict[str, int | None]) -> dict[str, Any]:
-    return {"input_tokens": counts["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": counts["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": counts["total_tokens"]}
+def _usage(counts: UsageInfo) -> ResponseUsage:
+    return ResponseUsage(input_tokens=counts.prompt_tokens, input_tokens_details={"cached_tokens": 0},
+                         output_tokens=counts.completion_tokens, output_tokens_details={"reasoning_tokens": 0},
+                         total_tokens=counts.total_tokens)
 
 
 def _message(text: str, item_id: str, status: str = "completed") -> dict[str, Any]:
@@ -148,26 +148,26 @@ class ResponseAnswer(Answer):
         self.id, self.created = _new_id("resp"), int(time.time())
         self.sequence = 0
 
-    def response(self, status: str, output: list[dict[str, Any]], counts: dict[str, int | None] | None
-                 ) -> dict[str, Any]:
+    def response(self, status: str, output: list[dict[str, Any]], counts: UsageInfo | None) -> ResponsesResponse:
         tools = self.job.tools
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
-        return {"id": self.id, "object": "response", "created_at": self.created, "status": status, "error": None,
-                "incomplete_details": incomplete, "model": self.job.model, "output": output,
-                "parallel_tool_calls": tools.parallel if tools else True,
-                "tool_choice": tools.choice if tools and not tools.named else (
-                    {"type": "function", "name": tools.named} if tools else "auto"),
-                "tools": [{"type": "function", **t["function"]} for t in (tools.functions if tools else [])],
-                "temperature": self.job.controls.get("temperature"), "top_p": self.job.controls.get("top_p"),
-                "max_output_tokens": self.job.controls.get("max_tokens"), "truncation": "disabled",
-                "text": {"format": {"type": "text"}}, "metadata": {}, "store": False, "previous_response_id": None,
-                "reasoning": None, "usage": _usage(counts) if counts is not None else None}
+        return ResponsesResponse(
+            id=self.id, object="response", created_at=self.created, status=status, error=None,
+            incomplete_details=incomplete, model=self.job.model, output=output,
+            parallel_tool_calls=tools.parallel if tools else True,
+            tool_choice=tools.choice if tools and not tools.named else (
+                {"type": "function", "name": tools.named} if tools else "auto"),
+            tools=[{"type": "function", **t["function"]} for t in (tools.functions if tools else [])],
+            temperature=self.job.controls.get("temperature"), top_p=self.job.controls.get("top_p"),
+            max_output_tokens=self.job.controls.get("max_tokens"), truncation="disabled",
+            text={"format": {"type": "text"}}, metadata={}, store=False, previous_response_id=None, reasoning=None,
+            usage=_usage(counts) if counts is not None else None)
 
     @property
     def status(self) -> str:
         return "incomplete" if self.finish == "length" else "completed"
 
-    async def whole(self) -> dict[str, Any]:
+    async def whole(self) -> ResponsesResponse:
         text, calls = await self.outcome()
         output = [_message(text, _new_id("msg"))] if text or not calls else []
         output += [_function_call(call.openai(), _new_id("fc")) for call in calls]
@@ -183,8 +183,8 @@ class ResponseAnswer(Answer):
         text_at: int | None = None  # the output index of the open message item
         calls_at: dict[int, int] = {}  # a call's index -> its output index
         try:
-            yield self.event("response.created", response=self.response("in_progress", [], None))
-            yield self.event("response.in_progress", response=self.response("in_progress", [], None))
+            yield self.event("response.created", response=self.response("in_progress", [], None).wire())
+            yield self.event("response.in_progress", response=self.response("in_progress", [], None).wire())
             piece, last = first, False
             while True:
                 text, calls = self.read(piece, last)
@@ -219,7 +219,7 @@ class ResponseAnswer(Answer):
                 for event in self.closing(at, item):
                     yield event
             status = self.status
-            yield self.event(f"response.{status}", response=self.response(status, output, await self.counts()))
+            yield self.event(f"response.{status}", response=self.response(status, output, await self.counts()).wire())
         except APIError as exc:
             yield self.event("error", code=exc.code or exc.type, message=str(exc), param=exc.param)
         finally:

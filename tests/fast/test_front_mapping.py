@@ -11,7 +11,7 @@ from console.clients import params as offered
 from console.front.command import api_key_for
 from console.front.errors import APIError, upstream_error
 from console.front.mapping import blame, check_model, parse
-from console.front.replies import Shape, chat_logprobs, completion_logprobs, finish_reason
+from console.front.replies import Shape, chat_logprobs, completion_logprobs, finish_reason, usage
 from console.front.tokenizers import Tokenizers
 
 
@@ -89,22 +89,23 @@ def test_answer_shapes() -> None:
     assert first["object"] == "chat.completion.chunk" and first["choices"][0]["delta"] == {"role": "assistant",
                                                                                           "content": "Hé"}
     assert first["usage"] is None and first["id"].startswith("chatcmpl-")
-    last = json.loads(shape.usage_chunk({"prompt_tokens": 1})[len(b"data: "):])
-    assert last["choices"] == [] and last["usage"] == {"prompt_tokens": 1}
+    last = json.loads(shape.usage_chunk(usage(1, None))[len(b"data: "):])
+    assert last["choices"] == [] and last["usage"] == {"prompt_tokens": 1, "completion_tokens": None,
+                                                       "total_tokens": None}
     top = [{"id": 5, "token": "Hé", "logprob": -0.5}]
     tokens = [{"id": 5, "token": "Hé", "logprob": -0.5, "top": top},
               {"id": 6, "token": "!", "logprob": -1.0, "top": []}]
-    assert chat_logprobs(tokens)["content"][0] == {"token": "Hé", "logprob": -0.5, "bytes": [72, 195, 169],
+    assert chat_logprobs(tokens).wire()["content"][0] == {"token": "Hé", "logprob": -0.5, "bytes": [72, 195, 169],
                                                    "top_logprobs": [{"token": "Hé", "logprob": -0.5,
                                                                      "bytes": [72, 195, 169]}]}
-    assert completion_logprobs(tokens, 10, "Hé!") == {"tokens": ["Hé", "!"], "token_logprobs": [-0.5, -1.0],
+    assert completion_logprobs(tokens, 10, "Hé!").wire() == {"tokens": ["Hé", "!"], "token_logprobs": [-0.5, -1.0],
                                                       "top_logprobs": [{"Hé": -0.5}, {}], "text_offset": [10, 12]}
     halves = [{"id": 1, "token": "\ufffd", "bytes": [226, 130], "logprob": -1.0, "top": []},
               {"id": 2, "token": "\ufffd", "bytes": [172], "logprob": -2.0, "top": []},
               {"id": 3, "token": "!", "logprob": -3.0, "top": []},
               {"id": 0, "token": "<|im_end|>", "logprob": 0, "top": []}]  # a special token adds no text
-    assert completion_logprobs(halves, 0, "€!")["text_offset"] == [0, 0, 1, 2]  # bytes of one character: its offset
-    assert chat_logprobs(halves)["content"][1]["bytes"] == [172]
+    assert completion_logprobs(halves, 0, "€!").text_offset == [0, 0, 1, 2]  # bytes of one character: its offset
+    assert chat_logprobs(halves).content[1].bytes == [172]
     assert [finish_reason(r) for r in ("eos", "stop", "length", "ctx_len", "", None)] == \
         ["stop", "stop", "length", "length", "stop", "stop"]
 

@@ -20,7 +20,7 @@ from console.clients import ModelInfo
 from console.front import responses, tools
 from console.front.errors import APIError
 from console.front.mapping import parse
-from console.front.replies import Shape
+from console.front.replies import Shape, usage
 from console.front.tokenizers import Tokenizers
 from console.front.toolcalls import PARSERS, Reader, parser_for
 
@@ -254,7 +254,7 @@ def test_a_forced_stream_sends_arguments_as_they_come_and_calls_as_they_close() 
 def test_the_chat_shapes_carry_the_calls() -> None:
     shape = Shape(chat({}))
     call = {"id": "call_1", "type": "function", "function": {"name": "a", "arguments": "{}"}}
-    whole = shape.whole("", "tool_calls", {}, None, [call])
+    whole = shape.whole("", "tool_calls", usage(0, 0), None, [call]).wire()
     assert whole["choices"][0]["message"] == {"role": "assistant", "content": None, "tool_calls": [call]}
     assert whole["choices"][0]["finish_reason"] == "tool_calls"
     event = json.loads(shape.chunk("", calls=[{"index": 0, **call}])[len(b"data: "):])

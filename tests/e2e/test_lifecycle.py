@@ -33,7 +33,7 @@ PROGRAM = ["-c", "from console.entry import main; main()"]  # what the qaic-cons
 # a program started as `qaic-console serve ... &` in a script is: bash sets SIGINT to ignored, and Python keeps it
 SIGINT_IGNORED = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
                   "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
-IMPORTED = re.compile(r"^import time:.*\|\s+console\.(?!entry\b|signals\b)\w")  # a module the commands load
+IMPORTED = re.compile(r"^import time:.*\|\s+console\.(?!entry\b|infra\b)\w")  # a module the commands load
 
 
 @pytest.fixture(scope="module")

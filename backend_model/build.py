@@ -26,6 +26,7 @@ from .models import (
     read_tensors,
     safetensors_files,
 )
+from .mx_formats import NO_MX, Mx
 from .sessions.protocol import Dims, SessionError
 from .sessions.qaic import QaicSession, open_qpc, qaic_available
 from .sessions.threads import choose_threads
@@ -169,18 +170,31 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
 
     c = settings.compile
     fallback = specializations.build(c["batch_size"], c["prefill_seq_len"], c["ctx_len"], c["full_batch_size"] or 0)
-    return QaicSession(c["onnx_path"], settings.device_ids, onnx_opener(fallback, threads, "compile_config.json"))
+    opener = onnx_opener(fallback, threads, "compile_config.json", Mx.of(c))
+    return QaicSession(c["onnx_path"], settings.device_ids, opener)
 
 
-def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str):
+def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str, mx: Mx = NO_MX):
     """The CPU session ``cpu_support`` picks for the model's config (SessionError naming the field none serves)."""
     from .sessions.cpu import CpuKVSession
     from .sessions.hf import CpuRecomputeSession, TransformersKVSession
 
     kind = cpu_support.session_for(model.config.to_dict(), use_kv_cache, precision, dims.ctx_len)
-    open_session = {cpu_support.LLAMA_FAMILY: CpuKVSession.of, cpu_support.TRANSFORMERS_KV: TransformersKVSession,
-                    cpu_support.RECOMPUTE: CpuRecomputeSession}[kind]
-    return open_session(model, dims, precision)
+    if kind == cpu_support.LLAMA_FAMILY:
+        return CpuKVSession.of(model, dims, precision, mx)
+    _refuse_mx(mx, model.config.model_type)
+    open_session = {cpu_support.TRANSFORMERS_KV: TransformersKVSession, cpu_support.RECOMPUTE: CpuRecomputeSession}
+    return open_session[kind](model, dims, precision)
+
+
+def _refuse_mx(mx: Mx, model_type: str) -> None:
+    """The CPU computes the card's MX formats in the Llama-family KV session only: anywhere else a compile config
+    asking for them is refused, never run in fp32 as if it were what the card computes."""
+    if mx:
+        key = "mxfp6_matmul" if mx.mxfp6_matmul else "mxint8_kv_cache"
+        raise SessionError(f"{key}: the CPU engine computes the card's MX formats for the Llama family "
+                           f"({', '.join(cpu_support.LLAMA_LIKE)}) with use_kv_cache only, not for a {model_type} "
+                           "model; set it false in compile_config.json, or run the ONNX twin (engine=onnx)")
 
 
 def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> tuple[Engine, str]:
@@ -196,19 +210,23 @@ def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> 
                                    settings.compile["ctx_len"])
     torch.set_num_threads(threads)
     dims = settings.dims(config.vocab_size)
+    mx = Mx.of(settings.compile)
+    if kind != cpu_support.LLAMA_FAMILY:
+        _refuse_mx(mx, config.model_type)
     files = safetensors_files(settings.hf_model_name, progress) if kind == cpu_support.LLAMA_FAMILY else None
     if files:
         from .sessions.cpu import CpuKVSession
 
         tokenizer, eos = load_tokenizer(settings.hf_model_name, progress, config)
-        session = CpuKVSession(config, read_tensors(files), dims, settings.precision)
+        session = CpuKVSession(config, read_tensors(files), dims, settings.precision, mx)
     else:
         model, tokenizer = load_pretrained(settings.hf_model_name, progress)
-        session = open_cpu_session(model, dims, settings.use_kv_cache, settings.precision)
+        session = open_cpu_session(model, dims, settings.use_kv_cache, settings.precision, mx)
         eos = eos_ids(model, tokenizer)
     engine = Engine(session, tokenizer, eos)
     varies = VARIES_WITH_BATCH.get(settings.precision)
     extra = f" session={kind} precision={settings.precision}" + (f" ({varies})" if varies else "")
+    extra += f" mx={mx.label}" if mx else ""
     if not settings.use_kv_cache:  # recomputing every token on the CPU is slow: a short answer by default
         engine.default_max_tokens = CPU_CAUSAL_MAX_TOKENS
         extra += f" default max_tokens={CPU_CAUSAL_MAX_TOKENS} (causal on the CPU: slow)"
@@ -227,8 +245,9 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
         engine = Engine(session, tokenizer, eos)
         extra = ""
         if kind == "onnx":
+            mx = Mx.of(settings.compile)
             extra = (f" graph={settings.compile['onnx_path']} specializations={session.session.specializations_from}"
-                     f" threads={threads} ({chosen})")
+                     f" threads={threads} ({chosen})" + (f" mx={mx.label}" if mx else ""))
     else:
         engine, extra = _cpu_engine(settings, progress, threads)
         extra += f" threads={threads} ({chosen})"

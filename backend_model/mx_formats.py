@@ -14,11 +14,19 @@ rounded to the element grid, ties to even, and saturated to the element's larges
 element formats have no infinity). A block holding an infinity or a NaN gets the NaN scale: all of it
 reads NaN. Signed zeros keep their sign. A last block shorter than 32 shares one scale, as if padded with
 zeros. numpy only, so the twin and the CPU engine both use it (a torch tensor: ``t.numpy()``).
+
+``Mx`` is what a compile config asks of them, as a QPC applies it: ``mxfp6_matmul`` stores every MatMul
+weight that is a constant of the graph (the projections and the output head, tied or not: QEfficient's
+export writes the head's own ``[hidden, vocab]`` initializer; not the embedding, a Gather) as MXFP6,
+blocks along the reduction axis; ``mxint8_kv_cache`` stores the KV cache (``past_key.*`` / ``past_value.*``,
+QEfficient's custom IO) as MXINT8, blocks along the head dimension. The twin and the CPU engine both
+store a run's new cache positions when the run ends: a run attends to its own new keys as computed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -48,6 +56,53 @@ FORMATS = {
 }
 MXFP6 = "mxfp6_e2m3"  # what mxfp6_matmul stores (QEfficient: "Compress constant MatMul weights to MXFP6 E2M3")
 MXINT8 = "mxint8"  # what mxint8_kv_cache stores
+
+
+TERMS = {"mxfp6": "mxfp6_matmul", "mxint8kv": "mxint8_kv_cache"}  # eval's names for the compile options
+
+
+@dataclass(frozen=True)
+class Mx:
+    """The MX formats a compiled model computes with (both off: fp32 as exported)."""
+
+    mxfp6_matmul: bool = False  # the constant MatMul weights as MXFP6 (E2M3)
+    mxint8_kv_cache: bool = False  # the KV cache as MXINT8
+
+    @classmethod
+    def of(cls, compile_config: Mapping[str, Any]) -> Mx:
+        """What a (validated) compile config asks, read as QEfficient passes it to the compiler."""
+        return cls(bool(compile_config.get("mxfp6_matmul")), bool(compile_config.get("mxint8_kv_cache")))
+
+    @classmethod
+    def parse(cls, terms: str) -> Mx:
+        """``mxfp6``, ``mxint8kv`` or both joined by ``+``; a ValueError names an unknown term."""
+        names = [t.strip() for t in terms.split("+")]
+        unknown = [t for t in names if t not in TERMS]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not an MX format: use {' or '.join(TERMS)} (joined by +)")
+        return cls(**{TERMS[t]: True for t in names})
+
+    def __bool__(self) -> bool:
+        return self.mxfp6_matmul or self.mxint8_kv_cache
+
+    @property
+    def label(self) -> str:
+        """``mxfp6+mxint8kv``, ``mxfp6``, ``mxint8kv`` or empty (the terms ``parse`` reads)."""
+        return "+".join(t for t, key in TERMS.items() if getattr(self, key))
+
+
+NO_MX = Mx()  # fp32 as exported
+
+
+def quantize_weight(weight: np.ndarray, reduction_axis: int) -> np.ndarray:
+    """A MatMul weight as ``mxfp6_matmul`` stores it: MXFP6 blocks along the axis the product sums over
+    (1 of a torch ``[out, in]`` Linear weight, 0 of an ONNX MatMul's ``[in, out]`` constant)."""
+    return quantize(weight, MXFP6, reduction_axis)
+
+
+def quantize_kv(values: np.ndarray) -> np.ndarray:
+    """KV cache entries ``[..., head_dim]`` as ``mxint8_kv_cache`` stores them (in their own dtype)."""
+    return quantize(values, MXINT8).astype(values.dtype, copy=False)
 
 
 def element(name: str) -> Element:

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..contract.cpu_support import LLAMA_LIKE
+from ..mx_formats import NO_MX, Mx, quantize_kv, quantize_weight
 from .cpu_kernels import DTYPES, INT4_GROUP, Linear, head_dim, rope_tables, torch_dtype
 from .protocol import Dims, LastFed, SessionError, read_rows
 
@@ -59,9 +60,11 @@ class CpuKVSession:
     keeps_prefix = True  # a slot's cache stays as it is until the slot is prefilled again (the engine reuses it)
     speculates = True  # a decode step may feed several positions of one slot, a row each (speculation.py)
 
-    def __init__(self, config, weights: Mapping[str, torch.Tensor], dims: Dims, precision: str = "fp32") -> None:
+    def __init__(self, config, weights: Mapping[str, torch.Tensor], dims: Dims, precision: str = "fp32",
+                 mx: Mx = NO_MX) -> None:
         """``weights``: the checkpoint's tensors by their transformers names (``model.layers.0.mlp.up_proj.weight``),
-        from the safetensors files or from a loaded model's ``state_dict()``."""
+        from the safetensors files or from a loaded model's ``state_dict()``. ``mx``: the card's formats, as a QPC
+        compiled with them stores its MatMul weights (at load) and its KV cache (each run's new positions)."""
         from transformers.activations import ACT2FN
 
         if config.model_type not in LLAMA_LIKE:
@@ -69,6 +72,10 @@ class CpuKVSession:
                                f"not {config.model_type!r}")
         self.dims = dims
         self.dtype = torch_dtype(precision)
+        if mx.mxfp6_matmul and precision not in ("fp32", "bf16"):
+            raise SessionError(f"mxfp6_matmul stores the weights as the card does: precision must be fp32 or bf16, "
+                               f"not {precision} (a second quantisation)")
+        self.mx = mx
         self.n_heads = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
         self.head_dim = head_dim(config)
@@ -86,9 +93,9 @@ class CpuKVSession:
         self.last = LastFed(dims)
 
     @classmethod
-    def of(cls, model, dims: Dims, precision: str = "fp32") -> CpuKVSession:
+    def of(cls, model, dims: Dims, precision: str = "fp32", mx: Mx = NO_MX) -> CpuKVSession:
         """The session on a loaded transformers model's weights."""
-        return cls(model.config, model.state_dict(), dims, precision)
+        return cls(model.config, model.state_dict(), dims, precision, mx)
 
     def _load_weights(self, config, weights: Mapping[str, torch.Tensor], precision: str) -> None:
         """A bias is read where the checkpoint has one; tied embeddings are the output head, as transformers ties
@@ -108,7 +115,10 @@ class CpuKVSession:
         def linear(*names: str) -> Linear:
             biases = [weights.get(f"{n}.bias") for n in names]
             bias = None if biases[0] is None else joined(biases)
-            return Linear(joined([tensor(f"{n}.weight") for n in names]), bias, precision)
+            weight = joined([tensor(f"{n}.weight") for n in names])
+            if self.mx.mxfp6_matmul:  # [out, in]: the blocks run along the inputs, as the product sums
+                weight = torch.from_numpy(quantize_weight(weight.detach().float().numpy(), 1))
+            return Linear(weight, bias, precision)
 
         self.embed = own("model.embed_tokens.weight")
         self.norm = own("model.norm.weight")
@@ -171,6 +181,15 @@ class CpuKVSession:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=True)
         return out.transpose(1, 2).reshape(b, s, nq * d)
 
+    def _store(self, layer: int, slots, positions) -> None:
+        """The run's new cache entries as the card stores them (MXINT8 with ``mxint8_kv_cache``), once the run
+        has attended to them as computed; ``slots`` and ``positions`` index them as the run wrote them."""
+        if not self.mx.mxint8_kv_cache:
+            return
+        for cache in (self.k_cache[layer], self.v_cache[layer]):
+            fresh = cache[slots, :, positions]
+            cache[slots, :, positions] = torch.from_numpy(quantize_kv(fresh.float().numpy())).to(self.dtype)
+
     def _mlp(self, layer: _Layer, x: torch.Tensor, rowwise: bool) -> torch.Tensor:
         up_proj, down_proj = (layer.gate_up.rowwise, layer.down.rowwise) if rowwise else (layer.gate_up, layer.down)
         gate, up = up_proj(self._rms(x, layer.post_norm)).chunk(2, dim=-1)
@@ -190,6 +209,7 @@ class CpuKVSession:
             vc[slot, :, start:end] = v[0]
             mask = causal if layer.window is None else causal & (kpos > qpos - layer.window)
             att = self._attend(q, kc[slot : slot + 1, :, :end], vc[slot : slot + 1, :, :end], mask.view(1, 1, n, end))
+            self._store(i, slot, slice(start, end))
             x = x + layer.o(att)
             x = self._mlp(layer, x, rowwise=False)
         last = self._rms(x[0, -1:], self.norm)
@@ -210,6 +230,7 @@ class CpuKVSession:
                 self._attend(q[r : r + 1], kc[s : s + 1, :, keys], vc[s : s + 1, :, keys], None)
                 for r, (s, keys) in enumerate(spans[layer.window])
             ])
+            self._store(i, slot_t, pos_t)
             x = x + layer.o.rowwise(att)
             x = self._mlp(layer, x, rowwise=True)
         return self.lm_head.rowwise(self._rms(x[:, 0], self.norm)).float().numpy()

@@ -46,6 +46,7 @@ class Prepared:
     gathers: int  # INT32_MAX constants feeding a gather index: read position 0
     scatters: int  # INT32_MAX constants feeding a scatter index: write nothing
     inlined: int  # local functions (custom ops) inlined
+    matmul_weights: tuple = ()  # the initializers MatMuls take as their weight (input 1): what mxfp6_matmul stores
 
 
 def prepare(path: str | Path) -> tuple[bytes, Prepared]:
@@ -83,7 +84,9 @@ def prepare(path: str | Path) -> tuple[bytes, Prepared]:
                 scatters |= reached
     if scatters:
         _skipping_invalid(graph, nodes, scatters)
-    return model.SerializeToString(), Prepared(counts["gather"], counts["scatter"], inlined)
+    initializers = {t.name for t in graph.initializer}
+    weights = tuple(sorted({n.input[1] for n in graph.node if n.op_type == "MatMul" and n.input[1] in initializers}))
+    return model.SerializeToString(), Prepared(counts["gather"], counts["scatter"], inlined, weights)
 
 
 def _invalid_constants(graph: Any) -> list[tuple[str, Any]]:

@@ -10,6 +10,10 @@ between runs, and QEfficient's ValueError listing the allowed shapes for a call 
 allows. Input dims come from the specialization's symbols; output dims are what the graph gives
 under it (as the compiler fixes them; QEfficient leaves names such as ``Castlogits_dim_0``).
 ``QaicSession`` drives it unchanged through its ``opener`` seam. onnxruntime is imported lazily.
+
+With the compile config's MX formats (``mx_formats.Mx``) it computes what such a QPC computes: the MatMul
+weights are overridden at load by their MXFP6 values, and each run's new KV cache entries are stored as
+MXINT8 once the run ends (the positions it was given; storing a stored entry again changes nothing).
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ import numpy as np
 
 from ..contract import specializations
 from ..contract.specializations import Symbols
+from ..mx_formats import NO_MX, Mx, quantize_kv, quantize_weight
 from ..sessions.protocol import SessionError
 from ..sessions.qaic import Opener
 from .graph import Prepared, prepare
 
 RETAINED_SUFFIX = "_RetainedState"
+KV_CACHE = ("past_key.", "past_value.")  # what mxint8_kv_cache stores (QEfficient's custom IO)
 DTYPES = {"tensor(int64)": np.int64, "tensor(float)": np.float32, "tensor(float16)": np.float16,
           "tensor(int32)": np.int32, "tensor(int8)": np.int8}
 
@@ -59,11 +65,15 @@ def _resolve(shape: list[Any], symbols: Symbols, name: str) -> list[int]:
 class OnnxInferenceSession:
     """QAICInferenceSession's twin on ONNX Runtime (CPU)."""
 
-    def __init__(self, onnx_path: str | Path, specs: list[Symbols], threads: int = 0, source: str = "") -> None:
+    def __init__(self, onnx_path: str | Path, specs: list[Symbols], threads: int = 0, source: str = "",
+                 mx: Mx = NO_MX) -> None:
         real = Path(onnx_path).resolve()  # its weights lie beside the file a link points to
         model, self.prepared = _prepare(real)
         self.specializations_from = source  # where ``specs`` came from, for the log line
-        self._ort = _open(model, real, threads)
+        self.mx = mx
+        # ONNX Runtime reads an overriding initializer from its OrtValue, which must outlive the session
+        self._weights = _mxfp6_weights(model, real, self.prepared.matmul_weights) if mx.mxfp6_matmul else {}
+        self._ort = _open(model, real, threads, self._weights)
         inputs, outputs = self._ort.get_inputs(), self._ort.get_outputs()
         args = [(a, True) for a in inputs] + [(a, False) for a in outputs]
         dtypes = [np.dtype(DTYPES.get(a.type, np.float32)) for a, _ in args]
@@ -87,8 +97,10 @@ class OnnxInferenceSession:
         self._skipped: set[str] = set()
         # the retained inputs, in input order (a dict as an ordered set)
         self._retained = dict.fromkeys(n for n in self.input_names if n + RETAINED_SUFFIX in self.binding_index_map)
-        # a retained input's state, once set or first run: (current OrtValue, spare OrtValue the next run writes into)
+        # a retained input's state, once set or first run: (current, spare the next run writes into), each an
+        # OrtValue and the numpy array it holds (mxint8_kv_cache stores a run's entries in place)
         self._state: dict[str, tuple[Any, Any]] = {}
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     # -- QAICInferenceSession's surface -------------------------------------------------------
     def set_buffers(self, buffers: dict[str, np.ndarray]) -> None:
@@ -106,7 +118,7 @@ class OnnxInferenceSession:
             if name in self.input_names:
                 self._inputs[name] = buffer
                 if name in self._retained:  # data given for a retained buffer replaces the state
-                    self._state[name] = self._pair(buffer)
+                    self._state[name] = self._pair_for(name, buffer)
 
     def skip_buffers(self, names: list[str]) -> None:
         """Zero-size buffers: retained state stays inside, nothing is sent or returned."""
@@ -133,6 +145,9 @@ class OnnxInferenceSession:
         for name in self._retained:  # the run wrote the spare (every retained input is bound: it has a state)
             current, spare = self._state[name]
             self._state[name] = (spare, current)
+            self._arrays[name] = self._arrays[name][::-1]
+            if self.mx.mxint8_kv_cache and name.startswith(KV_CACHE):
+                self._store(self._arrays[name][0])
             if name + RETAINED_SUFFIX not in self._skipped:
                 outputs[name + RETAINED_SUFFIX] = spare.numpy().copy()
         return outputs
@@ -150,16 +165,29 @@ class OnnxInferenceSession:
     def _is_retained_output(self, name: str) -> bool:
         return name.endswith(RETAINED_SUFFIX) and name[: -len(RETAINED_SUFFIX)] in self._retained
 
-    def _pair(self, value: np.ndarray) -> tuple[Any, Any]:
+    def _store(self, cache: np.ndarray) -> None:
+        """The entries the last run wrote in ``cache`` [rows, kv_heads, ctx_len, head_dim], stored as MXINT8 in
+        place: every position its ``position_ids`` name in each row it ran (a negative one is the last position,
+        where a regular graph writes it; a position it did not write was stored before or is zero: unchanged)."""
+        positions = np.asarray(self._inputs["position_ids"]) % cache.shape[2]
+        rows = self._inputs.get("batch_index", np.arange(len(positions)).reshape(-1, 1))
+        for row, slot in zip(positions, np.asarray(rows).reshape(-1)):
+            written = np.unique(row)
+            cache[slot, :, written] = quantize_kv(cache[slot, :, written])
+
+    def _pair_for(self, name: str, value: np.ndarray) -> tuple[Any, Any]:
+        """``name``'s state: a copy of ``value`` and a spare the next run writes into (the OrtValues hold the
+        arrays' memory)."""
         from onnxruntime import OrtValue
 
-        value = np.ascontiguousarray(value)
-        return OrtValue.ortvalue_from_numpy(value.copy()), OrtValue.ortvalue_from_numpy(np.empty_like(value))
+        arrays = (np.ascontiguousarray(value).copy(), np.empty_like(value))
+        self._arrays[name] = arrays
+        return OrtValue.ortvalue_from_numpy(arrays[0]), OrtValue.ortvalue_from_numpy(arrays[1])
 
     def _zero_state(self, name: str) -> tuple[Any, Any]:
         """Retained state starts as zeros of its compiled shape (the same in every specialization)."""
         binding = self.bindings[self.binding_index_map[name]]
-        self._state[name] = self._pair(np.zeros(binding.dims, dtype=binding.dtype))
+        self._state[name] = self._pair_for(name, np.zeros(binding.dims, dtype=binding.dtype))
         return self._state[name]
 
     def _check_shapes(self) -> None:
@@ -185,11 +213,27 @@ def _prepare(path: Path) -> tuple[bytes, Prepared]:
         raise SessionError(f"{path} is not a usable ONNX graph: {_first_line(exc)}") from None
 
 
-def _open(model: bytes, path: Path, threads: int) -> Any:
-    """An ONNX Runtime session on the prepared graph; its weights are read from the files beside ``path``."""
+def _mxfp6_weights(model: bytes, path: Path, names: tuple) -> dict[str, Any]:
+    """Each MatMul weight of the prepared graph as ``mxfp6_matmul`` stores it (an OrtValue by initializer name),
+    read from the file its entry names (the graph's own, or an external data file beside it)."""
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime import OrtValue
+
+    wanted = set(names)
+    graph = onnx.load_from_string(model).graph
+    return {t.name: OrtValue.ortvalue_from_numpy(quantize_weight(numpy_helper.to_array(t, str(path.parent)), -2))
+            for t in graph.initializer if t.name in wanted}
+
+
+def _open(model: bytes, path: Path, threads: int, weights: dict[str, Any]) -> Any:
+    """An ONNX Runtime session on the prepared graph; its weights are read from the files beside ``path``, but for
+    ``weights`` (OrtValues by initializer name), which take their place."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    for name, value in weights.items():
+        options.add_initializer(name, value)
     if threads:
         options.intra_op_num_threads = threads
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(path.parent))
@@ -209,12 +253,12 @@ def _symbols(spec: Symbols) -> str:
 
 
 def onnx_opener(fallback: list[dict[str, Any]] | None = None, threads: int = 0,
-                fallback_from: str = "the compile config") -> Opener:
+                fallback_from: str = "the compile config", mx: Mx = NO_MX) -> Opener:
     """The twin's opener for ``QaicSession``: the graph and the specializations.json beside it.
 
     ``fallback`` (named entries, e.g. built from compile_config.json: ``fallback_from`` names it)
     compiles a graph that has no specializations.json (QEfficient's export writes none), as
-    QEfficient's compile does with the compile config's dimensions.
+    QEfficient's compile does with the compile config's dimensions; ``mx``, its MX formats.
     """
 
     def open_onnx(path: Path, device_ids: list[int] | None) -> tuple[OnnxInferenceSession, Path]:
@@ -225,6 +269,6 @@ def onnx_opener(fallback: list[dict[str, Any]] | None = None, threads: int = 0,
             specs = specializations.read(beside) if beside else specializations.parse({"specializations": fallback})
         except ValueError as exc:
             raise SessionError(f"{exc}: the twin needs the shapes to compile {graph.name} for") from None
-        return OnnxInferenceSession(graph, specs, threads, source), graph
+        return OnnxInferenceSession(graph, specs, threads, source, mx), graph
 
     return open_onnx

@@ -3,7 +3,8 @@
 A KV-cache model allocates ``2 (K and V) × layers × KV heads × head_dim × ctx_len × rows`` values when it loads
 (rows: full_batch_size, else batch_size); a causal model keeps no cache. Where the model runs sets the bytes per
 value and what must hold them: the CPU engine (fp32 values; bf16 at bf16 precision) or the ONNX twin (fp32) in
-this machine's memory; a card (fp16, mxint8 with mxint8_kv_cache; mxfp6 weights with mxfp6_matmul) in one Cloud
+this machine's memory; a card (fp16, mxint8 with mxint8_kv_cache; mxfp6 MatMul weights with mxfp6_matmul: the
+embedding, a Gather, stays fp16, and QEfficient's export holds a tied head as a MatMul weight of its own) in one Cloud
 AI 100 device (16 GB on a Standard card, 32 GB on a Pro, and on each of an Ultra's four) — or, compiled with
 ``num_devices`` N (tensor slicing), 1/N of the weights and of the cache (split by KV heads) on each of N. A QPC already
 compiled fixed its own memory, and a model whose config.json is not here (:func:`~.spec.local_config`: a hub
@@ -32,6 +33,7 @@ EMBEDDED_CONFIG = {"model_type": "llama", "hidden_size": 576, "intermediate_size
                    "tie_word_embeddings": True}
 UNGATED = ("gpt2", "gpt_bigcode", "gpt_neox", "gptj", "falcon", "opt", "bloom", "phi")  # an MLP of two matrices
 CPU_WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
+FP16, MXFP6, MXINT8 = 2.0, 25 / 32, 33 / 32  # bytes a value: MX blocks of 32 elements (6 or 8 bits) and an 8-bit scale
 CARD = "a Cloud AI 100 card"
 CARD_MOST, CARD_LEAST = 32e9, 16e9  # bytes of one Cloud AI 100 device: Pro (and each of an Ultra's), Standard
 SERVER_SOCS = 16  # the most SoCs a server carries: the count tried when qaic-util is not here to say
@@ -50,6 +52,12 @@ class Estimate:
     rows: str  # the key that sets the cache's rows: full_batch_size or batch_size
     socs: int = 1  # SoCs the card's share is for (num_devices: weights split N ways, the cache by KV heads)
     split: str = ""  # how the cache splits when the KV heads do not divide by ``socs``
+    saved: float = 0.0  # bytes the card's MX formats save against fp16 weights and cache
+
+    @property
+    def savings(self) -> str:
+        """What the MX formats save, in words (empty without them)."""
+        return f"{size(self.saved)} less than fp16" if self.saved else ""
 
     @property
     def total(self) -> float:
@@ -58,8 +66,9 @@ class Estimate:
     def __str__(self) -> str:
         where = f"each of {self.socs} SoCs of {self.place}" if self.socs > 1 else self.place
         split = f"; {self.split}" if self.split else ""
+        saved = f": {self.savings}" if self.saved else ""
         return (f"{self.shape} needs about {size(self.total)} on {where} (weights {size(self.weights)} + static "
-                f"KV cache {size(self.kv_cache)}, {self.formats}{split})")
+                f"KV cache {size(self.kv_cache)}, {self.formats}{saved}{split})")
 
 
 def size(count: float) -> str:
@@ -75,9 +84,9 @@ def _first(config: Mapping[str, Any], *keys: str) -> int | None:
     return value if value is None or value > 0 else None
 
 
-def _shape(config: Mapping[str, Any]) -> tuple[float, int, int] | None:
-    """(parameters, cache values per token and row, KV heads) of a decoder-only model, or None when its config is
-    not one."""
+def _shape(config: Mapping[str, Any]) -> tuple[float, float, int, int] | None:
+    """(parameters, of them the embedding's, cache values per token and row, KV heads) of a decoder-only model, or
+    None when its config is not one."""
     hidden = _first(config, "hidden_size", "n_embd", "d_model")
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
     heads = _first(config, "num_attention_heads", "n_head")
@@ -90,7 +99,8 @@ def _shape(config: Mapping[str, Any]) -> tuple[float, int, int] | None:
     mlp = (2 if config.get("model_type") in UNGATED else 3) * hidden * inner
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return float(embeddings + layers * (attention + mlp)), 2 * layers * kv_heads * head_dim, kv_heads
+    return float(embeddings + layers * (attention + mlp)), float(vocab * hidden), 2 * layers * kv_heads * head_dim, \
+        kv_heads
 
 
 def on_card(spec: ModelSpec) -> bool:
@@ -103,8 +113,8 @@ def on_card(spec: ModelSpec) -> bool:
 def _formats(spec: ModelSpec, c: dict[str, Any]) -> tuple[str, str, float, str, float]:
     """(place, weight format, bytes per weight, cache format, bytes per cache value) where ``spec`` runs."""
     if on_card(spec):
-        weights = ("mxfp6", 0.78) if c["mxfp6_matmul"] else ("fp16", 2.0)
-        cache = ("mxint8", 1.0) if c["mxint8_kv_cache"] else ("fp16", 2.0)
+        weights = ("mxfp6", MXFP6) if c["mxfp6_matmul"] else ("fp16", FP16)
+        cache = ("mxint8", MXINT8) if c["mxint8_kv_cache"] else ("fp16", FP16)
         return (CARD, *weights, *cache)
     if spec.engine == "onnx":
         return "the ONNX engine (on the CPU)", "fp32", 4.0, "fp32", 4.0
@@ -121,7 +131,7 @@ def estimate(spec: ModelSpec, config: Mapping[str, Any] | None, num_devices: int
     shape = _shape(config) if config is not None else None
     if shape is None:
         return None
-    params, per_token, kv_heads = shape
+    params, embedding, per_token, kv_heads = shape
     c = compile_config.validate(spec.compile)
     rows = "full_batch_size" if c["full_batch_size"] else "batch_size"
     tokens = c["ctx_len"] * c[rows] if spec.model_type == "kv_cache" else 0
@@ -129,9 +139,16 @@ def estimate(spec: ModelSpec, config: Mapping[str, Any] | None, num_devices: int
     socs = (num_devices or c["num_devices"]) if place == CARD else 1
     heads = math.ceil(kv_heads / socs)
     split = f"{kv_heads} KV heads do not split {socs} ways: {heads} on one SoC" if kv_heads % socs else ""
-    return Estimate(params * weight_bytes / socs, tokens * per_token * cache_bytes * heads / kv_heads, place,
+    weights, cache = params * weight_bytes / socs, tokens * per_token * heads / kv_heads
+    saved = 0.0
+    if place == CARD:  # the embedding is a Gather (fp16); the MatMuls are the layers' and the head's own
+        tied = bool(config and config.get("tie_word_embeddings"))
+        matmuls = params + (embedding if tied else 0) - embedding
+        weights = (matmuls * weight_bytes + embedding * FP16) / socs
+        saved = matmuls * (FP16 - weight_bytes) / socs + cache * (FP16 - cache_bytes)
+    return Estimate(weights, cache * cache_bytes, place,
                     f"{weight_format} weights, {cache_format} cache" + (f", {UNSPLIT}" if socs > 1 else ""),
-                    f"ctx_len {c['ctx_len']} × {rows} {c[rows]}", rows, socs, split)
+                    f"ctx_len {c['ctx_len']} × {rows} {c[rows]}", rows, socs, split, saved)
 
 
 def smallest_socs(spec: ModelSpec, config: Mapping[str, Any] | None, most: float, socs: int) -> int | None:

@@ -56,7 +56,7 @@ def prompt_options(func: Callable[..., Any]) -> Callable[..., Any]:
                         help="One prompt a line (# comments; \\n is a newline).")(func)
 
 
-def _run(reference: str | EvalPath, candidates: Sequence[str], prompts: Sequence[str], max_tokens: int,
+def run_eval(reference: str | EvalPath, candidates: Sequence[str], prompts: Sequence[str], max_tokens: int,
          options: dict[str, Any]) -> Evaluation:
     """Open the paths (a recorded reference as given), run the eval under a progress bar."""
     note = (lambda _: None) if options["quiet"] else (lambda message: click.echo(message, err=True))
@@ -101,7 +101,7 @@ def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str,
     try:
         if not reference or not candidates:
             raise click.UsageError("give --reference and at least one --candidate (or a subcommand)")
-        result = _run(reference, candidates, read_prompts(prompt_file), max_tokens, options)
+        result = run_eval(reference, candidates, read_prompts(prompt_file), max_tokens, options)
         written = report.write(result, output_dir)
     except ERRORS as exc:
         _fail(exc)
@@ -118,7 +118,7 @@ def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str,
 def record(spec: str, prompt_file: Path, max_tokens: int, output: Path, **options: Any) -> None:
     """Record one path's greedy answers and figures (its NLL and perplexity where in-process) in a golden file."""
     try:
-        result = _run(spec, (), read_prompts(prompt_file), max_tokens, options)
+        result = run_eval(spec, (), read_prompts(prompt_file), max_tokens, options)
         golden.write(result, output)
     except ERRORS as exc:
         _fail(exc)
@@ -143,7 +143,7 @@ def compare(golden_file: Path, candidates: tuple[str, ...], min_exact: float, ma
     """Check later runs against a golden file; exit 1 when any candidate is past a threshold (a CI gate)."""
     try:
         recorded = golden.read(golden_file)
-        result = _run(recorded.path, candidates, recorded.prompts, recorded.max_tokens, options)
+        result = run_eval(recorded.path, candidates, recorded.prompts, recorded.max_tokens, options)
         if output_dir is not None:
             report.write(result, output_dir)
     except ERRORS as exc:

@@ -100,18 +100,30 @@ def export_command(source: str, output_dir: Path, **dims: int | None) -> None:
               help="Greedy tokens per prompt (fewer where ctx_len ends first).")
 @click.option("--json", "as_json", is_flag=True,
               help='One object: {"prompts": [...], "paths": {"hf": [[ids...], ...], ...}, "match": true|false}.')
+@click.option("--predict", "predict_config", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="A compile_config.json: instead of the agreement, how far the MX formats it asks (mxfp6_matmul, "
+                   "mxint8_kv_cache) move the answers from fp32's (an eval on the CPU engine, or on the twin of "
+                   "--onnx), before any compile.")
 def check(source: str, graph: Path | None, qpc: Path | None, prompt: str, max_tokens: int, as_json: bool,
-          **dims: int | None) -> None:
+          predict_config: Path | None, **dims: int | None) -> None:
     """Token-exact greedy agreement: HF full recompute, the CPU KV engine, the ONNX twin (and the card).
 
     Prints a table and the first divergence (prompt, position, tokens and their text); exits 1 when
     any path differs from Hugging Face's tokens. The dimension options compile the check's own
     export, or a graph without specializations.json beside it (QEfficient's export writes none;
     default: QEfficient's compile defaults); a graph with one takes its dimensions from it.
+
+    With --predict COMPILE_CONFIG: the eval table of fp32 and the config's MX formats on the prompts (exact
+    match, first divergence, NLL, perplexity, KL) and one line per format saying how far the answers move.
     """
     from console.twin.agreement import check as run_check
 
     given = {k: v for k, v in dims.items() if v is not None}
+    if predict_config is not None:
+        if qpc is not None or given or as_json:
+            raise click.UsageError("--predict runs an eval: drop --qpc, --json and the dimension options")
+        _predict(predict_config, source, graph, prompt, max_tokens)
+        return
     try:
         prompts = split_prompts(prompt)
         with tempfile.TemporaryDirectory(prefix="qaic-check-") as scratch:
@@ -127,6 +139,27 @@ def check(source: str, graph: Path | None, qpc: Path | None, prompt: str, max_to
         _fail(exc)
     click.echo(json.dumps(result.to_json()) if as_json else report(result))
     sys.exit(0 if result.match else 1)
+
+
+def _predict(config: Path, source: str, graph: Path | None, prompt: str, max_tokens: int) -> None:
+    """``check --predict``: the eval of fp32 and the compile config's MX formats, and how far each moves."""
+    from console.commands.eval import run_eval
+    from console.eval import predict, report
+    from console.eval.run import CORPUS
+
+    try:
+        asked = predict.choices(config)
+        if not asked:
+            click.echo(f"{config} asks no MX format (mxfp6_matmul and mxint8_kv_cache are false): the card computes "
+                       "with the exported weights in fp16, and the answers move from fp32's only by that rounding")
+            return
+        reference, candidates = predict.specs(asked, str(graph) if graph else None)
+        options = {"source": source, "likelihood": True, "corpus": CORPUS, "quiet": False}
+        result = run_eval(reference, candidates, split_prompts(prompt), max_tokens, options)
+    except ERRORS as exc:
+        _fail(exc)
+    click.echo(report.table(result))
+    click.echo("\n".join([*predict.verdicts(result), predict.saving(config, source)]).rstrip())
 
 
 def _compile_of(graph: Path, given: dict[str, int]) -> list[dict[str, Any]]:

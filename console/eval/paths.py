@@ -4,8 +4,11 @@ in-process engine (the CPU engine at a precision, the card's ONNX twin), or a re
 A spec names one: ``MODEL@URL`` (served: a tritonserver's HTTP or gRPC address, or an OpenAI-compatible ``.../v1``
 URL), ``MODEL@HTTP,GRPC`` (a tritonserver whose gRPC port is not the HTTP port + 1),
 ``cpu:PRECISION`` (the CPU engine on ``--model``), ``twin`` or ``twin:GRAPH`` (the ONNX twin of ``--model``;
-without a graph one is exported for the run). Every path answers greedily; in-process paths and the bundled backend (its
-``logprobs`` output) also give tokens; in-process paths can score a continuation (:mod:`console.eval.likelihood`).
+without a graph one is exported for the run, once for every twin path). Either engine also takes the card's MX
+formats, as a compile config's ``mxfp6_matmul`` / ``mxint8_kv_cache`` ask: ``+mxfp6``, ``+mxint8kv`` (``cpu:mxfp6``,
+``cpu:bf16+mxfp6``, ``twin:mxfp6+mxint8kv``, ``twin:GRAPH+mxfp6``). Every path answers greedily; in-process
+paths and the bundled backend (its ``logprobs`` output) also give tokens; in-process paths can score a
+continuation (:mod:`console.eval.likelihood`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from backend_model.contract import compile_config
 from backend_model.contract.parameters import PRECISIONS
 from backend_model.engine.loop import Engine
 from backend_model.engine.sampling import SamplingParams
+from backend_model.mx_formats import NO_MX, TERMS, Mx
 from console.clients import Failure, GenerationParams, ModelInfo, Reply
 from console.core.adapters import Adapter, adapter_for
 from console.core.request import Settings, prepare, read_info
@@ -31,7 +35,8 @@ REQUEST_PROMPTS = 8  # prompts per served request (the samples' full_batch_size)
 SPEC_HELP = ("MODEL@URL (served: a tritonserver's HTTP or gRPC address, both as HTTP,GRPC, or an OpenAI-compatible "
              ".../v1 URL), cpu:PRECISION "
              f"({'/'.join(PRECISIONS)}, the CPU engine on --model), twin or twin:GRAPH (the ONNX twin of --model; "
-             "exported for the run without a graph)")
+             f"exported for the run without a graph); either with the card's MX formats ({', '.join(TERMS)}: "
+             "cpu:mxfp6, twin:mxfp6+mxint8kv)")
 Progress = Callable[[str], None]
 Advance = Callable[[int], None]  # prompts done
 
@@ -54,6 +59,20 @@ class Answer:
     @classmethod
     def of(cls, data: dict[str, Any]) -> Answer:
         return cls(str(data["text"]), data.get("tokens"), str(data.get("finish", "")))
+
+
+@dataclass(frozen=True)
+class InProcess:
+    """What an in-process spec names: the CPU engine's precision, the card's MX formats, the twin's graph."""
+
+    precision: str = "fp32"
+    mx: Mx = NO_MX
+    graph: str | None = None  # the twin's graph (None: exported for the run)
+
+    @property
+    def label(self) -> str:
+        """``fp32``, ``bf16+mxfp6``, ``fp32+mxfp6+mxint8kv`` ..."""
+        return "+".join(t for t in (self.precision, self.mx.label) if t)
 
 
 @dataclass
@@ -157,9 +176,12 @@ def _ids(reply: Reply) -> list[int] | None:
     return [e["id"] for e in entries]
 
 
-def in_process(precision: str, source: str, progress: Progress, graph: str | Path | None = None) -> Engine:
-    """The CPU engine at ``precision`` (or, with ``graph``, the ONNX twin) on the samples' dimensions."""
-    dims = compile_config.validate({**DIMS, **({"onnx_path": str(graph)} if graph else {})}, "eval")
+def in_process(precision: str, source: str, progress: Progress, graph: str | Path | None = None,
+               mx: Mx = NO_MX) -> Engine:
+    """The CPU engine at ``precision`` (or, with ``graph``, the ONNX twin) on the samples' dimensions, computing the
+    card's MX formats ``mx`` as the compile config's keys ask."""
+    formats = {"mxfp6_matmul": mx.mxfp6_matmul, "mxint8_kv_cache": mx.mxint8_kv_cache}
+    dims = compile_config.validate({**DIMS, **formats, **({"onnx_path": str(graph)} if graph else {})}, "eval")
     settings = BackendSettings(engine="onnx" if graph else "cpu", hf_model_name=source, precision=precision,
                                compile=dims)
     engine, described = build_engine(settings, progress)
@@ -173,7 +195,8 @@ def opened(specs: Sequence[str], source: str, progress: Progress) -> Iterator[li
     loads; temporary graphs are removed on exit."""
     parsed = [parse(spec) for spec in specs]
     names: set[str] = set()
-    labels = [unique(spec if kind == "served" else spec.split(":", 1)[0] + (f"-{arg}" if kind == "cpu" else ""), names)
+    labels = [unique(spec if kind == "served" else f"cpu-{arg.label}" if kind == "cpu"
+                     else "twin" + (f"-{arg.mx.label}" if arg.mx else ""), names)
               for spec, (kind, arg) in zip(specs, parsed)]
     served: dict[int, EvalPath] = {}
     for i, (kind, arg) in enumerate(parsed):
@@ -183,35 +206,51 @@ def opened(specs: Sequence[str], source: str, progress: Progress) -> Iterator[li
             served[i] = EvalPath(labels[i], specs[i], server=adapter_for(http, grpc_url=grpc or None), model=model)
             served[i].served_info()  # ClientError now when the model is not served there
     with tempfile.TemporaryDirectory(prefix="qaic-eval-") as scratch:
-        paths = []
+        paths, exported = [], None
         for i, (kind, arg) in enumerate(parsed):
             if kind == "served":
                 paths.append(served[i])
             elif kind == "cpu":
-                paths.append(EvalPath(labels[i], specs[i], engine=in_process(arg, source, progress)))
+                engine = in_process(arg.precision, source, progress, mx=arg.mx)
+                paths.append(EvalPath(labels[i], specs[i], engine=engine))
             else:
-                graph = arg or _export(source, scratch, progress)
-                paths.append(EvalPath(labels[i], specs[i], engine=in_process("fp32", source, progress, graph)))
+                if arg.graph is None and exported is None:
+                    exported = _export(source, scratch, progress)
+                engine = in_process("fp32", source, progress, arg.graph or exported, arg.mx)
+                paths.append(EvalPath(labels[i], specs[i], engine=engine))
         yield paths
 
 
 def parse(spec: str) -> tuple[str, Any]:
-    """(kind, argument) of a spec: ("served", (model, url)), ("cpu", precision), ("twin", graph or None)."""
+    """(kind, argument) of a spec: ("served", (model, url)), ("cpu", InProcess) or ("twin", InProcess)."""
     spec = spec.strip()
     if spec.startswith("cpu:"):
-        precision = spec[4:]
-        if precision not in PRECISIONS:
-            raise SpecError(f"{spec!r}: the CPU engine's precision is one of {', '.join(PRECISIONS)}")
-        return "cpu", precision
+        terms = spec[4:].split("+")
+        precision = terms[0] if terms[0] in PRECISIONS else "fp32"
+        return "cpu", InProcess(precision, _formats(spec, terms[1:] if terms[0] in PRECISIONS else terms))
     if spec == "twin" or spec.startswith("twin:"):
-        graph = spec[5:] or None
+        terms = spec[5:].split("+") if spec[5:] else []
+        at = len(terms)
+        while at and terms[at - 1] in TERMS:  # trailing MX formats; the rest names a graph
+            at -= 1
+        graph = "+".join(terms[:at]) or None
         if graph is not None and not Path(graph).expanduser().exists():
             raise SpecError(f"{spec!r}: no graph at {graph}")
-        return "twin", graph
-    model, at, url = spec.partition("@")
-    if not at or not model or not url:
+        return "twin", InProcess(mx=_formats(spec, terms[at:]), graph=graph)
+    model, at_sign, url = spec.partition("@")
+    if not at_sign or not model or not url:
         raise SpecError(f"{spec!r} names no path: use {SPEC_HELP}")
     return "served", (model, url)
+
+
+def _formats(spec: str, terms: list[str]) -> Mx:
+    """The MX formats a spec's terms name (none: NO_MX); a SpecError names what is neither."""
+    if not terms:
+        return NO_MX
+    try:
+        return Mx.parse("+".join(terms))
+    except ValueError as exc:
+        raise SpecError(f"{spec!r}: the CPU engine's precision is one of {', '.join(PRECISIONS)}; {exc}") from None
 
 
 def unique(name: str, taken: set[str]) -> str:

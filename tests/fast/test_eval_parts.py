@@ -16,10 +16,11 @@ from transformers import AutoTokenizer
 
 from backend_model.engine.loop import Engine
 from backend_model.models import prepare_embedded
+from backend_model.mx_formats import Mx
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.protocol import Dims
 from console.eval import golden, greedy, likelihood, report
-from console.eval.paths import Answer, EvalPath, SpecError, parse
+from console.eval.paths import Answer, EvalPath, InProcess, SpecError, parse
 from console.eval.run import CORPUS, PROMPTS, Evaluation, evaluate, read_prompts
 
 
@@ -37,12 +38,16 @@ def engines(tokenizer) -> dict[str, Engine]:
 
 
 def test_specs() -> None:
-    assert parse("cpu:int4") == ("cpu", "int4")
-    assert parse("twin") == ("twin", None)
+    assert parse("cpu:int4") == ("cpu", InProcess("int4"))
+    assert parse("twin") == ("twin", InProcess())
+    assert parse("cpu:mxfp6") == ("cpu", InProcess("fp32", Mx(mxfp6_matmul=True)))
+    assert parse("cpu:bf16+mxint8kv") == ("cpu", InProcess("bf16", Mx(mxint8_kv_cache=True)))
+    assert parse("twin:mxfp6+mxint8kv") == ("twin", InProcess(mx=Mx(True, True)))
     assert parse("m@127.0.0.1:8001") == ("served", ("m", "127.0.0.1:8001"))
     assert parse("m@http://h:8080/v1") == ("served", ("m", "http://h:8080/v1"))
     for bad, says in (("cpu:int3", "fp32, bf16, int8, int4"), ("nothing", "names no path"),
-                      ("twin:/no/such.onnx", "no graph")):
+                      ("twin:/no/such.onnx", "no graph"), ("twin:/no/such.onnx+mxfp6", "no graph at /no/such.onnx$"),
+                      ("cpu:fp32+mxfp4", "'mxfp4' is not an MX format")):
         with pytest.raises(SpecError, match=says):
             parse(bad)
 
@@ -167,3 +172,17 @@ def test_continuations_go_as_the_continuation_input() -> None:
     with pytest.raises(ClientError, match="2 continuations for 1 prompts"):
         interface_of(model(*declared)).request(["a"], params, True)
     assert params.replace(max_tokens=3).continuations == params.continuations
+
+
+def test_twin_paths_share_one_export_and_carry_their_mx_formats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seams: the export and the engines are faked; every twin path without a graph runs the one export."""
+    from console.eval import paths
+
+    exports, built = [], []
+    monkeypatch.setattr(paths, "_export", lambda source, scratch, progress: exports.append(source) or "g.onnx")
+    monkeypatch.setattr(paths, "in_process", lambda precision, source, progress, graph=None, mx=None:
+                        built.append((precision, graph, mx)) or object())
+    with paths.opened(["twin", "twin:mxfp6+mxint8kv", "cpu:bf16+mxfp6"], "embedded", lambda m: None) as opened:
+        assert [p.name for p in opened] == ["twin", "twin-mxfp6+mxint8kv", "cpu-bf16+mxfp6"]
+    assert exports == ["embedded"]
+    assert built == [("fp32", "g.onnx", Mx()), ("fp32", "g.onnx", Mx(True, True)), ("bf16", None, Mx(True))]

@@ -6,10 +6,12 @@ MXFP6 weights, answer the same greedy tokens under each choice; both off, nothin
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
 from tiny_models import tiny_model
 from twin_data import qeff_fixtures
 
@@ -22,6 +24,8 @@ from backend_model.mx_formats import MXFP6, MXINT8, Mx, quantize
 from backend_model.sessions.cpu import CpuKVSession
 from backend_model.sessions.protocol import Dims, SessionError
 from backend_model.twin.session import OnnxInferenceSession
+from console.cli import main
+from console.eval import predict
 
 CHOICES = ["", "mxfp6", "mxint8kv", "mxfp6+mxint8kv"]
 CTX, VOCAB = 128, 49152
@@ -180,3 +184,35 @@ def test_mx_terms_are_read_and_named():
     with pytest.raises(ValueError, match="'mxfp4' is not an MX format: use mxfp6 or mxint8kv"):
         Mx.parse("mxfp6+mxfp4")
 
+
+def test_a_compile_config_asks_each_format_alone_then_both(tmp_path):
+    path = tmp_path / "compile_config.json"
+    both = {"mxfp6_matmul": True, "mxint8_kv_cache": True}
+    for asked, expected in ((both, [Mx(True), Mx(False, True), Mx(True, True)]),
+                            ({"mxint8_kv_cache": True}, [Mx(False, True)]), ({}, [])):
+        path.write_text(json.dumps(asked))
+        assert predict.choices(path) == expected
+    assert predict.specs([Mx(True)], None) == ("cpu:fp32", ["cpu:fp32+mxfp6"])
+
+
+def test_check_predicts_how_far_a_compile_configs_formats_move_the_answers(qeff, tmp_path):
+    """On the twin of QEfficient's export: the eval table (fp32 the reference) and one verdict a format."""
+    config = tmp_path / "compile_config.json"
+    config.write_text(json.dumps({"mxfp6_matmul": True}))
+    args = ["check", "--model", str(qeff.hf), "--predict", str(config), "--prompt", "My name is|Maroon bells",
+            "--max-tokens", "8"]
+    result = CliRunner().invoke(main, [*args, "--onnx", str(qeff.graph("cb"))])
+    assert result.exit_code == 0, result.output
+    table = result.stdout.splitlines()
+    assert table[1].startswith("twin ") and "reference" in table[1]
+    assert table[2].startswith("twin-mxfp6 ") and "0/2 (0%)" in table[2]
+    assert re.search(r"^twin-mxfp6: 0 of 2 answers stay fp32's over 8 tokens; the others part at token \d+ \(median\); "
+                     r"NLL of fp32's answers \+\d\.\d{4} nats/token; perplexity x\d\.\d{4}; KL to fp32 \d\.\d\de-\d\d$",
+                     result.stdout, re.M), result.stdout
+    assert re.search(r"^memory: ctx_len 128 × batch_size 1 needs about .* on a Cloud AI 100 card .*mxfp6 weights, "
+                     r"fp16 cache: \d+ MB less than fp16\)$", result.stdout, re.M), result.stdout
+    config.write_text("{}")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0 and "asks no MX format" in result.stdout
+    result = CliRunner().invoke(main, [*args, "--qpc", str(tmp_path)])
+    assert result.exit_code == 2 and "--predict runs an eval: drop --qpc" in result.output

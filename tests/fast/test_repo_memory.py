@@ -78,8 +78,9 @@ def test_a_card_holds_32_gb_and_a_compiled_qpc_is_not_second_guessed(tmp_path: P
         memory.check(card, print, None, machine=BIG_MACHINE)
     said: list[str] = []
     tight = dataclasses.replace(card, compile={"ctx_len": 131072, "full_batch_size": 16, "mxint8_kv_cache": True})
-    memory.check(tight, said.append, None)  # mxint8: 24 GB
-    assert len(said) == 1 and "mxint8 cache), more than the 16 GB of an AI 100 Standard" in said[0]
+    memory.check(tight, said.append, None)  # mxint8: 24.9 GB (8 bits and an 8-bit scale per 32 values)
+    assert len(said) == 1 and ("static KV cache 24.9 GB, fp16 weights, mxint8 cache: 23.4 GB less than fp16), more "
+                               "than the 16 GB of an AI 100 Standard") in said[0]
     qpc = dataclasses.replace(card, engine="auto", aic_binary_dir=str(tmp_path))
     memory.check(qpc, said.append, None)
     assert len(said) == 1
@@ -96,7 +97,9 @@ def test_a_model_whose_config_is_not_here_is_not_estimated(tmp_path: Path, monke
         "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}))
     found = memory.estimate(dataclasses.replace(mistral, engine="qaic"), local_config(mistral.hf_model_name))
-    assert found is not None and found.weights == pytest.approx(7.24e9 * 0.78, rel=0.01)  # 7.24 B params, mxfp6
+    embedding = 32000 * 4096  # a Gather: fp16; the other 7.11 B parameters MatMul weights: mxfp6, 25/32 bytes each
+    assert found is not None and found.weights == pytest.approx((7.24e9 - embedding) * 25 / 32 + embedding * 2,
+                                                                rel=0.01)
     folder = tmp_path / "local"
     folder.mkdir()
     (folder / "config.json").write_text("[1]")  # not a config: no estimate, no error
@@ -105,3 +108,20 @@ def test_a_model_whose_config_is_not_here_is_not_estimated(tmp_path: Path, monke
     (folder / "config.json").unlink()
     (folder / "config.json").symlink_to(folder / "fifo")  # read, it would block: never read
     assert local_config(str(folder)) is None
+
+
+def test_the_card_estimate_says_what_the_mx_formats_save() -> None:
+    """The embedded SmolLM2 (tied): its 134.5 M parameters' MatMul weights are the layers' 106.2 M and the head's
+    own 28.3 M (QEfficient's export holds it apart from the embedding, which stays fp16)."""
+    both = kv_spec(engine="qaic", compile={"ctx_len": 512, "full_batch_size": 8, "mxfp6_matmul": True,
+                                          "mxint8_kv_cache": True})
+    found = memory.estimate(both, None)
+    assert found is not None
+    matmuls, embedding, cache = 106.2e6 + 28.3e6, 28.3e6, 2 * 30 * 3 * 64 * 512 * 8
+    assert found.weights == pytest.approx(matmuls * 25 / 32 + embedding * 2, rel=0.01)
+    assert found.kv_cache == cache * 33 / 32
+    assert found.saved == pytest.approx(matmuls * (2 - 25 / 32) + cache * (2 - 33 / 32), rel=0.01)
+    assert "(weights 162 MB + static KV cache 49 MB, mxfp6 weights, mxint8 cache: 210 MB less than fp16)" in str(found)
+    plain = memory.estimate(kv_spec(engine="qaic", compile={"ctx_len": 512, "full_batch_size": 8}), None)
+    assert plain is not None and plain.saved == 0 and plain.total - found.total == pytest.approx(found.saved)
+    assert "less than fp16" not in str(plain)

@@ -6,8 +6,11 @@ value and what must hold them: the CPU engine (fp32 values; bf16 at bf16 precisi
 this machine's memory; a card (fp16, mxint8 with mxint8_kv_cache; mxfp6 weights with mxfp6_matmul) in one Cloud
 AI 100 device (16 GB on a Standard card, 32 GB on a Pro, and on each of an Ultra's four) — or, compiled with
 ``num_devices`` N (tensor slicing), 1/N of the weights and of the cache (split by KV heads) on each of N. A QPC already
-compiled fixed its own memory, and a model whose config.json is not here (:func:`~.spec.local_config`: a hub
-name missing from the local Hugging Face cache) cannot be estimated: neither is checked.
+compiled fixed its own memory. The card's sampler (``include_sampler``) keeps two [rows, vocab] one-byte masks
+(QEfficient's repetition and presence penalty buffers) beside the cache; compute-context lengths change how much of
+the cache a step reads, not what is allocated (the cache is ctx_len long all the same). A model whose config.json is
+not here (:func:`~.spec.local_config`: a hub name missing from the local Hugging Face cache) cannot be estimated:
+neither is checked.
 
 Standard library only, and Python 3.8: the release artifacts' generator imports it.
 """
@@ -50,16 +53,18 @@ class Estimate:
     rows: str  # the key that sets the cache's rows: full_batch_size or batch_size
     socs: int = 1  # SoCs the card's share is for (num_devices: weights split N ways, the cache by KV heads)
     split: str = ""  # how the cache splits when the KV heads do not divide by ``socs``
+    sampler: float = 0.0  # the card's sampler's penalty masks (include_sampler)
 
     @property
     def total(self) -> float:
-        return self.weights + self.kv_cache
+        return self.weights + self.kv_cache + self.sampler
 
     def __str__(self) -> str:
         where = f"each of {self.socs} SoCs of {self.place}" if self.socs > 1 else self.place
         split = f"; {self.split}" if self.split else ""
+        sampler = f" + the sampler's masks {size(self.sampler)}" if self.sampler else ""
         return (f"{self.shape} needs about {size(self.total)} on {where} (weights {size(self.weights)} + static "
-                f"KV cache {size(self.kv_cache)}, {self.formats}{split})")
+                f"KV cache {size(self.kv_cache)}{sampler}, {self.formats}{split})")
 
 
 def size(count: float) -> str:
@@ -129,9 +134,12 @@ def estimate(spec: ModelSpec, config: Mapping[str, Any] | None, num_devices: int
     socs = (num_devices or c["num_devices"]) if place == CARD else 1
     heads = math.ceil(kv_heads / socs)
     split = f"{kv_heads} KV heads do not split {socs} ways: {heads} on one SoC" if kv_heads % socs else ""
+    ccl = "; compute-context lengths read less of the cache, allocated whole" if c["comp_ctx_lengths_decode"] else ""
+    assert config is not None  # it gave a shape
+    sampler = 2.0 * c[rows] * (_first(config, "vocab_size") or 0) if c["include_sampler"] and place == CARD else 0.0
     return Estimate(params * weight_bytes / socs, tokens * per_token * cache_bytes * heads / kv_heads, place,
-                    f"{weight_format} weights, {cache_format} cache" + (f", {UNSPLIT}" if socs > 1 else ""),
-                    f"ctx_len {c['ctx_len']} × {rows} {c[rows]}", rows, socs, split)
+                    f"{weight_format} weights, {cache_format} cache" + (f", {UNSPLIT}" if socs > 1 else "") + ccl,
+                    f"ctx_len {c['ctx_len']} × {rows} {c[rows]}", rows, socs, split, sampler)
 
 
 def smallest_socs(spec: ModelSpec, config: Mapping[str, Any] | None, most: float, socs: int) -> int | None:

@@ -162,9 +162,10 @@ def _compile_qpc(settings: BackendSettings, progress: Progress) -> str:
 
     progress(f"compiling {settings.hf_model_name} with QEfficient (this can take a long time) ...")
     options = compile_options(settings.compile)
+    sampler = qaic_config(settings.compile)
     model = QEFFAutoModelForCausalLM.from_pretrained(
         settings.hf_model_name, continuous_batching=bool(options.get("full_batch_size")),
-        qaic_config=qaic_config(settings.compile),
+        **({"qaic_config": sampler} if sampler else {}),  # only when it says something, as QEfficient's examples
     )
     return str(model.compile(**options))
 

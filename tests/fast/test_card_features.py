@@ -6,6 +6,8 @@ length each run attends, chosen as QEfficient's loop chooses it and checked by t
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import numpy as np
 import pytest
 from twin_data import QEFF_GRAPH, QeffFixtures, qeff_fixtures
 
+from backend_model import build
 from backend_model.contract import compile_config, specializations
 from backend_model.contract.errors import BadRequest
 from backend_model.engine import card_sampling
@@ -166,3 +169,26 @@ def test_the_memory_check_counts_the_samplers_masks_and_not_less_cache_for_ccl()
     assert sampling.total - plain.total == 2 * 16 * 49152  # two one-byte [16, vocab] masks
     assert "the sampler's masks 2 MB" in str(sampling)
     assert ccl.total == plain.total and "compute-context lengths read less of the cache" in str(ccl)
+
+
+def test_the_sampler_reaches_from_pretrained_and_the_lengths_compile(monkeypatch):
+    """A recording stand-in of QEfficient's QEFFAutoModelForCausalLM (QEfficient is not installable here)."""
+    calls: list[tuple[str, dict]] = []
+
+    class Recorder:
+        @classmethod
+        def from_pretrained(cls, name: str, **kwargs: object) -> Recorder:
+            calls.append(("from_pretrained", kwargs))
+            return cls()
+
+        def compile(self, **kwargs: object) -> str:
+            calls.append(("compile", kwargs))
+            return "/qpcs/qpc"
+
+    monkeypatch.setitem(sys.modules, "QEfficient", types.SimpleNamespace(QEFFAutoModelForCausalLM=Recorder))
+    c = compile_config.validate({"prefill_seq_len": 4, "include_sampler": True, "max_top_k_ids": 256, **CCL})
+    assert build._compile_qpc(build.BackendSettings(hf_model_name="org/model", compile=c), lambda _: None)
+    assert calls[0][1]["qaic_config"] == {"include_sampler": True, "max_top_k_ids": 256}
+    options = calls[1][1]
+    assert options["comp_ctx_lengths_decode"] == [16, 32, 128] and "include_sampler" not in options
+    assert "max_top_k_ids" not in options  # a compile() option would become a compiler flag

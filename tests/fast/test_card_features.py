@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from twin_data import QEFF_GRAPH, QeffFixtures, qeff_fixtures
+from twin_data import QEFF_GRAPH
 
 from backend_model import build
 from backend_model.contract import compile_config, specializations
@@ -21,7 +21,6 @@ from backend_model.contract.errors import BadRequest
 from backend_model.engine import card_sampling
 from backend_model.engine.loop import Engine
 from backend_model.engine.sampling import SamplingParams
-from backend_model.models import load_tokenizer
 from backend_model.sessions import qaic
 from backend_model.sessions.qaic import QaicSession
 from backend_model.twin.session import onnx_opener
@@ -33,16 +32,6 @@ SAMPLED = SamplingParams(max_tokens=16, temperature=0.9, top_k=40, top_p=0.95, r
 CCL = {"comp_ctx_lengths_prefill": [4, 8, 64], "comp_ctx_lengths_decode": [16, 32, 128]}
 
 
-@pytest.fixture(scope="module")
-def qeff() -> QeffFixtures:
-    return qeff_fixtures()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qeff):
-    return load_tokenizer(str(qeff.hf), progress=lambda message: None)[0]
-
-
 def engine_on(graph: Path, tokenizer, top_k: int = 0) -> Engine:
     """The engine of the twin of ``graph``: sampling on the card when ``top_k``, else on the host as the card does."""
     engine = Engine(QaicSession(graph, opener=onnx_opener(max_top_k_ids=top_k)), tokenizer)
@@ -51,10 +40,10 @@ def engine_on(graph: Path, tokenizer, top_k: int = 0) -> Engine:
 
 
 @pytest.mark.parametrize("mode", ["regular", "cb"])
-def test_a_seeded_request_samples_the_same_tokens_on_the_card_and_on_the_host(qeff, tokenizer, mode):
+def test_a_seeded_request_samples_the_same_tokens_on_the_card_and_on_the_host(qeff, qeff_tokenizer, mode):
     prompts = list(qeff.reference)
-    card = engine_on(qeff.graph(mode), tokenizer, TOP_K)
-    host = engine_on(qeff.graph(mode), tokenizer)
+    card = engine_on(qeff.graph(mode), qeff_tokenizer, TOP_K)
+    host = engine_on(qeff.graph(mode), qeff_tokenizer)
     assert card.on_card == TOP_K and host.on_card == 0 and not card.prefix_caching
     on_card = [s.tokens for s in card.generate(prompts, SAMPLED)]
     assert on_card == [s.tokens for s in host.generate(prompts, SAMPLED)]
@@ -65,8 +54,8 @@ def test_a_seeded_request_samples_the_same_tokens_on_the_card_and_on_the_host(qe
     assert greedy == list(qeff.reference.values())  # temperature 0: the card's argmax
 
 
-def test_a_sampling_qpc_takes_tokens_not_logits(qeff, tokenizer):
-    card = engine_on(qeff.graph("regular"), tokenizer, TOP_K)
+def test_a_sampling_qpc_takes_tokens_not_logits(qeff, qeff_tokenizer):
+    card = engine_on(qeff.graph("regular"), qeff_tokenizer, TOP_K)
     names = card.session.session.input_names
     assert set(card_sampling.INPUTS) <= set(names) and "logits" not in card.session.session.output_names
     for params in (SamplingParams(logprobs=2), SamplingParams(structured_outputs={"choice": ["a"]})):
@@ -130,13 +119,13 @@ def test_each_run_attends_the_length_qeffs_loop_chooses():
 
 
 @pytest.mark.parametrize("mode", ["regular", "cb"])
-def test_compute_context_lengths_serve_exact_greedy_tokens_and_a_wrong_choice_is_refused(qeff, tokenizer, mode,
+def test_compute_context_lengths_serve_exact_greedy_tokens_and_a_wrong_choice_is_refused(qeff, qeff_tokenizer, mode,
                                                                                          monkeypatch, tmp_path):
     c = compile_config.validate({"ctx_len": 128, "prefill_seq_len": 4, **CCL,
                                  **({"full_batch_size": 2} if mode == "cb" else {})})
     (tmp_path / QEFF_GRAPH).symlink_to(specializations.find_graph(qeff.graph(mode)))
     specializations.write(tmp_path, specializations.of_config(c))  # as QEfficient's compile of ``c`` writes it
-    engine = engine_on(tmp_path, tokenizer)
+    engine = engine_on(tmp_path, qeff_tokenizer)
     assert engine.session.ccl == {4: [4, 8, 64], 1: [16, 32, 128]}
     runtime, chosen = engine.session.session, []
     run = runtime.run

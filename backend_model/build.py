@@ -137,10 +137,19 @@ def choose_engine(settings: BackendSettings) -> str:
     return "cpu"
 
 
+SAMPLER_KEYS = ("include_sampler", "max_top_k_ids")  # QEfficient's qaic_config (from_pretrained), not compile()'s
+
+
+def qaic_config(config: dict[str, Any]) -> dict[str, Any] | None:
+    """QEfficient ``from_pretrained``'s ``qaic_config``: the on-device sampler, when the compile config asks it."""
+    return {k: config[k] for k in SAMPLER_KEYS} if config.get("include_sampler") else None
+
+
 def compile_options(config: dict[str, Any]) -> dict[str, Any]:
     """QEfficient ``compile()`` keyword arguments: extra options become compiler flags as given, so
-    ``mos`` goes only when >= 1 and ``aic_enable_depth_first`` only when true."""
-    options = {k: v for k, v in config.items() if v is not None}
+    ``mos`` goes only when >= 1 and ``aic_enable_depth_first`` only when true (the sampler's keys go to
+    ``qaic_config``; the compute-context length lists are ``compile()``'s own)."""
+    options = {k: v for k, v in config.items() if v is not None and k not in SAMPLER_KEYS}
     if options.get("mos", -1) < 1:
         options.pop("mos", None)
     if not options.get("aic_enable_depth_first"):
@@ -154,8 +163,10 @@ def _compile_qpc(settings: BackendSettings, progress: Progress) -> str:
 
     progress(f"compiling {settings.hf_model_name} with QEfficient (this can take a long time) ...")
     options = compile_options(settings.compile)
+    sampler = qaic_config(settings.compile)
     model = QEFFAutoModelForCausalLM.from_pretrained(
-        settings.hf_model_name, continuous_batching=bool(options.get("full_batch_size"))
+        settings.hf_model_name, continuous_batching=bool(options.get("full_batch_size")),
+        **({"qaic_config": sampler} if sampler else {}),  # only when it says something, as QEfficient's examples
     )
     return str(model.compile(**options))
 
@@ -169,8 +180,9 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
     from .twin.session import onnx_opener
 
     c = settings.compile
-    fallback = specializations.build(c["batch_size"], c["prefill_seq_len"], c["ctx_len"], c["full_batch_size"] or 0)
-    opener = onnx_opener(fallback, threads, "compile_config.json", Mx.of(c))
+    fallback = specializations.of_config(c)
+    top_k = c["max_top_k_ids"] if c["include_sampler"] else 0
+    opener = onnx_opener(fallback, threads, "compile_config.json", Mx.of(c), max_top_k_ids=top_k)
     return QaicSession(c["onnx_path"], settings.device_ids, opener)
 
 
@@ -243,11 +255,14 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         engine = Engine(session, tokenizer, eos)
-        extra = ""
+        engine.card_sampling = engine.on_card or settings.compile["max_top_k_ids"]  # sampled as the card does
+        extra = f" sampler={'card' if engine.on_card else 'host'} max_top_k_ids={engine.card_sampling}"
+        if session.ccl:
+            extra += f" comp_ctx_lengths={session.ccl}"
         if kind == "onnx":
             mx = Mx.of(settings.compile)
-            extra = (f" graph={settings.compile['onnx_path']} specializations={session.session.specializations_from}"
-                     f" threads={threads} ({chosen})" + (f" mx={mx.label}" if mx else ""))
+            extra += (f" graph={settings.compile['onnx_path']} specializations={session.session.specializations_from}"
+                      f" threads={threads} ({chosen})" + (f" mx={mx.label}" if mx else ""))
     else:
         engine, extra = _cpu_engine(settings, progress, threads)
         extra += f" threads={threads} ({chosen})"

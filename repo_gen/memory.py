@@ -7,8 +7,11 @@ this machine's memory; a card (fp16, mxint8 with mxint8_kv_cache; mxfp6 MatMul w
 embedding, a Gather, stays fp16, and QEfficient's export holds a tied head as a MatMul weight of its own) in one Cloud
 AI 100 device (16 GB on a Standard card, 32 GB on a Pro, and on each of an Ultra's four) — or, compiled with
 ``num_devices`` N (tensor slicing), 1/N of the weights and of the cache (split by KV heads) on each of N. A QPC already
-compiled fixed its own memory, and a model whose config.json is not here (:func:`~.spec.local_config`: a hub
-name missing from the local Hugging Face cache) cannot be estimated: neither is checked.
+compiled fixed its own memory. The card's sampler (``include_sampler``) keeps two [rows, vocab] one-byte masks
+(QEfficient's repetition and presence penalty buffers) beside the cache; compute-context lengths change how much of
+the cache a step reads, not what is allocated (the cache is ctx_len long all the same). A model whose config.json is
+not here (:func:`~.spec.local_config`: a hub name missing from the local Hugging Face cache) cannot be estimated:
+neither is checked.
 
 Standard library only, and Python 3.8: the release artifacts' generator imports it.
 """
@@ -53,6 +56,7 @@ class Estimate:
     socs: int = 1  # SoCs the card's share is for (num_devices: weights split N ways, the cache by KV heads)
     split: str = ""  # how the cache splits when the KV heads do not divide by ``socs``
     saved: float = 0.0  # bytes the card's MX formats save against fp16 weights and cache
+    sampler: float = 0.0  # the card's sampler's penalty masks (include_sampler)
 
     @property
     def savings(self) -> str:
@@ -61,14 +65,15 @@ class Estimate:
 
     @property
     def total(self) -> float:
-        return self.weights + self.kv_cache
+        return self.weights + self.kv_cache + self.sampler
 
     def __str__(self) -> str:
         where = f"each of {self.socs} SoCs of {self.place}" if self.socs > 1 else self.place
         split = f"; {self.split}" if self.split else ""
         saved = f": {self.savings}" if self.saved else ""
+        sampler = f" + the sampler's masks {size(self.sampler)}" if self.sampler else ""
         return (f"{self.shape} needs about {size(self.total)} on {where} (weights {size(self.weights)} + static "
-                f"KV cache {size(self.kv_cache)}, {self.formats}{saved}{split})")
+                f"KV cache {size(self.kv_cache)}{sampler}, {self.formats}{saved}{split})")
 
 
 def size(count: float) -> str:
@@ -146,9 +151,12 @@ def estimate(spec: ModelSpec, config: Mapping[str, Any] | None, num_devices: int
         matmuls = params + (embedding if tied else 0) - embedding
         weights = (matmuls * weight_bytes + embedding * FP16) / socs
         saved = matmuls * (FP16 - weight_bytes) / socs + cache * (FP16 - cache_bytes)
+    ccl = "; compute-context lengths read less of the cache, allocated whole" if c["comp_ctx_lengths_decode"] else ""
+    assert config is not None  # it gave a shape
+    sampler = 2.0 * c[rows] * (_first(config, "vocab_size") or 0) if c["include_sampler"] and place == CARD else 0.0
     return Estimate(weights, cache * cache_bytes, place,
-                    f"{weight_format} weights, {cache_format} cache" + (f", {UNSPLIT}" if socs > 1 else ""),
-                    f"ctx_len {c['ctx_len']} × {rows} {c[rows]}", rows, socs, split, saved)
+                    f"{weight_format} weights, {cache_format} cache" + (f", {UNSPLIT}" if socs > 1 else "") + ccl,
+                    f"ctx_len {c['ctx_len']} × {rows} {c[rows]}", rows, socs, split, saved, sampler)
 
 
 def smallest_socs(spec: ModelSpec, config: Mapping[str, Any] | None, most: float, socs: int) -> int | None:

@@ -284,7 +284,8 @@ def _with_graph_dims(compiled: dict[str, Any]) -> dict[str, Any]:
         dims = specializations.compile_dims(specializations.read(beside))
     except ValueError as exc:
         raise RepoError(str(exc)) from None
-    expected = {"full_batch_size": None, **dims}  # a regular graph has no full_batch_size
+    # a regular graph has no full_batch_size, one without comp_ctx_lengths symbols no compute-context lengths
+    expected = {"full_batch_size": None, "comp_ctx_lengths_prefill": None, "comp_ctx_lengths_decode": None, **dims}
     for key, value in expected.items():
         if compiled.get(key, value) != value:
             raise RepoError(f"compile config {key} {compiled[key]} differs from {beside}: {value}")
@@ -299,4 +300,5 @@ def _export_graph(folder: Path, spec: ModelSpec, progress: Progress) -> str:
     done = export(spec.hf_model_name or "embedded", folder / ONNX_DIR, ctx_len=c["ctx_len"],
                   prefill_seq_len=c["prefill_seq_len"], batch_size=c["batch_size"],
                   full_batch_size=c["full_batch_size"] or 0, progress=progress)
+    specializations.write(done.graph.parent, specializations.of_config(c))  # with its compute-context lengths
     return f"{ONNX_DIR}/{done.graph.name}"

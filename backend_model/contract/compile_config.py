@@ -1,7 +1,10 @@
 """compile_config.json: the seed's keys, their types, ranges and defaults.
 
 Defaults are QEfficient's compile defaults; they apply when a key (or the whole file) is absent.
-``full_batch_size`` turns on continuous batching.
+``full_batch_size`` turns on continuous batching. ``include_sampler`` compiles QEfficient's on-device sampler
+(``qaic_config`` ``include_sampler`` / ``max_top_k_ids``); ``comp_ctx_lengths_prefill`` / ``_decode`` are its
+compute-context lengths (CCL): the context lengths a prefill chunk and a decode step may attend, each a
+specialization of its own (:mod:`.specializations`).
 """
 
 from __future__ import annotations
@@ -26,11 +29,21 @@ SCHEMA: dict[str, tuple[type, Any, Any, str]] = {
     "aic_enable_depth_first": (bool, False, lambda v: True, "true or false"),
     "mos": (int, -1, lambda v: v == -1 or 1 <= v <= 16, "-1 or an integer in [1, 16]"),
     "num_devices": (int, 1, lambda v: 1 <= v <= 64, "an integer in [1, 64] (the SoCs one QPC is tensor-sliced across)"),
+    "include_sampler": (bool, False, lambda v: True, "true or false"),
+    "max_top_k_ids": (int, 512, lambda v: 1 <= v <= 8192, "an integer in [1, 8192]"),
+    "comp_ctx_lengths_prefill": (list, None, lambda v: _ascending(v), "a non-empty list of increasing integers >= 1"),
+    "comp_ctx_lengths_decode": (list, None, lambda v: _ascending(v), "a non-empty list of increasing integers >= 1"),
 }
 KEYS = tuple(SCHEMA)
 MAX_BYTES = 64 * 1024  # a compile config is a few hundred bytes; a model's config.json a few kilobytes
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
           (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"))
+
+
+def _ascending(values: list[Any]) -> bool:
+    """A non-empty list of strictly increasing positive integers (a compute-context length list)."""
+    ints = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+    return bool(values) and ints and all(a < b for a, b in zip(values, values[1:]))
 
 
 class CompileConfigError(ValueError):
@@ -60,7 +73,31 @@ def validate(raw: Any, source: str = "compile config") -> dict[str, Any]:
         raise CompileConfigError(
             f"{source}: 'prefill_seq_len' ({out['prefill_seq_len']}) must not exceed 'ctx_len' ({out['ctx_len']})"
         )
+    _check_ccl(out, source)
     return out
+
+
+def _check_ccl(config: dict[str, Any], source: str) -> None:
+    """Compute-context lengths that serve every prompt and position: both lists or neither, none past ctx_len, the
+    decode list ending at ctx_len (a step past its last length would attend too little), and, when prefill and
+    decode are separate specializations (prefill_seq_len > 1), no length in both (QEfficient's compiler needs
+    them distinct)."""
+    prefill, decode, ctx_len = config["comp_ctx_lengths_prefill"], config["comp_ctx_lengths_decode"], config["ctx_len"]
+    if (prefill is None) != (decode is None):
+        given = "comp_ctx_lengths_prefill" if decode is None else "comp_ctx_lengths_decode"
+        raise CompileConfigError(f"{source}: {given!r} needs its pair: give both compute-context length lists")
+    if prefill is None:
+        return
+    for key, values in (("comp_ctx_lengths_prefill", prefill), ("comp_ctx_lengths_decode", decode)):
+        if values[-1] > ctx_len:
+            raise CompileConfigError(f"{source}: {key!r} has {values[-1]}, past 'ctx_len' ({ctx_len})")
+    if decode[-1] != ctx_len:
+        raise CompileConfigError(f"{source}: 'comp_ctx_lengths_decode' must end at 'ctx_len' ({ctx_len}), got "
+                                 f"{decode[-1]}: a decode step past it could not attend its whole context")
+    common = sorted(set(prefill) & set(decode)) if config["prefill_seq_len"] > 1 else []
+    if common:
+        raise CompileConfigError(f"{source}: {common[0]} is in both compute-context length lists: a prefill and a "
+                                 "decode specialization need different lengths")
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -12,7 +12,10 @@ prompt ends. So a prompt's first token leaves as soon as its own prefill ends, n
 
 A sequence's token comes from its sampler, masked first by its grammar when the request constrains
 the reply (:mod:`.grammar`), or, for a forced continuation, from the continuation itself: the engine
-feeds the given tokens instead of sampling and reports how likely the model found each one.
+feeds the given tokens instead of sampling and reports how likely the model found each one. A compiled
+model samples as the card does (:mod:`.card_sampling`): on the host from the logits, or, when its QPC has the
+sampler (``include_sampler``), on the card, which takes each row's sampler inputs and returns its token
+(then no logits come back: such a model takes no logprobs, grammar or forced continuation).
 
 Prefix reuse (``prefix_caching``, on sessions that keep a slot's cache after its sequence ends): a slot keeps
 the whole prefill chunks of its last prompt, and a prompt that starts with the same tokens is admitted to
@@ -39,6 +42,7 @@ import numpy as np
 
 from ..contract.errors import BadRequest
 from ..sessions.protocol import Session
+from .card_sampling import OUTPUT, CardSampler, Inputs, idle, stack
 from .detok import Detokenizer, max_prompt_bytes, token_bytes_table
 from .grammar import Grammars, Matcher
 from .logprobs import Scores, TokenLogprob, TokenTexts
@@ -83,7 +87,8 @@ class Sequence:
     def plain_greedy(self) -> bool:
         """Its next token is its logits' argmax: its own greedy sampler (not one a caller put in), not steered by a
         grammar or a forced continuation (a step may choose these tokens in one batched argmax)."""
-        return self.grammar is None and self.forced is None and type(self.sampler) is Sampler and self.params.greedy
+        plain = type(self.sampler) in (Sampler, CardSampler)
+        return self.grammar is None and self.forced is None and plain and self.params.greedy
 
     @property
     def position(self) -> int:
@@ -142,6 +147,10 @@ class Engine:
         self._lock = threading.Condition()
         self.default_max_tokens: int | None = None  # a request without max_tokens gets this (None: to EOS/ctx_len)
         self.meter = Meter()  # told what the loop does (the Triton glue gives it one that publishes)
+        # the card's sampler: > 0 (its max_top_k_ids) where the session samples on the card; a compiled model that
+        # samples on the host runs it too (the builder sets ``card_sampling``), else the engine's own Sampler
+        self.on_card = int(getattr(session, "max_top_k_ids", 0))
+        self.card_sampling = self.on_card
 
     # -- requests -------------------------------------------------------------------------
     def encode(self, prompt: str) -> list[int]:
@@ -156,6 +165,11 @@ class Engine:
                 f"{what} is {len(prompt_ids)} tokens but ctx_len is {self.dims.ctx_len}: "
                 "no room to generate (shorten the prompt or compile a longer ctx_len)"
             )
+        limit, chunk = getattr(self.session, "prompt_limit", 0), self.dims.prefill_seq_len
+        if limit and -(-len(prompt_ids) // chunk) * chunk > limit:
+            raise BadRequest(f"{what} is {len(prompt_ids)} tokens, {-(-len(prompt_ids) // chunk)} prefill chunks of "
+                             f"{chunk}: past the largest prefill compute-context length, {limit} "
+                             "(comp_ctx_lengths_prefill: shorten the prompt or compile a longer one)")
 
     def check_continuation(self, prompt_ids: list[int], forced: list[int], what: str = "the continuation") -> None:
         """Raise BadRequest for a forced continuation the model cannot score after ``prompt_ids``."""
@@ -176,6 +190,9 @@ class Engine:
         at least; EOS, stop strings and max_tokens do not end it). A grammar compiles here (BadRequest).
         """
         self.check_prompt(prompt_ids)
+        if self.on_card and (forced is not None or params.logprobs is not None or params.structured_outputs):
+            raise BadRequest("this model's QPC samples on the card (include_sampler): it returns tokens, not logits, "
+                             "so it takes no logprobs, structured_outputs or scored continuation")
         grammar = None
         if forced is not None:
             self.check_continuation(prompt_ids, forced)
@@ -205,8 +222,8 @@ class Engine:
         return seq
 
     def _new(self, prompt_ids: list[int], params: SamplingParams, tag: Any, filler: bool = False) -> Sequence:
-        return Sequence(list(prompt_ids), params, Sampler(params), Detokenizer(self.tokenizer, self.table), tag,
-                        filler=filler)
+        sampler = CardSampler(params, self.card_sampling) if self.card_sampling else Sampler(params)
+        return Sequence(list(prompt_ids), params, sampler, Detokenizer(self.tokenizer, self.table), tag, filler=filler)
 
     def cancel(self, seq: Sequence) -> None:
         """Ends ``seq`` at the next step and frees its slot."""
@@ -326,7 +343,7 @@ class Engine:
         assert fill is not None
         try:
             while True:
-                logits = self._prefill_chunk(fill)
+                out = self._prefill_chunk(fill)
                 ending = [r for r, end in enumerate(fill.ends) if end == fill.next - 1]
                 if ending:
                     break
@@ -340,20 +357,22 @@ class Engine:
         rows = [r for r in ending if not fill.group[r].finished]  # a row cancelled meanwhile has ended
         ready = [fill.group[r] for r in rows]
         self.meter.prefilled(ready)  # their first tokens leave with this phase's updates
-        return self._advance(ready, logits[:, -1], rows)
+        return self._advance(ready, out, rows)
 
-    def _prefill_chunk(self, fill: Prefill) -> np.ndarray:
-        """Run the next chunk of ``fill`` on the session; its logits (each row's last valid position)."""
+    def _prefill_chunk(self, fill: Prefill) -> dict[str, np.ndarray]:
+        """Run the next chunk of ``fill`` on the session; its outputs (each row's last valid position's)."""
         chunk = self.dims.prefill_seq_len
         window = slice(fill.next * chunk, (fill.next + 1) * chunk)
         inputs = {"input_ids": fill.ids[:, window], "position_ids": fill.pos[:, window]}
         if self.dims.continuous:
             inputs["batch_index"] = np.array([[fill.group[0].slot]], dtype=np.int64)
+        if self.on_card:  # the rows whose prompt ends here take their first token from this run
+            inputs.update(self._card_inputs([s if e == fill.next else None for s, e in zip(fill.group, fill.ends)]))
         started = time.perf_counter()
-        logits = self.session.run(inputs)["logits"]
+        out = self.session.run(inputs)
         self.meter.prefill_chunk(time.perf_counter() - started)
         fill.next += 1
-        return logits
+        return out
 
     def _decode(self) -> list[Update]:
         active = [s for s in self.slots if s is not None and not s.finished]
@@ -372,16 +391,27 @@ class Engine:
             more = np.array(extra, dtype=np.int64)  # slot, token, position
             for name, column in (("batch_index", 0), ("input_ids", 1), ("position_ids", 2)):
                 inputs[name] = np.concatenate([inputs[name], more[:, column : column + 1]])
+        if self.on_card:
+            inputs.update(self._card_inputs([s if s is not None and not s.finished else None for s in self.slots]))
         started = time.perf_counter()
         try:
-            logits = self.session.run(inputs)["logits"]
+            out = self.session.run(inputs)
         except Exception as exc:
             return [self._finish(s, "error", f"{type(exc).__name__}: {exc}") for s in active]
         self.meter.decode_step(time.perf_counter() - started, active)
-        rows = logits[:, -1]  # a view: a row is copied only where a grammar masks it
         if not extra:
-            return self._advance(active, rows, slots)
-        return self._verify(active, drafts, rows)
+            return self._advance(active, out, slots)
+        return self._verify(active, drafts, out["logits"][:, -1])
+
+    def _card_inputs(self, rows: list[Sequence | None]) -> Inputs:
+        """The card's sampler inputs of a run's rows: a sequence draws its own for the token the run gives it
+        (None: a row whose token is not taken)."""
+        def inputs(seq: Sequence | None) -> Inputs:
+            if seq is None or not isinstance(seq.sampler, CardSampler):
+                return idle(self.on_card)
+            return seq.sampler.inputs()
+
+        return stack([inputs(seq) for seq in rows])
 
     def _draft(self, seq: Sequence) -> list[int]:
         """Tokens to feed after the sequence's last one (prompt lookup): for greedy requests that a grammar or a
@@ -413,9 +443,12 @@ class Engine:
         self.meter.speculated(drafted, accepted)
         return updates
 
-    def _choose(self, seq: Sequence, row: np.ndarray, argmax: int) -> tuple[int, tuple[TokenLogprob, ...]]:
+    def _choose(self, seq: Sequence, row: np.ndarray | None, argmax: int) -> tuple[int, tuple[TokenLogprob, ...]]:
         """The sequence's next token from its logits row, and its entry when the request asks for log-probabilities
-        (of the raw row: before the grammar and the sampler). ``argmax``: the row's, when the caller has it (-1)."""
+        (of the raw row: before the grammar and the sampler). ``argmax``: the row's, when the caller has it (-1);
+        the card's token when the card sampled (``row`` None)."""
+        if row is None:
+            return argmax, ()
         scores = None if seq.params.logprobs is None else Scores(row, seq.params.logprobs)
         if seq.forced is not None:
             token = seq.forced[len(seq.tokens)]
@@ -430,10 +463,16 @@ class Engine:
                 seq.grammar.accept(token)
         return token, () if scores is None else (scores.of(token),)
 
-    def _advance(self, seqs: list[Sequence], logits: np.ndarray, rows: list[int]) -> list[Update]:
-        """Choose one token for each sequence from its row of ``logits`` [rows, vocab] (``rows[i]`` is ``seqs[i]``'s),
-        detokenise it and apply the stop rules. The plain greedy ones take one argmax for the whole call when
-        they are most of its rows (the same first maximum a row's own argmax finds)."""
+    def _advance(self, seqs: list[Sequence], out: dict[str, np.ndarray], rows: list[int]) -> list[Update]:
+        """Choose one token for each sequence from its row of a run's outputs (``rows[i]`` is ``seqs[i]``'s): the
+        card's ``next_tokens``, or from ``logits`` [rows, 1, vocab]; detokenise it and apply the stop rules. The plain
+        greedy ones take one argmax for the whole call when they are most of its rows (the same first maximum a row's
+        own argmax finds)."""
+        if OUTPUT in out:  # the card sampled
+            chosen = out[OUTPUT].reshape(-1).tolist()
+            taken = [self._take(seq, None, int(chosen[r])) for seq, r in zip(seqs, rows)]
+            return [update for update in taken if update is not None]
+        logits = out["logits"][:, -1]  # a view: a row is copied only where a grammar masks it
         plain = [seq.plain_greedy for seq in seqs]
         if 2 * sum(plain) >= len(logits):
             best = logits.argmax(axis=1).tolist()
@@ -447,7 +486,7 @@ class Engine:
                 updates.append(update)
         return updates
 
-    def _take(self, seq: Sequence, row: np.ndarray, argmax: int = -1) -> Update | None:
+    def _take(self, seq: Sequence, row: np.ndarray | None, argmax: int = -1) -> Update | None:
         """Choose the sequence's next token from ``row`` (``argmax``: the row's, when known), detokenise it and apply
         the stop rules: the update it makes (None: no new text yet)."""
         try:

@@ -14,6 +14,12 @@ under it (as the compiler fixes them; QEfficient leaves names such as ``Castlogi
 With the compile config's MX formats (``mx_formats.Mx``) it computes what such a QPC computes: the MatMul
 weights are overridden at load by their MXFP6 values, and each run's new KV cache entries are stored as
 MXINT8 once the run ends (the positions it was given; storing a stored entry again changes nothing).
+
+Compute-context lengths: specializations with a ``comp_ctx_lengths`` symbol give the program a
+``comp_ctx_lengths`` input of that length, as QEfficient's CCL export has. A graph without that input (ours)
+attends its whole cache, which is what the card computes only while every position a run reads lies inside
+the chosen length: the twin checks that, and refuses a run that would attend past it (the card's answer
+would be wrong there). With ``include_sampler`` the twin is the card's sampler too (:mod:`.sampler`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..contract import specializations
-from ..contract.specializations import Symbols
+from ..contract.specializations import CCL, Symbols
 from ..mx_formats import NO_MX, Mx, quantize_kv, quantize_weight
 from ..sessions.protocol import SessionError
 from ..sessions.qaic import Opener
@@ -65,6 +71,8 @@ def _resolve(shape: list[Any], symbols: Symbols, name: str) -> list[int]:
 class OnnxInferenceSession:
     """QAICInferenceSession's twin on ONNX Runtime (CPU)."""
 
+    virtual: frozenset[str] = frozenset()  # the program's inputs the graph does not take (comp_ctx_lengths)
+
     def __init__(self, onnx_path: str | Path, specs: list[Symbols], threads: int = 0, source: str = "",
                  mx: Mx = NO_MX) -> None:
         real = Path(onnx_path).resolve()  # its weights lie beside the file a link points to
@@ -84,7 +92,16 @@ class OnnxInferenceSession:
             except SessionError as exc:
                 raise SessionError(f"{exc} in {source or 'the specializations'}") from None
             shapes.append(dims + self._probe(dims, dtypes, n, spec))
-        self.bindings = [Binding(a.name, i, shapes[0][i], dtypes[i], is_in) for i, (a, is_in) in enumerate(args)]
+        names = [a.name for a, _ in args]
+        if any(CCL in spec for spec in specs) and CCL not in names:  # the program's input, not the graph's
+            self.virtual = frozenset({CCL})
+            names.append(CCL)
+            dtypes.append(np.dtype(np.int64))
+            args.append((None, True))
+            for dims, spec in zip(shapes, specs):
+                dims.append([int(spec.get(CCL, 0))])
+        self.bindings = [Binding(n, i, shapes[0][i], dtypes[i], is_in) for i, (n, (_, is_in)) in
+                         enumerate(zip(names, args))]
         self.binding_index_map = {b.name: b.index for b in self.bindings}
         self.input_names = [b.name for b in self.bindings if b.is_input]
         self.output_names = [b.name for b in self.bindings if not b.is_input]
@@ -127,6 +144,8 @@ class OnnxInferenceSession:
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.set_buffers(inputs)
         self._check_shapes()
+        if CCL in self.virtual:
+            self._check_ccl()
         binding = self._ort.io_binding()
         returned = [n for n in self.output_names if not self._is_retained_output(n) and n not in self._skipped]
         for name in returned:  # bound first: get_outputs() lists them first
@@ -136,6 +155,8 @@ class OnnxInferenceSession:
                 current = self._state.get(name) or self._zero_state(name)
                 binding.bind_ortvalue_input(name, current[0])
                 binding.bind_ortvalue_output(name + RETAINED_SUFFIX, current[1])
+            elif name in self.virtual:
+                continue
             elif name in self._inputs:
                 binding.bind_cpu_input(name, np.ascontiguousarray(self._inputs[name]))
             else:
@@ -189,6 +210,15 @@ class OnnxInferenceSession:
         binding = self.bindings[self.binding_index_map[name]]
         self._state[name] = self._pair_for(name, np.zeros(binding.dims, dtype=binding.dtype))
         return self._state[name]
+
+    def _check_ccl(self) -> None:
+        """A run reads its rows' positions up to the largest: past the compute-context length it chose, the card
+        would attend only that length's first positions (a wrong answer, which the twin does not give)."""
+        length = self._dims[self.binding_index_map[CCL]][0]
+        last = int(np.max(self._inputs["position_ids"]))
+        if last >= length:
+            raise ValueError(f"position {last} is past the compute-context length {length} this run chose: the "
+                             f"card would attend only positions 0 to {length - 1}")
 
     def _check_shapes(self) -> None:
         """Every non-skipped buffer must have one specialization's dims, as on the card."""
@@ -253,15 +283,16 @@ def _symbols(spec: Symbols) -> str:
 
 
 def onnx_opener(fallback: list[dict[str, Any]] | None = None, threads: int = 0,
-                fallback_from: str = "the compile config", mx: Mx = NO_MX) -> Opener:
+                fallback_from: str = "the compile config", mx: Mx = NO_MX, max_top_k_ids: int = 0) -> Opener:
     """The twin's opener for ``QaicSession``: the graph and the specializations.json beside it.
 
     ``fallback`` (named entries, e.g. built from compile_config.json: ``fallback_from`` names it)
     compiles a graph that has no specializations.json (QEfficient's export writes none), as
-    QEfficient's compile does with the compile config's dimensions; ``mx``, its MX formats.
+    QEfficient's compile does with the compile config's dimensions; ``mx``, its MX formats. ``max_top_k_ids`` > 0:
+    the program samples, as a QPC compiled with ``include_sampler`` (:mod:`.sampler`).
     """
 
-    def open_onnx(path: Path, device_ids: list[int] | None) -> tuple[OnnxInferenceSession, Path]:
+    def open_onnx(path: Path, device_ids: list[int] | None) -> tuple[Any, Path]:
         graph = specializations.find_graph(path)
         beside = specializations.beside(graph)
         source = str(beside) if beside else f"{fallback_from} (no {specializations.FILE} beside the graph)"
@@ -269,6 +300,11 @@ def onnx_opener(fallback: list[dict[str, Any]] | None = None, threads: int = 0,
             specs = specializations.read(beside) if beside else specializations.parse({"specializations": fallback})
         except ValueError as exc:
             raise SessionError(f"{exc}: the twin needs the shapes to compile {graph.name} for") from None
-        return OnnxInferenceSession(graph, specs, threads, source, mx), graph
+        session = OnnxInferenceSession(graph, specs, threads, source, mx)
+        if not max_top_k_ids:
+            return session, graph
+        from .sampler import SamplingProgram
+
+        return SamplingProgram(session, max_top_k_ids), graph
 
     return open_onnx

@@ -22,7 +22,6 @@ from backend_model.contract import specializations
 from backend_model.contract.qpc import model_type_of, specializations_of
 from backend_model.engine.loop import Engine
 from backend_model.engine.sampling import SamplingParams
-from backend_model.models import load_tokenizer
 from backend_model.sessions.protocol import Dims, SessionError
 from backend_model.sessions.qaic import QaicSession, binding_dims, find_qpc, read_dims, retained_names
 from backend_model.twin.graph import INVALID_INDEX, prepare
@@ -34,16 +33,6 @@ VOCAB, CTX = 49152, 128
 MODES = ("regular", "cb")
 CB_SPECS = [{"batch_size": "1", "seq_len": "32", "ctx_len": "128", "full_batch_size": "4", "full_batch_exec_size": "1"},
             {"batch_size": "4", "seq_len": "1", "ctx_len": "128", "full_batch_size": "4"}]
-
-
-@pytest.fixture(scope="module")
-def qeff() -> QeffFixtures:
-    return qeff_fixtures()
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qeff):
-    return load_tokenizer(str(qeff.hf), progress=lambda message: None)[0]
 
 
 def linked(qeff: QeffFixtures, mode: str, folder: Path) -> Path:
@@ -118,7 +107,7 @@ def test_each_invalid_index_constant_follows_the_cards_rule(qeff, mode, gathers,
     ("cb", None, Dims(1, 32, CTX, VOCAB, full_batch_size=4)),
     ("cb", {"batch_size": 1, "prefill_seq_len": 4, "ctx_len": CTX, "full_batch_size": 2}, Dims(1, 4, CTX, VOCAB, 2)),
 ], ids=["regular-bs1-p32", "regular-bs2-p4", "regular-bs1-p1", "cb-fbs4-p32", "cb-fbs2-p4"])
-def test_both_exports_are_token_exact_with_transformers(qeff, graphs, tokenizer, tmp_path, mode, dims, expected,
+def test_both_exports_are_token_exact_with_transformers(qeff, graphs, qeff_tokenizer, tmp_path, mode, dims, expected,
                                                        origin):
     graph = graphs[origin][mode]
     folder = graph if dims is None else compiled(graph, tmp_path / "compiled", **dims)
@@ -130,7 +119,7 @@ def test_both_exports_are_token_exact_with_transformers(qeff, graphs, tokenizer,
     assert len(runtime.allowed_shapes) == (0 if expected.prefill_seq_len == 1 else 2)  # one compiled shape: none
     calls = record_runs(session)
     prompts, tokens = list(qeff.reference), list(qeff.reference.values())
-    engine = Engine(session, tokenizer)
+    engine = Engine(session, qeff_tokenizer)
     assert [s.tokens for s in engine.generate(prompts, SamplingParams(max_tokens=24))] == tokens
     prefills = [c for c in calls if c["input_ids"].shape == (expected.batch_size, expected.prefill_seq_len)]
     starts = [c for c in prefills if (c["position_ids"][:, 0] == 0).all()]
@@ -152,11 +141,11 @@ def padded_prefill(runtime: OnnxInferenceSession, tokenizer, chunk: int, slot: i
 
 
 @pytest.mark.parametrize("origin", ["qeff", "ours"])
-def test_continuous_batching_padding_writes_nothing_into_any_slot(qeff, graphs, tokenizer, origin):
+def test_continuous_batching_padding_writes_nothing_into_any_slot(qeff, graphs, qeff_tokenizer, origin):
     """The scatter's INT32_MAX writes nothing, as on the card: rewritten to 0 (QEfficient's ORT check) the
     NaN rows of the padding would land in position 0; to -1, in the slot's last position."""
     runtime = OnnxInferenceSession(specializations.find_graph(graphs[origin]["cb"]), CB_SPECS)
-    out = padded_prefill(runtime, tokenizer, 32, slot=2)
+    out = padded_prefill(runtime, qeff_tokenizer, 32, slot=2)
     assert np.isfinite(out["logits"]).all() and int(out["logits"].argmax()) == qeff.reference["My name is"][0]
     for name in ("past_key.0", "past_value.1"):
         state = out[name + "_RetainedState"]
@@ -167,12 +156,12 @@ def test_continuous_batching_padding_writes_nothing_into_any_slot(qeff, graphs, 
 
 
 @pytest.mark.parametrize("origin", ["qeff", "ours"])
-def test_regular_padding_keeps_onnxs_negative_index(qeff, graphs, tokenizer, origin):
+def test_regular_padding_keeps_onnxs_negative_index(qeff, graphs, qeff_tokenizer, origin):
     """Position -1 reaches the regular graph's scatter as -1 itself: the last cache position, as ONNX (and
     QEfficient's PyTorch CtxScatterFunc) index it; nothing reads it before a real token overwrites it."""
     runtime = OnnxInferenceSession(specializations.find_graph(graphs[origin]["regular"]),
                                    [{"batch_size": "1", "seq_len": "32", "ctx_len": "128"}])
-    out = padded_prefill(runtime, tokenizer, 32, slot=None)
+    out = padded_prefill(runtime, qeff_tokenizer, 32, slot=None)
     assert int(out["logits"].argmax()) == qeff.reference["My name is"][0]
     key = out["past_key.1_RetainedState"]
     assert np.abs(key[0, :, :3]).sum(-1).all() and not key[0, :, 3:-1].any()
@@ -280,7 +269,7 @@ def test_our_export_has_qefficients_interface(graphs, mode):
     assert (mine.gathers, qeffs.gathers, mine.inlined, qeffs.inlined) == (1, 2, 0, 3)
 
 
-def test_weights_in_files_beside_the_graph_are_read_from_there(qeff, tokenizer, tmp_path):
+def test_weights_in_files_beside_the_graph_are_read_from_there(qeff, qeff_tokenizer, tmp_path):
     """QEfficient writes a model over 2 GB with its weights in files beside the .onnx."""
     folder = tmp_path / "LlamaForCausalLM-5f1b2c3d4e"
     folder.mkdir()
@@ -289,7 +278,7 @@ def test_weights_in_files_beside_the_graph_are_read_from_there(qeff, tokenizer, 
     (folder / specializations.FILE).symlink_to(qeff.graph("cb") / specializations.FILE)
     session = QaicSession(folder, opener=onnx_opener())
     prompts = list(qeff.reference)[:2]
-    tokens = [s.tokens for s in Engine(session, tokenizer).generate(prompts, SamplingParams(max_tokens=24))]
+    tokens = [s.tokens for s in Engine(session, qeff_tokenizer).generate(prompts, SamplingParams(max_tokens=24))]
     assert tokens == [qeff.reference[p] for p in prompts]
 
 

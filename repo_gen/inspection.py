@@ -194,7 +194,6 @@ def device_review(models: list[ModelFolder], listed: tuple[list[devices.Device],
 def _read_compile(folder: Path, info: ModelFolder) -> None:
     path = folder / "compile_config.json"
     try:
-        schema = embedding_config.SCHEMA if info.model_type == embedding_config.TASK else None
-        info.compile = compile_config.load(path, schema) if path.exists() else compile_config.validate({}, "", schema)
+        info.compile = embedding_config.of_model(path, info.model_type)
     except compile_config.CompileConfigError as exc:
         info.problems.append(str(exc).replace(str(path), "compile_config.json", 1))

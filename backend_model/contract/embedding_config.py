@@ -9,6 +9,7 @@ pooling is a ``config.pbtxt`` parameter (``QEFFAutoModel.from_pretrained`` takes
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from . import compile_config
@@ -53,6 +54,15 @@ def load(path: Any) -> dict[str, Any]:
     return validate(compile_config.read(path), str(path))
 
 
+def of_model(path: Any, task: str) -> dict[str, Any]:
+    """A model folder's compile_config.json (``path``) by the schema of its ``task`` parameter (this module's for
+    ``embedding``, else a decoder's); the defaults when the file is absent. CompileConfigError naming the key."""
+    exists = os.path.exists(path)
+    if task == TASK:
+        return load(path) if exists else validate({})
+    return compile_config.load(path) if exists else compile_config.validate({})
+
+
 def seq_len_for(length: int, seq_lens: list[int]) -> int:
     """The smallest compiled sequence length that holds ``length`` tokens (the caller checked the largest does)."""
     return next(s for s in seq_lens if s >= length)
@@ -74,4 +84,5 @@ def check_parameters(pooling: str, normalize: str, max_seq_len: str, dimensions:
 
 
 __all__ = ["MAX_BATCH", "POOLINGS", "PRECISIONS", "SCHEMA", "TASK", "CompileConfigError", "check_parameters", "load",
+           "of_model",
            "seq_len_for", "validate"]

@@ -227,15 +227,19 @@ class Backend:
         return folder is None or (folder / BACKEND_PACKAGE / "triton_model.py").is_file()
 
     def template(self, bundled: str = TEMPLATE_NAME) -> Path:
-        """The folder's own config template when it has one, else the bundled backend's ``bundled``."""
+        """The folder's own config template when it has one, else the bundled backend's ``bundled``; a copy of this
+        project's backend (it holds the decoders' template only) takes another model type's from the generator."""
         own = self.folder / TEMPLATE_NAME if self.folder is not None else None
-        return own if own is not None and own.is_file() else TEMPLATES / bundled
+        theirs = own is not None and own.is_file() and (bundled == TEMPLATE_NAME or not self.ours)
+        return own if theirs and own is not None else TEMPLATES / bundled
 
     def copy_into(self, version_dir: Path, entry: str = ENTRY_NAME) -> None:
         """Fill ``version_dir`` (``<model>/1``) with the backend (``entry``: the bundled model.py to write)."""
         ignore = shutil.ignore_patterns(*SKIPPED, TEMPLATE_NAME)
         if self.folder is not None:  # as the seed does: the folder's contents, as they are
             shutil.copytree(self.folder, version_dir, dirs_exist_ok=True, ignore=ignore)
+            if self.ours and entry != ENTRY_NAME:  # its model.py is the decoders' entry
+                shutil.copy2(TEMPLATES / entry, version_dir / ENTRY_NAME)
             return
         package = bundled_backend_package()
         if not (package / "triton_model.py").is_file():  # the generator's own copy holds only what it shares

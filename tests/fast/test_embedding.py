@@ -197,3 +197,16 @@ def test_the_generator_refuses_what_an_embedding_model_cannot_be(tmp_path: Path)
         with pytest.raises((RepoError, embedding_config.CompileConfigError), match=message):
             write_model(ModelSpec(**{**spec.__dict__, **changes}), tmp_path)
     assert not tmp_path.joinpath("e").exists()
+
+
+def test_an_embedding_model_on_the_exported_backend_folder_gets_its_own_entry(tmp_path: Path) -> None:
+    """The release artifacts' backend folder holds the decoders' model.py and template: an embedding model written
+    with it as --python_backend_dir gets the encoder's (the generator ships them)."""
+    from repo_gen.artifacts import BACKEND_DIR, export
+
+    export(tmp_path / "release")
+    spec = ModelSpec("e", "embedding", hf_model_name="embedded", compile={"seq_len": [32]})
+    folder = write_model(spec, tmp_path / "repo", python_backend_dir=tmp_path / "release" / BACKEND_DIR)
+    assert "backend_model.embedding.triton_model import" in (folder / "1" / "model.py").read_text()
+    assert "dynamic_batching {}" in (folder / "config.pbtxt").read_text()
+    assert (folder / "1" / "backend_model" / "embedding" / "triton_model.py").is_file()

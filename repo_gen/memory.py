@@ -34,7 +34,10 @@ Note = Callable[[str], None]
 EMBEDDED_CONFIG = {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
                    "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152,
                    "tie_word_embeddings": True}
-UNGATED = ("gpt2", "gpt_bigcode", "gpt_neox", "gptj", "falcon", "opt", "bloom", "phi")  # an MLP of two matrices
+# all-MiniLM-L6-v2's (the embedded encoder's)
+EMBEDDED_ENCODER_CONFIG = {"model_type": "bert", "hidden_size": 384, "intermediate_size": 1536, "num_hidden_layers": 6,
+                           "num_attention_heads": 12, "vocab_size": 30522, "tie_word_embeddings": True}
+UNGATED = ("gpt2", "gpt_bigcode", "gpt_neox", "gptj", "falcon", "opt", "bloom", "phi", "bert")  # an MLP of 2 matrices
 CPU_WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
 FP16, MXFP6, MXINT8 = 2.0, 25 / 32, 33 / 32  # bytes a value: MX blocks of 32 elements (6 or 8 bits) and an 8-bit scale
 CARD = "a Cloud AI 100 card"
@@ -108,6 +111,20 @@ def _shape(config: Mapping[str, Any]) -> tuple[float, float, int, int] | None:
         kv_heads
 
 
+def _encoder(spec: ModelSpec, config: Mapping[str, Any] | None) -> Estimate | None:
+    """An encoder's weights where it runs (no KV cache; activations are not counted)."""
+    shape = _shape(config) if config is not None else None
+    if shape is None:
+        return None
+    c = spec.compiled()
+    place, weight_format, weight_bytes, socs = "the CPU engine", "fp32", 4.0, 1
+    if on_card(spec):
+        weight_format, weight_bytes = ("mxfp6", 0.78) if c["mxfp6_matmul"] else ("fp16", 2.0)
+        place, socs = CARD, c["num_devices"]
+    return Estimate(shape[0] * weight_bytes / socs, 0.0, place, f"{weight_format} weights, no KV cache",
+                    f"seq_len {c['seq_len'][-1]} × batch_size {c['batch_size']}", "batch_size", socs)
+
+
 def on_card(spec: ModelSpec) -> bool:
     """Whether the model will run on a card: engine qaic, or auto with a QPC or with QEfficient on this machine."""
     if spec.engine == "qaic":
@@ -132,7 +149,9 @@ def estimate(spec: ModelSpec, config: Mapping[str, Any] | None, num_devices: int
     when ``spec`` names it); on a card, per SoC of ``num_devices`` (default: the compile config's): the weights
     split N ways, the cache by KV heads (the largest share when they do not divide). None without a config."""
     if spec.hf_model_name in ("", "embedded"):
-        config = EMBEDDED_CONFIG
+        config = EMBEDDED_ENCODER_CONFIG if spec.embedding else EMBEDDED_CONFIG
+    if spec.embedding:
+        return _encoder(spec, config)
     shape = _shape(config) if config is not None else None
     if shape is None:
         return None

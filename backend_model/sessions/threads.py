@@ -70,7 +70,7 @@ def cpu_instances(folder: Path, card: bool = False) -> int:
         config = (folder / "config.pbtxt").read_text(encoding="utf-8")
     except OSError:
         return 0
-    if '"use_kv_cache"' not in config:  # not a model of this backend
+    if '"use_kv_cache"' not in config and '"task"' not in config:  # not a model of this backend (a decoder, an encoder)
         return 0
     engine = _ENGINE.search(config)
     kind = engine.group(1) if engine else "auto"

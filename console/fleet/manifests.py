@@ -87,16 +87,15 @@ def read_model(folder: Path) -> tuple[Model, int]:
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    from backend_model.contract import compile_config
+    from backend_model.contract import compile_config, embedding_config
 
     path = folder / "config.pbtxt"
     try:
         config = text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
-        compiled = folder / "compile_config.json"
-        compile_ = compile_config.load(compiled) if compiled.exists() else compile_config.validate({})
+        parameters = {k: v.string_value for k, v in config.parameters.items()}
+        compile_ = embedding_config.of_model(folder / "compile_config.json", parameters.get("task", ""))
     except (OSError, text_format.ParseError, compile_config.CompileConfigError) as exc:
         raise ManifestError(f"{path}: {' '.join(str(exc).split())}") from None
-    parameters = {k: v.string_value for k, v in config.parameters.items()}
     socs = devices_per_instance(config)
     return Model(model_spec(folder.name, parameters, compile_), len(socs)), sum(socs)
 

@@ -59,7 +59,8 @@ class Model:
 def model_spec(name: str, parameters: dict[str, str], compile_config: dict[str, Any]) -> ModelSpec:
     """The generator's spec of a model folder, from its config.pbtxt ``parameters`` and its compile config."""
     threads = parameters.get("cpu_threads", "0").strip()
-    return ModelSpec(name, "kv_cache" if parameters.get("use_kv_cache", "true").lower() == "true" else "causal",
+    kind = "kv_cache" if parameters.get("use_kv_cache", "true").lower() == "true" else "causal"
+    return ModelSpec(name, parameters.get("task") or kind,
                      compile=compile_config, engine=parameters.get("engine", "auto") or "auto",
                      hf_model_name=parameters.get("hf_model_name", ""),
                      precision=parameters.get("precision", "fp32") or "fp32",

@@ -269,3 +269,16 @@ def test_a_host_model_that_cannot_be_estimated_is_refused_before_anything_is_wri
     result = CliRunner().invoke(main, ["deploy", "k8s", str(repo), "-o", str(tmp_path / "out")])
     assert result.exit_code == 1 and "smollm2_kv: its memory cannot be estimated" in result.output, result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_an_embedding_model_is_sized_by_its_weights(tmp_path: Path) -> None:
+    """The embedded MiniLM beside a chat sample: its compile config is read by its own schema, its memory is its
+    fp32 weights on the CPU (all-MiniLM-L6-v2's safetensors: 90.9 MB), no KV cache."""
+    from console.fleet.manifests import repository_models
+
+    repo = tmp_path / "repo"
+    write_samples(("smollm2_kv", "minilm_embedding"), repo)
+    model, socs = repository_models(repo)["minilm_embedding"]
+    found = memory.estimate(model.spec, None)
+    assert found is not None and 85e6 < found.weights < 95e6 and found.kv_cache == 0 and socs == 1
+    assert deploy(repo, tmp_path / "k8s")["deployment.yaml"]["kind"] == "Deployment"

@@ -9,7 +9,7 @@ import pytest
 
 from backend_model.build import BackendSettings, build_engine
 from backend_model.sessions import threads
-from repo_gen.samples import EMBEDDED_SAMPLES, SAMPLES, write_samples
+from repo_gen.samples import EMBEDDED_EMBEDDING, EMBEDDED_SAMPLES, SAMPLES, write_samples
 from repo_gen.writer import ModelSpec, write_model
 
 
@@ -50,6 +50,8 @@ def test_cpu_models_count_instances_and_skip_the_card(repo: Path) -> None:
     assert threads.cpu_instances(repo / "smollm2_kv") == 1
     assert threads.cpu_instances(repo / "smollm2_kv", card=True) == 0  # engine auto takes the card
     assert threads.cpu_instances(repo / "notes") == 0
+    (encoder,) = write_samples(EMBEDDED_EMBEDDING, repo / "more")
+    assert threads.cpu_instances(encoder) == 1 and threads.cpu_instances(encoder, card=True) == 0
     embedded = len(EMBEDDED_SAMPLES)
     # outside a tritonserver the parent's command line names no models: every folder counts
     assert threads.served_cpu_models(repo / "smollm2_kv") == embedded + 2

@@ -65,6 +65,31 @@ def plain_info(name: str, decoupled: bool = False) -> ModelInfo:
                      outputs=(Tensor("text_output", "BYTES"),))
 
 
+def embedding_info(name: str = "minilm", sizes: str = "8,4", max_seq_len: int = 16, batch: int = 4) -> ModelInfo:
+    """A model with the bundled backend's embedding interface (``text`` or ``token_ids`` in; ``embedding`` and
+    ``input_tokens`` out), normalising, cut to any of ``sizes``, at most ``batch`` inputs a request."""
+    return ModelInfo(name, False, None, inputs=(Tensor("text", "BYTES", (1,), True),
+                                                Tensor("token_ids", "BYTES", (1,), True)),
+                     outputs=(Tensor("embedding", "FP32", (-1,)), Tensor("input_tokens", "INT32", (1,))),
+                     max_batch_size=batch, parameters={"task": "embedding", "normalize": "true", "dimensions": sizes,
+                                                       "max_seq_len": str(max_seq_len), "pooling": "mean"})
+
+
+def fake_vector(item: str | list[int], size: int = 8) -> list[float]:
+    """A fake model's unit vector for a text (its characters counted in ``size`` bins) or token ids (the same for
+    the ids): alike inputs get alike vectors."""
+    counts = [0.0] * size
+    for unit in item:
+        counts[(ord(unit) if isinstance(unit, str) else unit) % size] += 1.0
+    norm = sum(c * c for c in counts) ** 0.5 or 1.0
+    return [c / norm for c in counts]
+
+
+def fake_tokens(item: str | list[int]) -> int:
+    """A fake model's token count: a text's words, or its ids."""
+    return len(item.split()) if isinstance(item, str) else len(item)
+
+
 # --------------------------------------------------------------------------- what a request gets
 
 

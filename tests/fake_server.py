@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from console.clients import (
@@ -39,6 +40,7 @@ from console.clients import (
     reply_stats,
 )
 from console.clients.call import Arrived, Broke, Ended
+from console.clients.embeddings import EmbeddingModel, Vectors
 from console.core.adapters.base import Adapter, Framed, History, Progress, States, quiet
 from console.core.template import chat_messages, chat_prompts
 from console.server.embedded import EMBEDDED_DEFAULTS
@@ -203,6 +205,7 @@ class FakeServer:
         self.server_template = server_template  # it applies the chat template (chat sends messages)
         self.reachable = True
         self.requests: list[Request] = []
+        self.embedded: list[tuple[str, list[str]]] = []  # each embed call's model and texts
         self._scripts: collections.deque[Script] = collections.deque()
         self._lock = threading.Condition()
 
@@ -403,3 +406,11 @@ class FakeAdapter(Adapter):
     def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,
              timeouts: Timeouts) -> Call:
         return FakeCall(self.server, mode, info, framed, params, timeouts)
+
+    def embed(self, model: str, texts: Sequence[str], timeout: float | None) -> Vectors:
+        """:func:`fake_vector` of each text from an embedding model (kept in :attr:`FakeServer.embedded`)."""
+        embedding = EmbeddingModel.required(self.model_info(model))
+        embedding.check(texts)
+        self.server.embedded.append((model, list(texts)))
+        counts = [fake_tokens(t) for t in texts] if embedding.tokens else None
+        return np.array([fake_vector(t) for t in texts], dtype=np.float32), counts

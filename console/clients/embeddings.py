@@ -19,9 +19,12 @@ import numpy as np
 
 from .errors import BadRequest, ServerFault
 from .events import ModelInfo, Tensor
+from .failures import mapped
+from .openai_api import api_error, client, request_headers
 from .wire import tensor
 
 Item = str | list[int]  # one input: a text or its token ids
+Vectors = tuple[np.ndarray, list[int] | None]  # one float32 row per input; each input's tokens (None: not sent)
 TASK = "embedding"
 
 
@@ -118,7 +121,7 @@ class EmbeddingModel:
         names = [self.output, *([self.tokens] if self.tokens else [])]
         return [module.InferRequestedOutput(name) for name in names]
 
-    def read(self, result: Any, n: int) -> tuple[np.ndarray, list[int] | None]:
+    def read(self, result: Any, n: int) -> Vectors:
         """A result's ``n`` vectors (one row each, float32) and token counts (None: not sent)."""
         array = result.as_numpy(self.output)
         if array is None or array.size == 0 or array.size % n:
@@ -126,3 +129,40 @@ class EmbeddingModel:
         tokens = result.as_numpy(self.tokens) if self.tokens else None
         counts = None if tokens is None else [int(t) for t in tokens.reshape(-1)]
         return array.reshape(n, -1).astype(np.float32), counts
+
+
+def joined(parts: Sequence[Vectors]) -> Vectors:
+    """The vectors of several requests, in order (token counts: None unless every part sent them)."""
+    counts = [part[1] for part in parts]
+    return (np.concatenate([part[0] for part in parts]),
+            None if None in counts else [n for part in counts for n in part or ()])
+
+
+def triton_embed(url: str, model: EmbeddingModel, items: Sequence[Item], timeout: float | None) -> Vectors:
+    """``items``' vectors from the tritonserver at ``url`` (HTTP), one request per :meth:`EmbeddingModel.chunks`;
+    ClientError (Refused: the model's refusal, e.g. an input over its length)."""
+    import tritonclient.http as httpclient
+
+    model.check(items)
+    with mapped(url, "http"):
+        http = httpclient.InferenceServerClient(url, network_timeout=timeout or 1e9, connection_timeout=timeout or 60)
+        try:
+            return joined([model.read(http.infer(model.info.name, model.inputs(httpclient, chunk),
+                                                 outputs=model.outputs(httpclient)), len(chunk))
+                           for chunk in model.chunks(items)])
+        finally:
+            http.close()
+
+
+def openai_embed(base: str, model: str, items: Sequence[Item], timeout: float | None) -> Vectors:
+    """``items``' vectors from the OpenAI-compatible server at ``base`` (``POST /v1/embeddings``, floats); per-input
+    token counts are not sent there (None)."""
+    try:
+        answer = client(base).embeddings.create(model=model, input=list(items), encoding_format="float",
+                                                timeout=timeout, extra_headers=request_headers(base))
+    except Exception as exc:
+        raise api_error(exc, base) from None
+    rows = sorted(answer.data, key=lambda d: d.index)
+    if len(rows) != len(items):
+        raise ServerFault(f"{base} returned {len(rows)} vectors for {len(items)} inputs")
+    return np.array([row.embedding for row in rows], dtype=np.float32), None

@@ -18,7 +18,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
-import numpy as np
 from tritonclient.grpc import aio
 from tritonclient.utils import InferenceServerException
 
@@ -31,7 +30,7 @@ from console.clients import (
     info_from_config,
     interface_of,
 )
-from console.clients.embeddings import EmbeddingModel
+from console.clients.embeddings import EmbeddingModel, Vectors, joined
 from console.clients.events import TextDelta
 from console.clients.failures import error_class, error_message
 from console.clients.interfaces import Outputs
@@ -193,8 +192,7 @@ class TritonUpstream:
             call.cancel()  # a finished call ignores it; one in flight is cancelled on the server
 
 
-    async def embed(self, info: ModelInfo, items: list[str | list[int]],
-                    timeout: float | None) -> tuple[np.ndarray, list[int] | None]:
+    async def embed(self, info: ModelInfo, items: list[str | list[int]], timeout: float | None) -> Vectors:
         """An embedding model's vectors for ``items``: one request per :meth:`EmbeddingModel.chunks` (the model's
         batch), sent together; APIError for a refusal (400, the model's message) or any other failure."""
         try:
@@ -202,12 +200,9 @@ class TritonUpstream:
             parts = await asyncio.gather(*(self._embed(model, chunk, timeout) for chunk in model.chunks(items)))
         except ClientError as exc:
             raise from_client_error(exc, "input") from None
-        counts = [part[1] for part in parts]
-        return (np.concatenate([part[0] for part in parts]),
-                None if None in counts else [n for part in counts for n in part or ()])
+        return joined(parts)
 
-    async def _embed(self, model: EmbeddingModel, items: Sequence[str | list[int]],
-                     timeout: float | None) -> tuple[np.ndarray, list[int] | None]:
+    async def _embed(self, model: EmbeddingModel, items: Sequence[str | list[int]], timeout: float | None) -> Vectors:
         try:
             result = await self.client.infer(model.info.name, model.inputs(aio, items), outputs=model.outputs(aio),
                                              client_timeout=timeout)

@@ -1,0 +1,93 @@
+"""The consoles' embeddings mode: headless ``--embed`` on the fake server (vectors: :func:`fake_server.fake_vector`),
+and the OpenAI adapter's vectors from the front served over loopback on a fake upstream. (Served:
+e2e/test_front_embeddings.py.)"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import uvicorn
+from fake_server import FakeServer, embedding_info, fake_vector
+from fake_upstream import FakeUpstream
+from helpers import assert_one_line_error, cli, wait_until
+
+from console.core.adapters import adapter_for
+from console.core.embeddings import embed
+from console.front.app import create_app
+from console.front.state import Front
+
+TEXTS = ["a cat sat", "a cat sits", "zzz"]
+
+
+def cosine(a: str, b: str) -> float:
+    u, v = np.array(fake_vector(a)), np.array(fake_vector(b))
+    return float(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
+
+
+def test_embed_prints_each_inputs_dimension_and_norm_and_the_similarity_table(fake_server: FakeServer) -> None:
+    fake_server.serve(embedding_info("minilm"))
+    result = cli("--embed", "|".join(TEXTS), "--url", fake_server.url)
+    assert result.exit_code == 0, result.output
+    assert fake_server.embedded == [("minilm", TEXTS)]  # the server's first embedding model, by default
+    lines = result.stdout.splitlines()
+    rows = [line.split() for line in lines[1:4]]
+    assert [row[-3:] for row in rows] == [["8", "1.0000", "3"], ["8", "1.0000", "3"], ["8", "1.0000", "1"]]
+    matrix = [line.split()[-3:] for line in lines[-3:]]
+    assert [float(v) for v in matrix[0]] == pytest.approx([1.0, cosine(TEXTS[0], TEXTS[1]), cosine(TEXTS[0], "zzz")],
+                                                          abs=1e-4)
+    assert matrix[1][1] == matrix[2][2] == "1.0000" and "3 vectors from minilm" in result.stderr
+
+
+def test_embed_json_has_the_inputs_and_the_matrix(fake_server: FakeServer) -> None:
+    fake_server.serve(embedding_info("minilm"), embedding_info("other"))
+    result = cli("--embed", "x y|y x", "--url", fake_server.url, "--model", "other", "--json")
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert body["model"] == "other" and [(i["text"], i["dimension"], i["tokens"]) for i in body["inputs"]] == [
+        ("x y", 8, 2), ("y x", 8, 2)]
+    assert body["similarity"] == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_embed_failures_are_one_error_line(fake_server: FakeServer) -> None:
+    url = fake_server.url
+    assert_one_line_error(cli("--embed", "a|b", "--url", url), "serves no embedding model", "--model")
+    assert_one_line_error(cli("--embed", "a", "--url", url, "--model", "smollm2_kv"), "not an embedding model")
+    fake_server.serve(embedding_info("minilm"))
+    assert_one_line_error(cli("--embed", "a||b", "--url", url), "prompt 2 of 3 is empty")
+    fake_server.reachable = False
+    assert_one_line_error(cli("--embed", "a", "--url", url), "does not answer")
+    result = cli("--embed", "a")
+    assert result.exit_code == 2 and "--embed needs --url" in result.stderr
+
+
+@contextlib.contextmanager
+def front_at_loopback(upstream: FakeUpstream) -> Iterator[str]:
+    """The front on ``upstream``, served by uvicorn on a free loopback port in a thread: its base URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(Front(upstream)), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 10, "the front to start")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_the_openai_adapter_asks_an_openai_server_for_vectors() -> None:
+    upstream = FakeUpstream(embedding_info("minilm"))
+    with front_at_loopback(upstream) as base:
+        found = embed(adapter_for(base), None, TEXTS)
+    assert upstream.embedded == [TEXTS] and found.model == "minilm" and found.tokens is None
+    assert found.similarity[0, 1] == pytest.approx(cosine(TEXTS[0], TEXTS[1]), abs=1e-6)
+    assert found.norms == pytest.approx([1.0] * 3)

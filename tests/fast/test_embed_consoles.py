@@ -1,6 +1,6 @@
-"""The consoles' embeddings mode: headless ``--embed`` on the fake server (vectors: :func:`fake_server.fake_vector`),
-and the OpenAI adapter's vectors from the front served over loopback on a fake upstream. (Served:
-e2e/test_front_embeddings.py.)"""
+"""The consoles' embeddings mode: headless ``--embed`` and the TUI's Embeddings pane on the fake server (vectors:
+:func:`fake_server.fake_vector`), and the OpenAI adapter's vectors from the front served over loopback on a fake
+upstream."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ import uvicorn
 from fake_server import FakeServer, embedding_info, fake_vector
 from fake_upstream import FakeUpstream
 from helpers import assert_one_line_error, cli, wait_until
+from textual.widgets import DataTable, Input, Select
+from tui_pilot import SIZE, run, table_rows, until
 
 from console.core.adapters import adapter_for
 from console.core.embeddings import embed
 from console.front.app import create_app
 from console.front.state import Front
+from console.tui.app import QaicConsoleApp
 
 TEXTS = ["a cat sat", "a cat sits", "zzz"]
 
@@ -64,6 +67,33 @@ def test_embed_failures_are_one_error_line(fake_server: FakeServer) -> None:
     assert_one_line_error(cli("--embed", "a", "--url", url), "does not answer")
     result = cli("--embed", "a")
     assert result.exit_code == 2 and "--embed needs --url" in result.stderr
+
+
+def test_the_tui_embeddings_pane_shows_the_inputs_and_the_matrix(fake_server: FakeServer) -> None:
+    fake_server.serve(embedding_info("minilm"))
+
+    async def go() -> None:
+        app = QaicConsoleApp(http_url=fake_server.url)
+        async with app.run_test(size=SIZE) as pilot:
+            pane = app.embed_pane
+            await until(pilot, lambda: pane.server is not None, 30, "the connection")
+            await pilot.press("f10")
+            assert app.active == "embed" and pane.query_one("#embed-input", Input).has_focus
+            assert [str(o[0]) for o in pane.query_one("#embed-model", Select)._options[1:]] == ["minilm"]
+            pane.query_one("#embed-input", Input).value = "|".join(TEXTS)
+            await pilot.press("enter")
+            await until(pilot, lambda: pane.found is not None, 30, "the vectors")
+            inputs = table_rows(pane.query_one("#embed-inputs", DataTable))
+            assert [row[1:] for row in inputs.values()] == [("8", "1.0000", "3"), ("8", "1.0000", "3"),
+                                                            ("8", "1.0000", "1")]
+            matrix = list(table_rows(pane.query_one("#embed-matrix", DataTable)).values())
+            assert matrix[0][1:] == ("1.0000", f"{cosine(TEXTS[0], TEXTS[1]):.4f}", f"{cosine(TEXTS[0], 'zzz'):.4f}")
+            assert fake_server.embedded == [("minilm", TEXTS)]
+            pane.query_one("#embed-input", Input).value = "a||b"
+            await pilot.press("enter")
+            assert "prompt 2 of 3 is empty" in str(pane.query_one("#embed-status").content)
+
+    run(go)
 
 
 @contextlib.contextmanager

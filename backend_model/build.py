@@ -110,11 +110,16 @@ class BackendSettings:
 
 def choose_engine(settings: BackendSettings) -> str:
     """'qaic', 'onnx' or 'cpu' for the requested engine; 'auto' takes the card when it can be driven."""
+    if settings.engine == "onnx" and not settings.use_kv_cache:
+        raise SessionError("engine=onnx runs a KV-cache graph: set use_kv_cache to true")
+    return pick_engine(settings)
+
+
+def pick_engine(settings: Any) -> str:
+    """'qaic', 'onnx' or 'cpu' for ``settings``' engine, onnx_path and aic_binary_dir (a decoder's or an encoder's)."""
     if settings.engine == "cpu":
         return "cpu"
     if settings.engine == "onnx":
-        if not settings.use_kv_cache:
-            raise SessionError("engine=onnx runs a KV-cache graph: set use_kv_cache to true")
         if not settings.compile["onnx_path"]:
             raise SessionError("engine=onnx needs onnx_path in compile_config.json (the exported graph)")
         if importlib.util.find_spec("onnxruntime") is None:

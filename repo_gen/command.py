@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from backend_model.contract import compile_config
+from backend_model.contract import compile_config, embedding_config
 from backend_model.contract.errors import SessionError
 from backend_model.contract.parameters import ENGINES, PRECISIONS, VARIES_WITH_BATCH, precision_label
 
@@ -43,13 +43,18 @@ def samples_help() -> str:
     return "\n".join(lines)
 
 
+def _keys(schema: compile_config.Schema) -> list[str]:
+    return [f"  {key:<23} {rule}; default {'none' if default is None else json.dumps(default)}"
+            for key, (_, default, _, rule) in schema.items()]
+
+
 def _compile_keys_help() -> str:
-    lines = ["compile_config.json keys (a key that is absent takes its default):"]
-    for key, (_, default, _, rule) in compile_config.SCHEMA.items():
-        lines.append(f"  {key:<23} {rule}; default {'none' if default is None else json.dumps(default)}")
+    lines = ["compile_config.json keys (a key that is absent takes its default):", *_keys(compile_config.SCHEMA)]
     lines += ["full_batch_size turns on continuous batching: a free slot takes the next queued prompt at once;",
               "without it prompts run in batches of batch_size (a short batch is filled with repeats whose output",
-              "is dropped; prompts beyond it wait for the next batch). Unknown keys and wrong types are errors."]
+              "is dropped; prompts beyond it wait for the next batch). Unknown keys and wrong types are errors.",
+              "An embedding model's keys (--model_type embedding: what QEfficient's QEFFAutoModel.compile takes):",
+              *_keys(embedding_config.SCHEMA)]
     return "\n".join(lines)
 
 

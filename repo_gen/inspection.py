@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend_model.contract import compile_config, devices, specializations
+from backend_model.contract import compile_config, devices, embedding_config, specializations
 from backend_model.contract.errors import SessionError
 from backend_model.contract.parameters import BOOLEANS, ENGINES, PRECISIONS, TRUE
 
@@ -42,6 +42,8 @@ class ModelFolder:
         c = self.compile
         if c is None:
             return "?"
+        if self.model_type == embedding_config.TASK:
+            return f"seq_len={','.join(map(str, c['seq_len']))} bs={c['batch_size']}"
         rows = f"fbs={c['full_batch_size']}" if c["full_batch_size"] else f"bs={c['batch_size']}"
         return f"ctx={c['ctx_len']} prefill={c['prefill_seq_len']} {rows}"
 
@@ -66,7 +68,8 @@ def inspect_model(folder: Path) -> ModelFolder:
     info.problems += _group_problems(info)
     if info.engine == "onnx":
         info.problems += _onnx_problems(folder, info)
-    if info.engine == "cpu" and info.source.startswith("hf ") and info.compile is not None:
+    decoder = info.model_type != embedding_config.TASK  # the CPU's rule is a decoder's
+    if decoder and info.engine == "cpu" and info.source.startswith("hf ") and info.compile is not None:
         refusal = cpu_refusal(info.source[3:], info.model_type, info.precision, info.compile)
         if refusal:
             info.problems.append(f"the CPU engine refuses it: {refusal}")
@@ -95,7 +98,9 @@ def _read_config(folder: Path, info: ModelFolder) -> None:
     info.device_groups = params.get(devices.PARAMETER, "").strip()
     info.instances = sum(group.count or 1 for group in config.instance_group) or 1
     kv = params.get("use_kv_cache", "").strip().lower()
-    if kv in BOOLEANS:
+    if params.get("task") == embedding_config.TASK:
+        info.model_type = embedding_config.TASK
+    elif kv in BOOLEANS:
         info.model_type = "kv_cache" if kv in TRUE else "causal"
     info.problems += _config_problems(config, folder.name, params, kv)
 
@@ -125,7 +130,9 @@ def _config_problems(config: Any, folder_name: str, params: dict[str, str], kv: 
         problems.append(f"backend is {config.backend!r}, not 'python'")
     if config.name and config.name != folder_name:
         problems.append(f"config name {config.name!r} differs from the folder name")
-    if "use_kv_cache" not in params:
+    if params.get("task") == embedding_config.TASK:
+        pass  # an encoder: no KV cache
+    elif "use_kv_cache" not in params:
         problems.append("parameter use_kv_cache is missing")
     elif kv not in BOOLEANS:
         problems.append(f"parameter use_kv_cache must be true or false, got {params['use_kv_cache']!r}")
@@ -187,6 +194,7 @@ def device_review(models: list[ModelFolder], listed: tuple[list[devices.Device],
 def _read_compile(folder: Path, info: ModelFolder) -> None:
     path = folder / "compile_config.json"
     try:
-        info.compile = compile_config.load(path) if path.exists() else compile_config.validate({})
+        schema = embedding_config.SCHEMA if info.model_type == embedding_config.TASK else None
+        info.compile = compile_config.load(path, schema) if path.exists() else compile_config.validate({}, "", schema)
     except compile_config.CompileConfigError as exc:
         info.problems.append(str(exc).replace(str(path), "compile_config.json", 1))

@@ -1,4 +1,4 @@
-"""The seed's four sample models and five embedded SmolLM2 samples that run anywhere.
+"""The seed's four sample models, five embedded SmolLM2 samples that run anywhere, and the embedded embedding model.
 
 The embedded KV-cache samples a new user meets first (``smollm2_decoupled`` for streaming,
 ``smollm2_kv`` for batch and generate) run int4 on the CPU: the embedded GGUF's own 4-bit weights
@@ -6,6 +6,8 @@ The embedded KV-cache samples a new user meets first (``smollm2_decoupled`` for 
 ``smollm2_decoupled_fp32`` streams at fp32, token-exact with transformers. Both precisions give a
 request the same greedy answer under any load; int8's varies with its neighbours, so no sample uses it.
 The causal samples recompute every token, so they stay fp32 (their session takes fp32 or bf16).
+``minilm_embedding`` serves the embedded all-MiniLM-L6-v2 (model type ``embedding``) as its sentence-transformers
+config says: mean pooling, normalised, 256 tokens at most, 384 dimensions; compiled for three sequence lengths.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ CAUSAL_CPU_SPEED = "about 1 token/s for the embedded one on a busy 2-core CPU"
 EMBEDDED_KV = {"prefill_seq_len": 32, "ctx_len": 512, "full_batch_size": 8}
 EMBEDDED_CAUSAL = {"ctx_len": 256, "batch_size": 1}
 MISTRAL = {"num_cores": 16, "prefill_seq_len": 32, "ctx_len": 256, "full_batch_size": 3, "mxfp6_matmul": True}
+MINILM = {"seq_len": [32, 128, 256], "batch_size": 8}
+MINILM_VECTORS = {"pooling": "mean", "normalize": "true", "max_seq_len": "256", "dimensions": "384"}
 STARCODER = {"num_cores": 16, "prefill_seq_len": 32, "ctx_len": 1024, "batch_size": 1, "mxfp6_matmul": True}
 
 SAMPLES: dict[str, ModelSpec] = {
@@ -34,10 +38,13 @@ SAMPLES: dict[str, ModelSpec] = {
         ModelSpec("smollm2_decoupled_fp32", "kv_cache", True, hf_model_name="embedded", compile=EMBEDDED_KV),
         ModelSpec("smollm2_causal", "causal", False, hf_model_name="embedded", compile=EMBEDDED_CAUSAL),
         ModelSpec("smollm2_causal_decoupled", "causal", True, hf_model_name="embedded", compile=EMBEDDED_CAUSAL),
+        ModelSpec("minilm_embedding", "embedding", hf_model_name="embedded", compile=MINILM, vectors=MINILM_VECTORS),
     )
 }
-EMBEDDED_SAMPLES = tuple(name for name, spec in SAMPLES.items() if spec.hf_model_name == "embedded")
-SEED_SAMPLES = tuple(name for name in SAMPLES if name not in EMBEDDED_SAMPLES)
+EMBEDDED_ALL = tuple(name for name, spec in SAMPLES.items() if spec.hf_model_name == "embedded")
+EMBEDDED_EMBEDDING = tuple(name for name in EMBEDDED_ALL if SAMPLES[name].embedding)  # the embedded encoder's
+EMBEDDED_SAMPLES = tuple(name for name in EMBEDDED_ALL if name not in EMBEDDED_EMBEDDING)  # the chat models
+SEED_SAMPLES = tuple(name for name in SAMPLES if name not in EMBEDDED_ALL)
 
 
 def write_samples(names: tuple[str, ...], out_dir: str | Path, force: bool = False) -> list[Path]:

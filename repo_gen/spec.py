@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from backend_model.contract import compile_config, cpu_support, devices
+from backend_model.contract import compile_config, cpu_support, devices, embedding_config
 from backend_model.contract.errors import SessionError
 from backend_model.contract.qpc import find_qpc, model_type_of
+from backend_model.contract.sentence_config import sentence_config
 
 from . import memory
 from .samples import SAMPLES
@@ -30,12 +31,15 @@ def _quiet(_: str) -> None:
     pass
 
 
-def read_compile_config(path: Path) -> dict[str, Any]:
+def read_compile_config(path: Path, model_type: str | None = None) -> dict[str, Any]:
     """The keys a compile_config.json gives (a small regular file: a device or a FIFO is refused at once),
-    validated; copied as given but for a relative onnx_path, which is taken relative to the file and written
-    absolute."""
+    validated by the schema of ``model_type``; copied as given but for a relative onnx_path, which is taken relative
+    to the file and written absolute."""
     raw = compile_config.read(path)
-    compile_config.validate(raw, str(path))  # errors name the file and the key
+    if model_type == embedding_config.TASK:
+        embedding_config.validate(raw, str(path))
+    else:
+        compile_config.validate(raw, str(path))  # errors name the file and the key
     if raw.get("onnx_path"):
         raw["onnx_path"] = str((path.parent / Path(raw["onnx_path"]).expanduser()).resolve())
     return raw
@@ -89,12 +93,16 @@ def resolve_spec(
     check_name(model_name)
     base = SAMPLES.get(model_name, ModelSpec(model_name))
     qpc = qpc_dir(aic_binary_dir)
-    compiled = read_compile_config(compile_config_path) if compile_config_path else dict(base.compile)
-    if model_name not in SAMPLES:
-        check_custom(model_name, qpc or hf_model_name or compiled.get("onnx_path") or "", note)
     if model_type is None and qpc and model_name not in SAMPLES:
         model_type = model_type_of(qpc, note)
         note(f"model type: {model_type}")
+    kind = model_type or base.model_type
+    compiled = read_compile_config(compile_config_path, kind) if compile_config_path else dict(base.compile)
+    if model_name not in SAMPLES:
+        check_custom(model_name, qpc or hf_model_name or compiled.get("onnx_path") or "", note)
+    vectors = base.vectors
+    if kind == embedding_config.TASK and not vectors:
+        vectors = told_vectors(hf_model_name or base.hf_model_name)
     return dataclasses.replace(
         base,
         model_type=model_type or base.model_type,
@@ -106,7 +114,23 @@ def resolve_spec(
         precision=precision or base.precision,
         cpu_threads=base.cpu_threads if cpu_threads is None else cpu_threads,
         device_groups=_groups(device_groups) if device_groups is not None else base.device_groups,
+        vectors=vectors,
     )
+
+
+def told_vectors(hf_model_name: str) -> dict[str, str]:
+    """An embedding model's parameters as its folder's sentence-transformers config says them (what it does not
+    say, the backend's defaults decide: mean pooling, normalised, the compile config's longest seq_len)."""
+    folder = Path(hf_model_name).expanduser()
+    try:
+        told = sentence_config(folder) if folder.is_dir() else sentence_config(None)
+    except SessionError as exc:
+        raise RepoError(f"--hf_model_name: {exc}") from None
+    config = local_config(hf_model_name) or {}
+    dimension = told.dimension or config.get("hidden_size")
+    found = {"pooling": told.pooling, "normalize": None if told.normalize is None else str(told.normalize).lower(),
+             "max_seq_len": told.max_seq_len, "dimensions": dimension}
+    return {key: str(value) for key, value in found.items() if value is not None}
 
 
 def _groups(text: str) -> str:
@@ -123,7 +147,7 @@ def check_groups(spec: ModelSpec, note: Note, listed: tuple[list[devices.Device]
     if not spec.device_groups:
         return
     try:
-        sized = devices.compiled_devices(spec.aic_binary_dir, compile_config.validate(spec.compile))
+        sized = devices.compiled_devices(spec.aic_binary_dir, spec.compiled())
         for line in devices.review(devices.parse_groups(spec.device_groups), sized, listed or devices.query()):
             note(line)
     except devices.DeviceError as exc:
@@ -165,7 +189,7 @@ def cpu_refusal(hf_model_name: str, model_type: str, precision: str, compiled: d
 
 def _check_cpu(spec: ModelSpec, note: Note) -> None:
     """engine=cpu: refuse a model the CPU engine would refuse; auto without a QPC: warn (a card may serve it)."""
-    if spec.engine not in ("cpu", "auto") or spec.aic_binary_dir:
+    if spec.engine not in ("cpu", "auto") or spec.aic_binary_dir or spec.embedding:
         return
     refusal = cpu_refusal(spec.hf_model_name, spec.model_type, spec.precision, spec.compile)
     if refusal and spec.engine == "cpu":
@@ -191,5 +215,6 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
     spec = resolve_spec(model_name, note=note, **fields)
     check_groups(spec, note)
     _check_cpu(spec, note)
-    memory.check(spec, note, local_config(spec.hf_model_name))
+    if not spec.embedding:  # the estimate is a decoder's: weights and KV cache
+        memory.check(spec, note, local_config(spec.hf_model_name))
     return spec, write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force, progress=note)

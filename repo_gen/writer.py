@@ -20,7 +20,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, Callable
 
-from backend_model.contract import compile_config, devices, specializations
+from backend_model.contract import compile_config, devices, embedding_config, specializations
 from backend_model.contract.controls import CONTROLS
 from backend_model.contract.errors import SessionError
 from backend_model.contract.parameters import ENGINES, PRECISIONS
@@ -32,7 +32,9 @@ TEMPLATE_NAME = "config.pbtxt.tmpl"
 ENTRY_NAME = "model.py"
 BACKEND_PACKAGE = "backend_model"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-MODEL_TYPES = ("kv_cache", "causal")
+MODEL_TYPES = ("kv_cache", "causal", embedding_config.TASK)
+# an embedding model's own config template and entry (the decoders': TEMPLATE_NAME and ENTRY_NAME)
+OWN_FILES = {embedding_config.TASK: ("embedding.pbtxt.tmpl", "embedding_model.py")}
 SKIPPED = ("__pycache__", "*.pyc")
 CONFIG_TYPES = {"BYTES": "TYPE_STRING"}  # a Triton datatype as config.pbtxt names it (else TYPE_<datatype>)
 
@@ -71,6 +73,27 @@ class ModelSpec:
     precision: str = "fp32"
     cpu_threads: int = 0  # 0: automatic (backend_model.sessions.threads)
     device_groups: str = ""  # "0,1;2,3": one model instance per group, each opening its SoCs
+    vectors: dict[str, str] = field(default_factory=dict)  # an embedding model's pooling, normalize, max_seq_len ...
+
+    @property
+    def embedding(self) -> bool:
+        return self.model_type == embedding_config.TASK
+
+    @property
+    def template_name(self) -> str:
+        """The bundled config template of this model type."""
+        return OWN_FILES.get(self.model_type, (TEMPLATE_NAME, ENTRY_NAME))[0]
+
+    @property
+    def entry_name(self) -> str:
+        """The bundled ``model.py`` of this model type (written as 1/model.py)."""
+        return OWN_FILES.get(self.model_type, (TEMPLATE_NAME, ENTRY_NAME))[1]
+
+    def compiled(self) -> dict[str, Any]:
+        """The compile config, checked by its model type's schema, with defaults filled in."""
+        if self.embedding:
+            return embedding_config.validate(self.compile, "compile config")
+        return compile_config.validate(self.compile, "compile config")
 
     @property
     def instances(self) -> int:
@@ -79,9 +102,11 @@ class ModelSpec:
 
     def parameters(self) -> dict[str, str]:
         groups = {devices.PARAMETER: self.device_groups} if self.device_groups else {}
+        kind = {"task": embedding_config.TASK, **self.vectors} if self.embedding else {
+            "use_kv_cache": "true" if self.model_type == "kv_cache" else "false"}
         return {
             **groups,
-            "use_kv_cache": "true" if self.model_type == "kv_cache" else "false",
+            **kind,
             "engine": self.engine,
             "aic_binary_dir": self.aic_binary_dir,
             "hf_model_name": self.hf_model_name,
@@ -111,8 +136,23 @@ def check_spec(spec: ModelSpec) -> None:
             raise RepoError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
     if spec.aic_binary_dir and not Path(spec.aic_binary_dir).expanduser().is_dir():
         raise RepoError(f"--aic_binary_dir {spec.aic_binary_dir} is not a directory")
-    compiled = compile_config.validate(spec.compile, "compile config")
-    if spec.engine == "onnx":
+    compiled = spec.compiled()
+    if spec.embedding:
+        if spec.decoupled:
+            raise RepoError("an embedding model answers once a request: it cannot be --decoupled")
+        problem = embedding_config.check_parameters(
+            spec.vectors.get("pooling", "mean"), spec.vectors.get("normalize", "true"),
+            spec.vectors.get("max_seq_len", str(compiled["seq_len"][-1])), spec.vectors.get("dimensions", ""),
+            compiled["seq_len"])
+        if problem:
+            raise RepoError(problem)
+        if spec.engine == "onnx" and not compiled["onnx_path"]:
+            raise RepoError("--engine onnx for an embedding model needs onnx_path in the compile config: the graph "
+                            "QEfficient's QEFFAutoModel exports")
+        if spec.precision not in embedding_config.PRECISIONS:
+            raise RepoError(f"--precision of an embedding model must be {' or '.join(embedding_config.PRECISIONS)}, "
+                            f"got {spec.precision!r}")
+    elif spec.engine == "onnx":
         if spec.model_type != "kv_cache":
             raise RepoError("--engine onnx runs a KV-cache graph: use --model_type kv_cache")
         graph = compiled["onnx_path"]
@@ -186,14 +226,13 @@ class Backend:
         folder = self.folder
         return folder is None or (folder / BACKEND_PACKAGE / "triton_model.py").is_file()
 
-    @property
-    def template(self) -> Path:
-        """The folder's own config template when it has one, else the bundled backend's."""
+    def template(self, bundled: str = TEMPLATE_NAME) -> Path:
+        """The folder's own config template when it has one, else the bundled backend's ``bundled``."""
         own = self.folder / TEMPLATE_NAME if self.folder is not None else None
-        return own if own is not None and own.is_file() else TEMPLATES / TEMPLATE_NAME
+        return own if own is not None and own.is_file() else TEMPLATES / bundled
 
-    def copy_into(self, version_dir: Path) -> None:
-        """Fill ``version_dir`` (``<model>/1``) with the backend."""
+    def copy_into(self, version_dir: Path, entry: str = ENTRY_NAME) -> None:
+        """Fill ``version_dir`` (``<model>/1``) with the backend (``entry``: the bundled model.py to write)."""
         ignore = shutil.ignore_patterns(*SKIPPED, TEMPLATE_NAME)
         if self.folder is not None:  # as the seed does: the folder's contents, as they are
             shutil.copytree(self.folder, version_dir, dirs_exist_ok=True, ignore=ignore)
@@ -203,16 +242,16 @@ class Backend:
             raise RepoError(f"the bundled backend is not installed beside this generator ({package} holds only "
                             "the generator's modules): pass --python_backend_dir")
         version_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(TEMPLATES / ENTRY_NAME, version_dir / ENTRY_NAME)
+        shutil.copy2(TEMPLATES / entry, version_dir / ENTRY_NAME)
         shutil.copytree(package, version_dir / BACKEND_PACKAGE, ignore=ignore)
 
     def note(self) -> str | None:
         """For a backend that is not this project's: which interface the written config.pbtxt declares."""
         if self.ours:
             return None
-        inputs, outputs = declared_io(Template(self.template.read_text(encoding="utf-8")).safe_substitute(
+        inputs, outputs = declared_io(Template(self.template().read_text(encoding="utf-8")).safe_substitute(
             control_inputs=control_inputs()))
-        source = (f"its own {TEMPLATE_NAME}" if self.template.parent == self.folder
+        source = (f"its own {TEMPLATE_NAME}" if self.template().parent == self.folder
                   else f"qaic-console's template (the folder has no {TEMPLATE_NAME})")
         return (f"note: {self.folder} is not qaic-console's backend: copied into 1/ as it is; the written "
                 f"config.pbtxt comes from {source} and declares inputs {', '.join(inputs) or 'none'} -> outputs "
@@ -244,10 +283,11 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
     staged, old = tmp / staging.STAGED, tmp / staging.OLD  # staged by mkdir: the umask's permissions, renamed
     try:
         staged.mkdir()
-        (staged / "config.pbtxt").write_text(render_config(spec, backend.template), encoding="utf-8")
+        (staged / "config.pbtxt").write_text(render_config(spec, backend.template(spec.template_name)),
+                                             encoding="utf-8")
         compiled = _compiled(staged, spec, progress)
         (staged / "compile_config.json").write_text(json.dumps(compiled, indent=2) + "\n", encoding="utf-8")
-        backend.copy_into(staged / "1")
+        backend.copy_into(staged / "1", spec.entry_name)
         if target.exists():
             os.replace(target, old)
         os.replace(staged, target)
@@ -267,6 +307,8 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
 def _compiled(folder: Path, spec: ModelSpec, progress: Progress) -> dict[str, Any]:
     """The compile config to write: an engine=onnx model's graph (exported into ``folder`` unless named)."""
     compiled = dict(spec.compile)
+    if spec.embedding:
+        return compiled
     if spec.engine == "onnx" and not compiled.get("onnx_path"):
         compiled["onnx_path"] = _export_graph(folder, spec, progress)
     elif spec.engine == "onnx":

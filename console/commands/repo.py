@@ -21,7 +21,7 @@ from backend_model.contract.parameters import precision_label
 from repo_gen import command
 from repo_gen.command import DEFAULT_OUT, INPUT_ERRORS
 from repo_gen.inspection import ModelFolder, list_models
-from repo_gen.samples import CAUSAL_CPU_SPEED, EMBEDDED_SAMPLES, SEED_SAMPLES, write_samples
+from repo_gen.samples import CAUSAL_CPU_SPEED, EMBEDDED_ALL, SEED_SAMPLES, write_samples
 from repo_gen.staging import leftovers
 
 __all__ = ["format_table", "repo_group"]
@@ -137,20 +137,21 @@ def gen(ctx: click.Context, args: tuple[str, ...]) -> None:
 
 @click.command("samples", cls=OneLineCommand, context_settings=CONTEXT_SETTINGS, epilog="\b\n" + command.samples_help())
 @click.option("--embedded", is_flag=True,
-              help="Write the embedded SmolLM2 samples (they run on the CPU anywhere) instead of the seed's.")
+              help="Write the embedded samples (SmolLM2 chat models and the MiniLM embedding model: they run on "
+                   "the CPU anywhere) instead of the seed's.")
 @click.option("-o", "--output_dir", "--output-dir", "output_dir", type=click.Path(path_type=Path),
               default=DEFAULT_OUT, show_default=True, help="Model repository to write into.")
 @click.option("--force", is_flag=True, help="Replace existing model folders.")
 def samples(embedded: bool, output_dir: Path, force: bool) -> None:
-    """Write the seed's sample models (or, with --embedded, the embedded SmolLM2 ones); the list below says which
-    are which.
+    """Write the seed's sample models (or, with --embedded, the embedded SmolLM2 and MiniLM ones); the list below
+    says which are which.
 
     The seed is Qualcomm's Triton example for Cloud AI 100 that qaic-console grew from: its
     generate_llm_model_repo.py, its four sample models (mistral_7b, mistral_decoupled, starcoder_15b,
     starcoder_decoupled: they need a card or their Hugging Face weights) and its sample clients.
     """
     with _errors():
-        written = write_samples(EMBEDDED_SAMPLES if embedded else SEED_SAMPLES, output_dir, force=force)
+        written = write_samples(EMBEDDED_ALL if embedded else SEED_SAMPLES, output_dir, force=force)
     for path in written:
         click.echo(f"wrote {path}")
 

@@ -44,16 +44,16 @@ def _fingerprint() -> str:
 
 def embedded_repo(progress: Progress) -> Path:
     """``<cache>/llm_model_dir`` with the embedded samples, (re)written when missing or stale."""
-    from repo_gen.samples import EMBEDDED_SAMPLES, write_samples
+    from repo_gen.samples import EMBEDDED_ALL, write_samples
 
     repo = cache_root() / "llm_model_dir"
     stamp = cache_root() / "llm_model_dir.stamp"
     fingerprint = _fingerprint()
     fresh = stamp.is_file() and stamp.read_text().strip() == fingerprint
-    if fresh and all((repo / name / "config.pbtxt").is_file() for name in EMBEDDED_SAMPLES):
+    if fresh and all((repo / name / "config.pbtxt").is_file() for name in EMBEDDED_ALL):
         return repo
     progress(f"writing the embedded model repository {repo} ...")
-    write_samples(EMBEDDED_SAMPLES, repo, force=True)
+    write_samples(EMBEDDED_ALL, repo, force=True)
     stamp.write_text(fingerprint + "\n")
     return repo
 

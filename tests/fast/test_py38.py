@@ -22,7 +22,8 @@ ALSO_STANDARD_LIBRARY_ONLY = ("backend_model.engine.metrics",)  # beside what th
 def py38_files() -> list[Path]:
     """Every file that carries the promise (docs/container.md lists the same)."""
     return sorted([*(ROOT / "backend_model").rglob("*.py"), *(ROOT / "repo_gen" / m for m in GENERATOR_MODULES),
-                   ROOT / "repo_gen" / "templates" / "model.py", *RELEASE.rglob("*.py")])
+                   ROOT / "repo_gen" / "templates" / "model.py",
+                   ROOT / "repo_gen" / "templates" / "embedding_model.py", *RELEASE.rglob("*.py")])
 
 
 def shipped_modules(llm: Path) -> list[str]:
@@ -33,7 +34,7 @@ def shipped_modules(llm: Path) -> list[str]:
 
 def test_the_promise_reads_every_sub_package_of_the_backend() -> None:
     checked = {path.parent.name for path in py38_files() if path.parent.parent.name == "backend_model"}
-    assert checked == {"contract", "engine", "sessions", "triton", "twin"}
+    assert checked == {"contract", "embedding", "engine", "sessions", "triton", "twin"}
     assert ROOT / "backend_model" / "engine" / "loop.py" in py38_files()
 
 

@@ -100,7 +100,10 @@ def test_each_sample_generates(tmp_path: Path, name: str) -> None:
     assert (config.name, config.backend) == (name, "python")
     assert config.model_transaction_policy.decoupled is sample.decoupled
     params = params_of(folder)
-    assert params["use_kv_cache"] == ("true" if sample.model_type == "kv_cache" else "false")
+    if sample.embedding:  # an encoder: its task, no KV cache
+        assert (params["task"], "use_kv_cache" in params) == ("embedding", False)
+    else:
+        assert params["use_kv_cache"] == ("true" if sample.model_type == "kv_cache" else "false")
     assert params["hf_model_name"] == sample.hf_model_name
     assert json.loads((folder / "compile_config.json").read_text()) == sample.compile
     assert (folder / "1" / "model.py").is_file()

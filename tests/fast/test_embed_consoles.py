@@ -4,25 +4,21 @@ upstream."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import threading
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import uvicorn
 from fake_server import FakeServer, embedding_info, fake_vector
 from fake_upstream import FakeUpstream
-from helpers import assert_one_line_error, cli, wait_until
+from helpers import assert_one_line_error, cli
 from textual.widgets import DataTable, Input, Select
 from tui_pilot import SIZE, run, table_rows, until
 
 from console.core.adapters import adapter_for
 from console.core.embeddings import embed
-from console.front.app import create_app
+from console.front.command import FrontServer
 from console.front.state import Front
+from console.server import free_port
 from console.tui.app import QaicConsoleApp
 
 TEXTS = ["a cat sat", "a cat sits", "zzz"]
@@ -96,28 +92,14 @@ def test_the_tui_embeddings_pane_shows_the_inputs_and_the_matrix(fake_server: Fa
     run(go)
 
 
-@contextlib.contextmanager
-def front_at_loopback(upstream: FakeUpstream) -> Iterator[str]:
-    """The front on ``upstream``, served by uvicorn on a free loopback port in a thread: its base URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(Front(upstream)), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, 10, "the front to start")
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
 def test_the_openai_adapter_asks_an_openai_server_for_vectors() -> None:
     upstream = FakeUpstream(embedding_info("minilm"))
-    with front_at_loopback(upstream) as base:
-        found = embed(adapter_for(base), None, TEXTS)
+    front = FrontServer(Front(upstream), "127.0.0.1", free_port())
+    front.start()
+    try:
+        found = embed(adapter_for(front.base_url), None, TEXTS)
+    finally:
+        front.stop()
     assert upstream.embedded == [TEXTS] and found.model == "minilm" and found.tokens is None
     assert found.similarity[0, 1] == pytest.approx(cosine(TEXTS[0], TEXTS[1]), abs=1e-6)
     assert found.norms == pytest.approx([1.0] * 3)

@@ -5,6 +5,7 @@ upstream."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,3 +104,29 @@ def test_the_openai_adapter_asks_an_openai_server_for_vectors() -> None:
     assert upstream.embedded == [TEXTS] and found.model == "minilm" and found.tokens is None
     assert found.similarity[0, 1] == pytest.approx(cosine(TEXTS[0], TEXTS[1]), abs=1e-6)
     assert found.norms == pytest.approx([1.0] * 3)
+
+
+def test_the_web_embeddings_tab_answers_with_the_rows_and_a_heat_map(fake_server: FakeServer, tmp_path: Path) -> None:
+    import gradio as gr
+
+    from console.core.controller import ServerController
+    from console.web.app import build_app
+    from console.web.handlers import WebConsole
+
+    fake_server.serve(embedding_info("minilm"))
+    controller = ServerController()
+    controller.connect(fake_server.url)
+    try:
+        console = WebConsole(controller, tmp_path)
+        ids = {c.get("props", {}).get("elem_id") for c in build_app(console).config["components"]}
+        assert {"qc-embed-input", "qc-embed-model", "qc-embed-send", "qc-embed-heat"} <= ids
+        status, rows, heat = console.embed("|".join(TEXTS), "")
+        assert "3 vectors from minilm" in status and fake_server.embedded == [("minilm", TEXTS)]
+        assert rows.values.tolist() == [["1 a cat sat", 8, 1.0, 3], ["2 a cat sits", 8, 1.0, 3], ["3 zzz", 8, 1.0, 1]]
+        assert heat.count("<tr>") == 4 and f">{cosine(TEXTS[0], TEXTS[1]):.4f}</td>" in heat
+        _, _, heat = console.embed("<b>bold</b>|x", "minilm")
+        assert "<b>" not in heat and "&lt;b&gt;" in heat  # a text shows as text
+        status, rows, heat = console.embed("a", "smollm2_kv")
+        assert "not an embedding model" in status and rows == heat == gr.skip()  # the last answer stays
+    finally:
+        controller.stop()

@@ -16,7 +16,7 @@ from console.commands.client import client
 from console.commands.deploy import deploy_group
 from console.commands.doctor import format_rows, run_doctor
 from console.commands.eval import eval_group
-from console.commands.headless import Output
+from console.commands.headless import Output, run_embed
 from console.commands.headless import run as run_headless
 from console.commands.metrics import metrics_command
 from console.commands.options import click_options, server_options
@@ -44,6 +44,10 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--prompt", default=None,
                      help="Answer this prompt headless and exit; 'a|b' sends two prompts in one request "
                           "(\\| is a literal |)."),
+        click.option("--embed", default=None,
+                     help="Ask an embedding model for the vectors of these texts ('a|b|c') and print each one's "
+                          "dimension and norm and their cosine-similarity matrix; needs --url (--model: default "
+                          "the server's first embedding model)."),
         click.option("--mode", type=click.Choice(MODES), default="stream", show_default=True,
                      help="stream: gRPC, token by token; batch: one inference response; generate: the HTTP "
                           "generate endpoint."),
@@ -105,6 +109,20 @@ def server_from(values: dict[str, Any]) -> Adapter | None:
     return adapter_for(url, values["api"], grpc_url)
 
 
+def _embed(values: dict[str, Any]) -> int:
+    try:
+        server = server_from(values)
+    except ClientError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 1
+    if server is None:
+        click.echo("error: --embed needs --url: the server of an embedding model", err=True)
+        return 2
+    with signals_raise(signal.SIGTERM):
+        return run_embed(server, values["model"], values["embed"], values["timeout"],
+                         Output(json=values["json_"], quiet=values["quiet"]))
+
+
 def _headless(values: dict[str, Any]) -> int:
     try:
         server = server_from(values)
@@ -150,6 +168,8 @@ def main(ctx: click.Context, **values: Any) -> None:
     install_signals()
     if ctx.invoked_subcommand is not None:
         return
+    if values["embed"] is not None:
+        sys.exit(_embed(values))
     if values["prompt"] is None and sys.stdin.isatty() and sys.stdout.isatty():
         ctx.invoke(tui, http_url=values["http_url"] or values["url"], grpc_url=values["grpc_url"], api=values["api"])
         return

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from console.clients import (
@@ -39,6 +40,7 @@ from console.clients import (
     reply_stats,
 )
 from console.clients.call import Arrived, Broke, Ended
+from console.clients.embeddings import EmbeddingModel, Vectors
 from console.core.adapters.base import Adapter, Framed, History, Progress, States, quiet
 from console.core.template import chat_messages, chat_prompts
 from console.server.embedded import EMBEDDED_DEFAULTS
@@ -63,6 +65,31 @@ def plain_info(name: str, decoupled: bool = False) -> ModelInfo:
     """A model with only ``prompt`` in and ``text_output`` out, and no chat template here (no tokenizer known)."""
     return ModelInfo(name, decoupled, True, inputs=(Tensor("prompt", "BYTES"),),
                      outputs=(Tensor("text_output", "BYTES"),))
+
+
+def embedding_info(name: str = "minilm", sizes: str = "8,4", max_seq_len: int = 16, batch: int = 4) -> ModelInfo:
+    """A model with the bundled backend's embedding interface (``text`` or ``token_ids`` in; ``embedding`` and
+    ``input_tokens`` out), normalising, cut to any of ``sizes``, at most ``batch`` inputs a request."""
+    return ModelInfo(name, False, None, inputs=(Tensor("text", "BYTES", (1,), True),
+                                                Tensor("token_ids", "BYTES", (1,), True)),
+                     outputs=(Tensor("embedding", "FP32", (-1,)), Tensor("input_tokens", "INT32", (1,))),
+                     max_batch_size=batch, parameters={"task": "embedding", "normalize": "true", "dimensions": sizes,
+                                                       "max_seq_len": str(max_seq_len), "pooling": "mean"})
+
+
+def fake_vector(item: str | list[int], size: int = 8) -> list[float]:
+    """A fake model's unit vector for a text (its characters counted in ``size`` bins) or token ids (the same for
+    the ids): alike inputs get alike vectors."""
+    counts = [0.0] * size
+    for unit in item:
+        counts[(ord(unit) if isinstance(unit, str) else unit) % size] += 1.0
+    norm = sum(c * c for c in counts) ** 0.5 or 1.0
+    return [c / norm for c in counts]
+
+
+def fake_tokens(item: str | list[int]) -> int:
+    """A fake model's token count: a text's words, or its ids."""
+    return len(item.split()) if isinstance(item, str) else len(item)
 
 
 # --------------------------------------------------------------------------- what a request gets
@@ -178,6 +205,7 @@ class FakeServer:
         self.server_template = server_template  # it applies the chat template (chat sends messages)
         self.reachable = True
         self.requests: list[Request] = []
+        self.embedded: list[tuple[str, list[str]]] = []  # each embed call's model and texts
         self._scripts: collections.deque[Script] = collections.deque()
         self._lock = threading.Condition()
 
@@ -378,3 +406,11 @@ class FakeAdapter(Adapter):
     def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,
              timeouts: Timeouts) -> Call:
         return FakeCall(self.server, mode, info, framed, params, timeouts)
+
+    def embed(self, model: str, texts: Sequence[str], timeout: float | None) -> Vectors:
+        """:func:`fake_vector` of each text from an embedding model (kept in :attr:`FakeServer.embedded`)."""
+        embedding = EmbeddingModel.required(self.model_info(model))
+        embedding.check(texts)
+        self.server.embedded.append((model, list(texts)))
+        counts = [fake_tokens(t) for t in texts] if embedding.tokens else None
+        return np.array([fake_vector(t) for t in texts], dtype=np.float32), counts

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from fake_server import bundled_info
+import numpy as np
+from fake_server import bundled_info, fake_tokens, fake_vector
 
 from console.clients import GenerationParams, ModelInfo, NotServed, Tensor
 from console.front.app import create_app
@@ -79,6 +80,8 @@ class FakeUpstream:
         self.sent: list[Sent] = []
         self.received = asyncio.Event()  # a request was sent
         self.closed = False
+        self.embedded: list[list[str | list[int]]] = []  # each embed call's items
+        self.refusal: Exception | None = None  # what the next embed call raises
 
     def enqueue(self, *scripts: list[Step]) -> None:
         self.scripts.extend(scripts)
@@ -127,6 +130,18 @@ class FakeUpstream:
             raise
         finally:
             sent.done.set()
+
+
+    async def embed(self, info: ModelInfo, items: list[str | list[int]],
+                    timeout: float | None) -> tuple[np.ndarray, list[int] | None]:
+        """:func:`fake_vector` of each item and :func:`fake_tokens` (an embedding model's tokens, if it sends them),
+        or the queued :attr:`refusal`."""
+        self.embedded.append(items)
+        refusal, self.refusal = self.refusal, None
+        if refusal is not None:
+            raise refusal
+        counts = [fake_tokens(item) for item in items] if info.output("input_tokens") else None
+        return np.array([fake_vector(item) for item in items], dtype=np.float32), counts
 
 
 def hang(*pieces: str) -> list[Step]:

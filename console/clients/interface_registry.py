@@ -7,6 +7,7 @@ vLLM's, TensorRT-LLM's, and last any one-string text model.
 
 from __future__ import annotations
 
+from .embeddings import EmbeddingModel
 from .errors import BadRequest
 from .events import ModelInfo
 from .interfaces import Interface
@@ -21,6 +22,9 @@ def interface_of(info: ModelInfo) -> Interface:
     for kind in INTERFACES:
         if kind.matches(info):
             return kind(info)
+    if EmbeddingModel.of(info) is not None:
+        raise BadRequest(f"model {info.name} is an embedding model: it returns vectors, not text (ask it for "
+                         "embeddings: the front's /v1/embeddings, the consoles' --embed)")
     names = ", ".join(t.name for t in info.inputs) or "none"
     raise BadRequest(f"model {info.name} has an interface this console does not speak (inputs: {names}): it "
                      "needs qaic-console's, vLLM's or TensorRT-LLM's, or one STRING input and one STRING output")

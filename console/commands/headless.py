@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from console.clients import Cancelled, ClientError, Event, Failure, TextDelta, split_prompts
 from console.core.adapters import Adapter, started_here
+from console.core.embeddings import embed
 from console.core.request import Exchange, Settings, prepare
 from console.core.turns import Turn, batch_model_note, ignored_note, prepare_note
 from console.infra.signals import INTERRUPTED
@@ -176,3 +177,22 @@ def run(settings: Settings, prompt: str, server: Adapter | None, output: Output 
         err.write(f"{INTERRUPTED}\n")
         return 130
     return 1
+
+
+def run_embed(server: Adapter, model: str | None, text: str, timeout: float | None, output: Output = Output(),
+              out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """``--embed "a|b|c"``: each input's dimension and norm and the cosine-similarity matrix (a table, or one JSON
+    object) on stdout; the exit code (0 ok, 1 failed, 130 interrupted)."""
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        found = embed(server, model, split_prompts(text), timeout)
+    except ClientError as exc:
+        err.write(f"error: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        err.write(f"{INTERRUPTED}\n")
+        return 130
+    out.write((json.dumps(found.as_dict(), ensure_ascii=False) if output.json else found.table()) + "\n")
+    if not output.quiet and not output.json:
+        err.write(f"{len(found.texts)} vectors from {found.model} in {found.seconds:.3f} s\n")
+    return 0

@@ -17,11 +17,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from console.clients import ModelInfo, interface_of, new_request_id
+from console.clients import ClientError, ModelInfo, interface_of, new_request_id
 
 from . import mapping
 from .completions import Completion
-from .errors import APIError
+from .errors import APIError, from_client_error
 from .protocol import Reply, Upstream, UsageInfo
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .state import Front
@@ -122,7 +122,11 @@ async def answer(front: Front, request: Request, job: mapping.Job, kind: type[An
     info = await named(front.upstream, job.model)
     job.model = info.name
     request_id = new_request_id()
-    params = mapping.check_model(job, interface_of(info)).replace(request_id=request_id)
+    try:
+        interface = interface_of(info)
+    except ClientError as exc:
+        raise from_client_error(exc, "model") from None
+    params = mapping.check_model(job, interface).replace(request_id=request_id)
     if job.chat:
         prompt = await front.tokenizers.chat_prompt(info, job.messages, job.tools)
         parser = await front.tokenizers.tool_parser(info, front.tool_parser) if job.tools is not None else None

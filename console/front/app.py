@@ -1,6 +1,7 @@
 """The OpenAI-compatible app (FastAPI) in front of one upstream: :func:`create_app` wires the route families of
-:mod:`.routes` (``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/v1/responses``, vLLM's tokenizer
-routes, ``/metrics``, ``/health``, ``/version``), the API key's check, the error shape and the front's counters.
+:mod:`.routes` (``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/v1/responses``,
+``/v1/embeddings``, vLLM's tokenizer routes, ``/metrics``, ``/health``, ``/version``), the API key's check, the
+error shape and the front's counters.
 What a route does is its module's; what a request becomes is :mod:`.mapping`'s; its answer :mod:`.answer`'s.
 """
 
@@ -17,7 +18,7 @@ from starlette.exceptions import HTTPException
 
 from .errors import APIError
 from .metrics_route import Measured
-from .routes import chat, completions, metrics, models, responses, server, tokenize
+from .routes import chat, completions, embeddings, metrics, models, responses, server, tokenize
 from .state import Front
 
 
@@ -62,6 +63,6 @@ def create_app(front: Front) -> FastAPI:
     keyed = [Depends(authorizer(front.api_key))]
     app.include_router(server.router(front))
     app.include_router(metrics.router(front))
-    for family in (tokenize, models, completions, chat, responses):
+    for family in (tokenize, models, completions, chat, responses, embeddings):
         app.include_router(family.router(front), dependencies=keyed)
     return app

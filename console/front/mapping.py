@@ -83,17 +83,18 @@ def token_ids(value: Any, vocab: int, name: str) -> list[int]:
     return value
 
 
-def _prompts(prompt: Any) -> list[str | list[int]]:
-    """``prompt``: a string, a list of strings, a list of token ids or a list of lists of token ids."""
-    prompts = [prompt] if isinstance(prompt, str) or _ids(prompt) else prompt
+def texts_or_ids(value: Any, name: str) -> list[str | list[int]]:
+    """A prompt-like field (``prompt``, ``input``): a string, a list of strings, a list of token ids or a list of lists
+    of token ids; APIError 400 naming ``name``."""
+    items = [value] if isinstance(value, str) or _ids(value) else value
     what = "a non-empty string, a list of them, a list of token ids or a list of such lists"
-    if not isinstance(prompts, list) or not prompts:
-        raise bad_request(f"prompt must be {what}", "prompt")
-    for i, one in enumerate(prompts):
+    if not isinstance(items, list) or not items:
+        raise bad_request(f"{name} must be {what}", name)
+    for i, one in enumerate(items):
         if not (isinstance(one, str) and one) and not _ids(one):
-            raise bad_request(f"prompt {i + 1} of {len(prompts)} is neither a non-empty string nor a non-empty list "
-                              f"of token ids (prompt must be {what})", "prompt")
-    return prompts
+            raise bad_request(f"{name} {i + 1} of {len(items)} is neither a non-empty string nor a non-empty list "
+                              f"of token ids ({name} must be {what})", name)
+    return items
 
 
 def _n(request: Body, job: Job) -> None:
@@ -198,7 +199,7 @@ def parse(body: Any, chat: bool) -> Job:
         job.messages = _messages(body)
         job.tools = tool_fields.parse(body)
     else:
-        job.prompts = _prompts(request.taken("prompt"))
+        job.prompts = texts_or_ids(request.taken("prompt"), "prompt")
         job.echo = bool(request.echo)
     _n(request, job)
     _logprobs(request, job)

@@ -9,8 +9,9 @@ the message ``"<field> must be <what>"`` with each field's ``description`` as th
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from console.clients import GenerationParams, ModelInfo
@@ -60,6 +61,11 @@ class Upstream(Protocol):
     def responses(self, info: ModelInfo, prompts: list[str], params: GenerationParams,
                   timeout: float | None) -> AsyncGenerator[Outputs, None]:
         """Each response's outputs of one streamed request (what a :class:`~.upstream.Generation` reads)."""
+
+    async def embed(self, info: ModelInfo, items: list[str | list[int]],
+                    timeout: float | None) -> tuple[np.ndarray, list[int] | None]:
+        """An embedding model's vectors for ``items`` (all texts or all token ids; one float32 row each) and each
+        item's token count (None: the model sent none)."""
 
 
 class Request(BaseModel):
@@ -131,6 +137,15 @@ class ResponsesRequest(Request):
              "stream", "text", "include", "truncation", "reasoning", *IGNORED, *STORED)
     instructions: str | None = Field(None, description="a string")
     tools: list[Any] | None = Field(None, description="a list of functions")
+
+
+class EmbeddingRequest(Request):
+    """``POST /v1/embeddings``; ``input`` is one or more texts or token-id lists (checked by the route)."""
+
+    TAKEN = ("input", "user")
+    model: str | None = Field(None, description=MODEL_NAME)
+    encoding_format: Literal["float", "base64"] = Field("float", description="float or base64")
+    dimensions: int | None = Field(None, gt=0, description="a positive integer")
 
 
 class TokenizeRequest(Request):
@@ -285,6 +300,26 @@ class CompletionStreamResponse(Head):
 class ChatCompletionStreamResponse(Head):
     choices: list[ChatStreamChoice]
     usage: UsageInfo | None = None
+
+
+class EmbeddingUsage(Reply):
+    prompt_tokens: int | None
+    total_tokens: int | None
+
+
+class Embedding(Reply):
+    """One input's vector: floats, or base64 of its little-endian float32 bytes."""
+
+    object: str
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingResponse(Reply):
+    object: str
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
 
 
 class ResponseUsage(Reply):

@@ -12,6 +12,7 @@ Triton cancels the request: the bundled backend frees its slot at the next step.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from console.clients import (
     info_from_config,
     interface_of,
 )
+from console.clients.embeddings import EmbeddingModel, Vectors, joined
 from console.clients.events import TextDelta
 from console.clients.failures import error_class, error_message
 from console.clients.interfaces import Outputs
@@ -132,12 +134,13 @@ class TritonUpstream:
         return sorted({m["name"] for m in stats.get("model_stats", [])})
 
     async def models(self) -> list[ModelInfo]:
-        """The READY models the front can speak to (an interface fits them)."""
+        """The READY models the front can speak to (an interface fits them, or they return vectors)."""
         infos = []
         for name in await self.ready():
             try:
                 info = await self.info(name)
-                interface_of(info)
+                if EmbeddingModel.of(info) is None:
+                    interface_of(info)
             except (APIError, ClientError):
                 continue
             infos.append(info)
@@ -187,6 +190,25 @@ class TritonUpstream:
             raise from_client_error(error_class(exc)(f"tritonserver at {self.url}: {details}")) from None
         finally:
             call.cancel()  # a finished call ignores it; one in flight is cancelled on the server
+
+
+    async def embed(self, info: ModelInfo, items: list[str | list[int]], timeout: float | None) -> Vectors:
+        """An embedding model's vectors for ``items``: one request per :meth:`EmbeddingModel.chunks` (the model's
+        batch), sent together; APIError for a refusal (400, the model's message) or any other failure."""
+        try:
+            model = EmbeddingModel.required(info)
+            parts = await asyncio.gather(*(self._embed(model, chunk, timeout) for chunk in model.chunks(items)))
+        except ClientError as exc:
+            raise from_client_error(exc, "input") from None
+        return joined(parts)
+
+    async def _embed(self, model: EmbeddingModel, items: Sequence[str | list[int]], timeout: float | None) -> Vectors:
+        try:
+            result = await self.client.infer(model.info.name, model.inputs(aio, items), outputs=model.outputs(aio),
+                                             client_timeout=timeout)
+        except InferenceServerException as exc:
+            raise error_class(exc)(exc.message() or str(exc)) from None
+        return model.read(result, len(items))
 
 
 class Generation:

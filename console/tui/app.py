@@ -1,4 +1,4 @@
-"""The qaic-console Textual app: Server, Stream and Batch panes, keyboard first."""
+"""The qaic-console Textual app: Server, Stream, Batch and Embeddings panes, keyboard first."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from console.core.transcript import export
 
 from .messages import Notice, ServerChanged, ServerDown
 from .widgets.chat_pane import ChatPane
+from .widgets.embed_pane import EmbedPane
 from .widgets.server_log import ServerLogView
 from .widgets.server_pane import ServerPane
 
@@ -32,6 +33,7 @@ KEYS: tuple[tuple[str, str, str, bool, str], ...] = (
     ("f2", "pane('server')", "Server", True, "Show the Server pane"),
     ("f3", "pane('stream')", "Stream", True, "Show the Stream pane (gRPC, token by token)"),
     ("f4", "pane('batch')", "Batch", True, "Show the Batch pane (HTTP, one response)"),
+    ("f10", "pane('embed')", "Embeddings", True, "Show the Embeddings pane (vectors, and how alike the texts are)"),
     ("escape", "stop", "Stop", True, "Stop the reply in flight (cancels it on the server)"),
     ("ctrl+o", "controls", "Controls", True, "Go to this pane's controls, or back to the message (each chat pane "
                                              "has its own)"),
@@ -83,6 +85,7 @@ class QaicConsoleApp(App[None]):
         self.server_pane = ServerPane(http_url, grpc_url, repository=repository, api=api, metrics_url=metrics_url,
                                       prometheus=prometheus, id="server-pane")
         self.chats = {mode: ChatPane(mode, id=f"{mode}-pane") for mode in ("stream", "batch")}
+        self.embed_pane = EmbedPane(id="embed-pane")
         self._initial = "stream" if http_url else "server"
 
     def compose(self) -> ComposeResult:
@@ -94,6 +97,8 @@ class QaicConsoleApp(App[None]):
                 yield self.chats["stream"]
             with TabPane("Batch (F4)", id="batch"):
                 yield self.chats["batch"]
+            with TabPane("Embeddings (F10)", id="embed"):
+                yield self.embed_pane
         yield Footer()
 
     # ---- panes
@@ -112,7 +117,7 @@ class QaicConsoleApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Chat keys on the chat panes, server keys on the Server pane (the footer follows)."""
         if action in CHAT_ACTIONS:
-            return self.active != "server"
+            return self.active_chat is not None
         if action in SERVER_ACTIONS:
             return self.active == "server"
         return True
@@ -126,6 +131,8 @@ class QaicConsoleApp(App[None]):
         """Focus inside the active pane (a focused widget in a hidden pane would switch back to it)."""
         if self.active_chat is not None:
             self.active_chat.focus_prompt()
+        elif self.active == "embed":
+            self.embed_pane.focus_prompt()
         else:
             self.server_pane.focus_form()
 
@@ -145,6 +152,7 @@ class QaicConsoleApp(App[None]):
         snap = message.snapshot
         for pane in self.chats.values():
             pane.serve(snap)
+        self.embed_pane.serve(snap)
         self.sub_title = snap.server.title() if snap.serving and snap.server else snap.phase
 
     # ---- actions

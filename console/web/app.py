@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import gradio as gr
+import pandas as pd
 from starlette.middleware import Middleware
 
 from console.clients import CONTROLS
@@ -28,6 +29,9 @@ from .server_tab import wire as wire_server_tab
 HOST = "127.0.0.1"
 TICK_S = 1.0
 CSS = """
+.qc-heat { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+.qc-heat th, .qc-heat td { padding: 0.3rem 0.6rem; text-align: right; border: 1px solid var(--border-color-primary); }
+.qc-heat th { text-align: left; font-weight: 600; }
 #qc-chat .message-content, #qc-chat .md, #qc-chat .prose { white-space: pre-wrap; }
 .qc-invalid input, .qc-invalid textarea { outline: 2px solid var(--error-border-color, #ef4444) !important;
   outline-offset: -1px; }
@@ -60,6 +64,8 @@ def build_app(console: WebConsole, metrics_url: str = "", prometheus: str = "") 
                 chat = _chat_tab()
             with gr.Tab("Speed", id="speed"):
                 speed = _speed_tab()
+            with gr.Tab("Embeddings", id="embed"):
+                _embed_tab(console)
             with gr.Tab("Server", id="server") as server_tab:
                 server = server_tab_layout()
                 metrics_section(console.controller, metrics_url, prometheus)
@@ -122,6 +128,21 @@ def _chat_tab() -> dict[str, Any]:
                                        elem_id="qc-echo")
             view["tokenizer"] = gr.Textbox("", label="Tokenizer folder (embedded models: built in)")
     return view
+
+
+def _embed_tab(console: WebConsole) -> None:
+    """Texts to an embedding model: each one's dimension and norm, and how alike every pair is (a heat map)."""
+    with gr.Row():
+        box = gr.Textbox(show_label=False, placeholder="a|b|c · Enter embeds: texts separated by |", lines=1,
+                         max_lines=4, elem_id="qc-embed-input", scale=4)
+        model = gr.Textbox("", show_label=False, placeholder="model (blank: the server's first embedding model)",
+                           elem_id="qc-embed-model", scale=2)
+        ask = gr.Button("Embed", variant="primary", elem_id="qc-embed-send", scale=1)
+    status = gr.Markdown(elem_id="qc-embed-status")
+    rows = gr.Dataframe(pd.DataFrame(columns=views.EMBED_COLUMNS), label="Inputs", interactive=False,
+                        elem_id="qc-embed-rows")
+    heat = gr.HTML(elem_id="qc-embed-heat")
+    gr.on([ask.click, box.submit], console.embed, [box, model], [status, rows, heat], concurrency_limit=None)
 
 
 def _speed_tab() -> dict[str, Any]:

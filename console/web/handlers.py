@@ -21,6 +21,7 @@ from console.clients import BadRequest, ClientError, split_prompts
 from console.core.adapters import HERE, NONE
 from console.core.controller import ServerController, Snapshot
 from console.core.controls import settings_from_form
+from console.core.embeddings import embed
 from console.core.request import Exchange, Settings
 from console.core.template import LOADING, READY, Warmup
 from console.core.transcript import export
@@ -168,6 +169,20 @@ class WebConsole:
         return (views.summary_markdown(turns), table,
                 *(gr.update(value=plots[key], **views.plot_label(key, plots[key]))
                   for key in ("ttft", "latency", "tps")))
+
+    # ---- embeddings
+
+    def embed(self, text: str, model: str) -> tuple[str, Any, str]:
+        """The Embeddings tab's ask: (its status, each input's row, the similarity heat map); an error is its status
+        (the tables keep the last answer)."""
+        snap = self.controller.snapshot
+        try:
+            if snap.server is None or not snap.serving:
+                raise BadRequest("not connected: the Server tab starts or connects to a server")
+            found = embed(snap.server, model.strip() or None, split_prompts(text))
+        except ClientError as exc:
+            return views.md(f"error: {exc}"), gr.skip(), gr.skip()
+        return views.embed_status(found), views.embed_rows(found), views.heat_map(found)
 
     # ---- server
 

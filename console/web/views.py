@@ -19,6 +19,7 @@ from console.clients import ClientError, Control, Interface, ModelInfo, format_s
 from console.clients.params import parse
 from console.core.adapters import SERVER
 from console.core.controller import Snapshot
+from console.core.embeddings import Embeddings
 from console.core.transcript import summary
 from console.core.turns import Turn, ending_mark
 from console.server import logparse
@@ -323,3 +324,31 @@ def summary_markdown(turns: Sequence[Turn]) -> str:
                                                                                     "min", "max")) + " |")
         parts.append("")
     return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- the Embeddings tab
+
+EMBED_COLUMNS = ["input", "dimension", "norm", "tokens"]
+
+
+def embed_rows(found: Embeddings) -> pd.DataFrame:
+    """Each input's dimension, norm and tokens."""
+    return pd.DataFrame([[label, int(found.vectors.shape[1]), round(norm, 4), found.tokens[i] if found.tokens else None]
+                         for i, (label, norm) in enumerate(zip(found.labels(), found.norms))], columns=EMBED_COLUMNS)
+
+
+def heat_map(found: Embeddings) -> str:
+    """The cosine-similarity matrix as an HTML table, each cell shaded by its value (1: full, 0 or less: none)."""
+    labels = [esc(label) for label in found.labels()]
+    head = "".join(f"<th>{i + 1}</th>" for i in range(len(labels)))
+    rows = []
+    for label, row in zip(labels, found.similarity):
+        cells = "".join(f'<td style="background: rgba(79, 70, 229, {max(float(v), 0.0):.3f}); color: '
+                        f'{"#fff" if v > 0.55 else "inherit"}">{v:.4f}</td>' for v in row)
+        rows.append(f"<tr><th>{label}</th>{cells}</tr>")
+    return (f'<table class="qc-heat"><caption>cosine similarity · {esc(found.model)}</caption>'
+            f"<tr><th></th>{head}</tr>{''.join(rows)}</table>")
+
+
+def embed_status(found: Embeddings) -> str:
+    return md(f"{len(found.texts)} vectors from {found.model} in {found.seconds:.3f} s")

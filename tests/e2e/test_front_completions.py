@@ -152,5 +152,6 @@ def test_chat_n_and_embeddings_are_refused_by_name(front) -> None:
     assert chat.status_code == 400 and chat.json()["error"]["param"] == "n"
     embeddings = httpx.post(f"{front.base_url}/embeddings", json={"model": STREAM, "input": "Hi"}, timeout=60)
     error = embeddings.json()["error"]
-    assert embeddings.status_code == 404 and "embedding model" in error["message"], embeddings.text
+    assert (embeddings.status_code, error["param"]) == (400, "model") and "embedding model" in error["message"], \
+        embeddings.text
     assert json.loads(post(front, model=STREAM, prompt="Hi", max_tokens=1).text)["choices"][0]["index"] == 0

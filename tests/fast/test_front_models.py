@@ -1,9 +1,9 @@
-"""``/v1/models`` and ``/v1/embeddings`` on a fake upstream. (Served: e2e/test_front.py, test_front_routes.py.)"""
+"""``/v1/models`` on a fake upstream. (Served: e2e/test_front.py, test_front_routes.py.)"""
 
 from __future__ import annotations
 
 from fake_server import bundled_info, plain_info
-from fake_upstream import FakeUpstream, call, error, post
+from fake_upstream import FakeUpstream, call, error
 
 
 def test_the_models_are_listed_as_cards_owned_by_this_front() -> None:
@@ -25,6 +25,3 @@ def test_a_card_has_the_context_length_the_upstream_knows() -> None:
 def test_an_unknown_model_is_a_404_model_not_found() -> None:
     assert error(call(FakeUpstream(), "GET", "/v1/models/nope")) == (404, "model", "model_not_found")
 
-
-def test_embeddings_are_refused_as_not_served() -> None:
-    assert error(post(FakeUpstream(), "/v1/embeddings", {"input": "x"})) == (404, "model", "model_not_found")

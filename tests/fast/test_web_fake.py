@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer, hang, plain_info, registered, replies, reply
+from fake_server import FakeServer, embedding_info, hang, plain_info, registered, replies, reply
 from sizes import WINDOWS, artifacts, metrics_page, overlap
 from web_page import WAIT_MS, LogWatch, Web, open_page
 
@@ -281,3 +281,18 @@ def test_at_the_sizes_users_have_nothing_is_cut_and_no_toast_covers_the_status(w
 def test_a_blank_field_says_what_it_sends_as_the_tui_does(web: Web) -> None:
     field = web.page.locator("#qc-control-stop input, #qc-control-stop textarea").first
     assert field.get_attribute("placeholder") == form_placeholder(BY_NAME["stop"]) == "a|b (blank: none)"
+
+
+def test_the_embeddings_tab_draws_the_similarity_heat_map(web: Web, fake: FakeServer) -> None:
+    fake.serve(embedding_info("minilm_web"))
+    try:
+        web.tab("Embeddings")
+        web.page.locator("#qc-embed-input textarea").fill("a cat sat|a cat sits|zzz")
+        web.page.locator("#qc-embed-send").click()
+        heat = web.wait_text("#qc-embed-heat", "cosine similarity", "minilm_web")
+        assert web.page.locator("#qc-embed-heat td").count() == 9 and heat.count("1.0000") == 3
+        assert "3 vectors from minilm_web" in web.text("#qc-embed-status")
+        assert fake.embedded[-1] == ("minilm_web", ["a cat sat", "a cat sits", "zzz"])
+    finally:
+        del fake.models["minilm_web"]
+        web.tab("Chat")

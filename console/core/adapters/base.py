@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from console.clients import BadRequest, Call, GenerationParams, ModelInfo, Timeouts
+from console.clients import BadRequest, Call, GenerationParams, ModelInfo, NotServed, Timeouts, Unreachable
+from console.clients.embeddings import EmbeddingModel, Vectors
 from console.clients.params import MESSAGES
 
 from ..template import embedded_here
@@ -160,3 +161,26 @@ class Adapter(ABC):
     def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,
              timeouts: Timeouts) -> Call:
         """The call that sends ``framed`` to the model; iterate it for events."""
+
+    # ---- embeddings
+
+    def embedding_model(self) -> str:
+        """The embedding model a request for vectors that names none goes to: the first one served; ClientError when
+        none is (or the server does not answer)."""
+        try:
+            ready = sorted(name for name, (state, _) in self.model_states().items() if state == "READY")
+        except OSError as exc:
+            raise Unreachable(f"{self.name} does not answer: {exc}") from None
+        for name in ready:
+            try:
+                if EmbeddingModel.of(self.listed_info(name)) is not None:
+                    return name
+            except (OSError, ValueError):
+                continue
+        raise NotServed(f"{self.name} serves no embedding model (served: {', '.join(ready) or 'none'}): name one "
+                        "with --model")
+
+    def embed(self, model: str, texts: Sequence[str], timeout: float | None) -> Vectors:
+        """The vectors of ``texts`` from the embedding model ``model`` (one row each) and each text's tokens (None:
+        not sent); ClientError (Refused: the model's refusal, e.g. a text over its length)."""
+        raise BadRequest(f"{self.name} answers no embeddings here")

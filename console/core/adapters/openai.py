@@ -14,7 +14,17 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from console.clients import BadRequest, Call, ClientError, GenerationParams, ModelInfo, Timeouts, openai_call
+from console.clients import (
+    BadRequest,
+    Call,
+    ClientError,
+    GenerationParams,
+    ModelInfo,
+    NotServed,
+    Timeouts,
+    openai_call,
+)
+from console.clients.embeddings import Vectors, openai_embed
 from console.clients.openai_api import base_url, is_openai_url, key_note, listing, model_info, openai_info
 
 from ..template import chat_messages
@@ -118,3 +128,15 @@ class OpenAIAdapter(Adapter):
     def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,
              timeouts: Timeouts) -> Call:
         return openai_call(self.base, info, framed.prompts, params, timeouts, mode == "stream", framed.messages)
+
+    def embedding_model(self) -> str:
+        """The one model listed (a listing does not say which models return vectors); NotServed naming them when
+        there are several."""
+        served = list(self.listed or listing(self.base))
+        if len(served) != 1:
+            raise NotServed(f"the OpenAI-compatible server at {self.base} lists {', '.join(served) or 'no model'}: "
+                            "name its embedding model with --model")
+        return served[0]
+
+    def embed(self, model: str, texts: Sequence[str], timeout: float | None) -> Vectors:
+        return openai_embed(self.base, model, texts, timeout)

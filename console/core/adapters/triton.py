@@ -29,6 +29,7 @@ from console.clients import (
     stream,
 )
 from console.clients.call import Probe
+from console.clients.embeddings import EmbeddingModel, Vectors, triton_embed
 from console.clients.errors import Unreachable
 from console.clients.failures import answers_http, error_message
 from console.clients.status import ask_status
@@ -204,11 +205,17 @@ class TritonAdapter(Adapter):
         answer = "stream" if mode == "stream" else "batch"
         for name in sorted(ready, key=lambda name: name != preferred):
             try:
-                if answer in self.listed_info(name).modes:
+                info = self.listed_info(name)
+                if answer in info.modes and EmbeddingModel.of(info) is None:
                     return name
             except (OSError, ClientError, ValueError):
                 continue
         return preferred
+
+    def embed(self, model: str, texts: Sequence[str], timeout: float | None) -> Vectors:
+        """Over HTTP, the model's batch a request (:func:`~console.clients.embeddings.triton_embed`)."""
+        info = self.model_info(model, "batch", "http")
+        return triton_embed(self.url("batch", "http")[0], EmbeddingModel.required(info), texts, timeout)
 
     def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,
               history: History, progress: Progress = quiet) -> Framed:

@@ -1,0 +1,107 @@
+"""``/v1/embeddings`` and the consoles' ``--embed`` against a real tritonserver serving the embedded MiniLM (one
+server and one front for the module): the ``openai`` SDK and LangChain get sentence-transformers' vectors, bad input
+is refused by name while the server keeps serving, and headless ``--embed`` reads the matrix from Triton and from the
+front. (Behaviour, one test each: fast/test_front_embeddings.py, fast/test_embed_consoles.py.)"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from helpers import SERVER_START, cli
+
+from backend_model.embedding.source import embedded_folder
+from repo_gen.samples import EMBEDDED_EMBEDDING, write_samples
+
+pytestmark = pytest.mark.server
+MODEL = EMBEDDED_EMBEDDING[0]
+TEXTS = [f"{subject} is the subject of sentence {i}." for i, subject in enumerate(
+    ("A cat on a mat", "Paris", "The QAIC card", "Retrieval", "A mountain lake", "Green tea", "Jazz music", "Rust code",
+     "A quiet library", "Rain in Tokyo", "The stock market", "A chess opening", "Sourdough bread", "Deep sea fish",
+     "An old violin", "Solar panels"))]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    """(the tritonserver serving the MiniLM sample, the front before it)."""
+    from console.front import front_server
+    from console.server import TritonServer, free_port
+
+    repo = tmp_path_factory.mktemp("embedding_front")
+    write_samples(EMBEDDED_EMBEDDING, repo)
+    server = TritonServer(repo)
+    server.start(timeout=SERVER_START)
+    front = front_server(server.grpc_url, "127.0.0.1", free_port(), None, (), server.handle.metrics_url)
+    front.start()
+    try:
+        yield server, front
+    finally:
+        front.stop()
+        server.stop()
+
+
+@functools.cache
+def sentence_transformer() -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(embedded_folder()), device="cpu")
+
+
+def reference(texts: list[str]) -> np.ndarray:
+    """sentence-transformers' own vectors of ``texts`` on the same files."""
+    return sentence_transformer().encode(texts, convert_to_numpy=True)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_the_sdk_and_langchain_get_sentence_transformers_vectors(served) -> None:
+    import openai
+    from langchain_openai import OpenAIEmbeddings
+
+    _, front = served
+    sdk = openai.OpenAI(base_url=front.base_url, api_key="none", max_retries=0)
+    answer = sdk.embeddings.create(model=MODEL, input=TEXTS)  # base64, the SDK's default
+    vectors = np.array([d.embedding for d in answer.data], dtype=np.float32)
+    assert vectors.shape == (16, 384) and cosines(vectors, reference(TEXTS)).min() >= 0.9999
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens > 16 * 5
+    lc = OpenAIEmbeddings(model=MODEL, base_url=front.base_url, api_key="none",  # type: ignore[arg-type]
+                          check_embedding_ctx_length=False, max_retries=0)
+    assert cosines(np.array(lc.embed_documents(TEXTS[:2])), vectors[:2]).min() >= 0.99999
+    card = httpx.get(f"{front.base_url}/models/{MODEL}", timeout=30).json()
+    assert card["max_model_len"] == 256 and card["controls"] == []
+
+
+@pytest.mark.parametrize(("body", "param", "words"), [
+    ({"input": ["fine", "word " * 300]}, "input", "input 1 is 302 tokens"),
+    ({"input": [list(range(1000, 1300))]}, "input", "300 tokens"),
+    ({"input": "x", "dimensions": 128}, "dimensions", "(384)"),
+    ({"input": "x", "encoding_format": "int8"}, "encoding_format", "float or base64"),
+])
+def test_bad_input_is_a_400_naming_the_field_and_the_server_keeps_serving(served, body: dict[str, Any], param: str,
+                                                                            words: str) -> None:
+    _, front = served
+    bad = httpx.post(f"{front.base_url}/embeddings", json={"model": MODEL, **body}, timeout=60)
+    error = bad.json()["error"]
+    assert (bad.status_code, error["param"]) == (400, param) and words in error["message"], bad.text
+    good = httpx.post(f"{front.base_url}/embeddings", json={"model": MODEL, "input": "still here"}, timeout=60)
+    assert good.status_code == 200 and len(good.json()["data"][0]["embedding"]) == 384
+
+
+@pytest.mark.parametrize("where", ["triton", "front"])
+def test_headless_embed_shows_the_matrix_from_triton_and_from_the_front(served, where: str) -> None:
+    server, front = served
+    url = server.http_url if where == "triton" else front.base_url
+    result = cli("--embed", "a cat|a kitten|stock prices", "--url", url, "--model", MODEL, "--json")
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    matrix = np.array(body["similarity"])
+    expected = reference(["a cat", "a kitten", "stock prices"])
+    assert [i["dimension"] for i in body["inputs"]] == [384] * 3
+    assert np.allclose(matrix, expected @ expected.T, atol=1e-4) and matrix[0, 1] > matrix[0, 2]

@@ -54,6 +54,13 @@ def full_info(name: str) -> ModelInfo:
                                outputs=(*info.outputs, Tensor("logprobs", "BYTES", (-1,))))
 
 
+def image_info(name: str) -> ModelInfo:
+    """The bundled backend's image-text-to-text model: also its ``messages`` and ``images`` inputs."""
+    info = full_info(name)
+    return dataclasses.replace(info, inputs=(*info.inputs, Tensor("messages", "BYTES", (-1,), True),
+                                             Tensor("images", "BYTES", (-1,), True)))
+
+
 @dataclass
 class Sent:
     """One request the upstream was sent: its model, prompts and controls; ``closed``: it was left before its end."""
@@ -140,10 +147,11 @@ def failure(message: str, *pieces: str) -> list[Step]:
 
 
 @contextlib.asynccontextmanager
-async def client(upstream: FakeUpstream, api_key: str | None = None,
-                 tokenizers: Sequence[str] = ()) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client of the front's app on ``upstream`` (the app's lifespan runs around it)."""
-    app = create_app(Front(upstream, api_key, Tokenizers(tokenizers)))
+async def client(upstream: FakeUpstream, api_key: str | None = None, tokenizers: Sequence[str] = (),
+                 **front: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the front's app on ``upstream`` (the app's lifespan runs around it); ``front``: the other
+    fields of its :class:`Front` (``media``, ``fetcher``)."""
+    app = create_app(Front(upstream, api_key, Tokenizers(tokenizers), **front))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://front") as http:

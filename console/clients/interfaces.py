@@ -31,6 +31,7 @@ from typing import Any
 
 from .errors import BadRequest, ServerFault
 from .events import ModelInfo, Tensor
+from .images import placed
 from .params import BY_NAME, CONTROLS, MESSAGES, Control, GenerationParams
 from .wire import output_list, tensor
 
@@ -78,6 +79,7 @@ class Interface:
     samples_by_default = False  # the server samples when no temperature is sent (vLLM, OpenAI-compatible servers)
     unlimited: int | None = 0  # what a control whose 0 means "up to the context" goes as (None: it cannot be asked)
     default_note = ""  # what applies then, in words
+    image_input = "images"  # the model's input of a request's images, one element each (where it declares one)
 
     def __init__(self, info: ModelInfo) -> None:
         self.info = info
@@ -92,6 +94,27 @@ class Interface:
         return f"interface {self.name}"
 
     # ---- what is sent
+
+    @property
+    def takes_images(self) -> bool:
+        """The model declares an image input (a string tensor of its own name)."""
+        return is_text(self.info.input(self.image_input))
+
+    def encoded(self, images: Sequence[bytes]) -> tuple[bytes | str, ...]:
+        """The image input's elements: each image's bytes as they came (the bundled backend opens them with PIL)."""
+        return tuple(images)
+
+    def images(self, params: GenerationParams, n: int) -> list[InputValue]:
+        """The image input of a request carrying ``params.images`` (one prompt); BadRequest when the model takes
+        none."""
+        if not params.images:
+            return []
+        if not self.takes_images:
+            raise BadRequest(f"model {self.info.name} ({self.name} interface) takes no images: it has no "
+                             f"{self.image_input} input")
+        if n != 1:
+            raise BadRequest(f"a request with images carries one prompt, not {n}")
+        return [InputValue(self.image_input, "BYTES", self.encoded(params.images), True)]
 
     @property
     def prompt_name(self) -> str:
@@ -173,8 +196,11 @@ class Interface:
         if len(prompts) > 1 and not self.batches_prompts:
             raise BadRequest(f"model {self.info.name} ({self.name}) takes one prompt per request")
         many = self.batches_prompts and len(prompts) > 1
+        if params.chats and params.images:  # the image parts the images take, where the conversation has none
+            parts = [{"type": "image"}] * len(params.images)
+            prompts = [json.dumps(placed(json.loads(p), parts), ensure_ascii=False) for p in prompts]
         prompt = InputValue(self.chat_input() if params.chats else self.prompt_name, "BYTES", tuple(prompts), many)
-        return [prompt, *self.controls(params), *self.switches(params, streaming),
+        return [prompt, *self.images(params, len(prompts)), *self.controls(params), *self.switches(params, streaming),
                 *self.continuation(params, len(prompts), many)]
 
     def chat_input(self) -> str:
@@ -204,6 +230,8 @@ class Interface:
 
     def generate_body(self, prompts: Sequence[str], params: GenerationParams, request_id: str) -> dict[str, Any]:
         """The generate endpoint's JSON (a request that is not streamed), e.g. ``{"prompt": ..., "id": ...}``."""
+        if params.images:
+            raise BadRequest("images do not go over the generate endpoint (JSON): send them in stream or batch mode")
         body = {w.name: list(w.values) if w.many else w.values[0] for w in self.request(prompts, params, False)}
         if self.info.input("id") is not None:
             body["id"] = request_id

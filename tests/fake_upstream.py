@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from fake_server import bundled_info
+from fake_server import bundled_info, with_images
 
 from console.clients import GenerationParams, ModelInfo, NotServed, Tensor
 from console.front.app import create_app
@@ -55,10 +55,8 @@ def full_info(name: str) -> ModelInfo:
 
 
 def image_info(name: str) -> ModelInfo:
-    """The bundled backend's image-text-to-text model: also its ``messages`` and ``images`` inputs."""
-    info = full_info(name)
-    return dataclasses.replace(info, inputs=(*info.inputs, Tensor("messages", "BYTES", (-1,), True),
-                                             Tensor("images", "BYTES", (-1,), True)))
+    """The bundled backend's image-text-to-text model as it is served."""
+    return with_images(full_info(name))
 
 
 @dataclass

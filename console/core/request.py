@@ -179,13 +179,15 @@ class Exchange:
         self._lock = threading.Lock()
 
     @classmethod
-    def new(cls, settings: Settings, prompts: Sequence[str], request_id: str | None = None) -> Exchange:
-        """The exchange of ``prompts`` with ``settings``, its turn recording the controls sent."""
+    def new(cls, settings: Settings, prompts: Sequence[str], request_id: str | None = None,
+            images: Sequence[str] = ()) -> Exchange:
+        """The exchange of ``prompts`` with ``settings``, its turn recording the controls sent (and ``images``, the
+        files ``settings.images`` were read from)."""
         recorded = {**settings.params.values, "timeout": settings.timeout}
         if settings.system:
             recorded["system"] = settings.system
         turn = Turn(settings.mode, settings.model, list(prompts), request_id or new_request_id(),
-                    chat=bool(settings.templated), params=recorded, echo=settings.echo)
+                    chat=bool(settings.templated), params=recorded, echo=settings.echo, images=list(images))
         return cls(turn)
 
     def cancel(self) -> None:

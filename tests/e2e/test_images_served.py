@@ -1,11 +1,12 @@
 """Vision-language models served exactly: one tritonserver on QEfficient's tiny LLaVA export fixture and a tiny
 random-weight model of each family ``tests/tiny_vlms.py`` builds, written by the generator as image_text_to_text
-models (engine cpu, continuous batching of two slots, decoupled), and a tiny text model.
+models (engine cpu, continuous batching of two slots, decoupled).
 
 Every answer must be transformers' greedy one for the same image and prompt: the fixture's recorded
 ``hf_greedy.json``, else ``generate`` on the saved folder. Requests with different images go together on one
 stream, so two of them share the decode steps (a mixed-image batch), each asked as a stream and as one answer
-(``stream`` false). Bad images are refused with a message naming the input, and the server serves on.
+(``stream`` false). Bad images are refused with a message naming the input, and the server serves on (images to
+a text model: tests/fast/test_images.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import torch
 import tritonclient.grpc as grpcclient
 from helpers import SERVER_START
 from PIL import Image
-from tiny_models import save_tiny
 from tiny_vlms import FAMILIES, save_tiny_vlm
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 from triton_wire import Stream, joined
@@ -67,9 +67,6 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
                        compile_config_path=root / "tiny.json")
     generate_model("tiny_llava", root / "repo", hf_model_name=str(FIXTURE / "hf"), model_type="image_text_to_text",
                    decoupled=True, engine="cpu", compile_config_path=root / "llava.json")
-    save_tiny("llama", root / "models" / "text", tokenizer)
-    generate_model("text", root / "repo", hf_model_name=str(root / "models" / "text"), decoupled=True,
-                   engine="cpu", compile_config_path=root / "tiny.json")
     return root / "models", root / "repo"
 
 
@@ -149,7 +146,6 @@ def test_bad_images_are_refused_naming_the_input_and_the_server_serves_on(repo, 
         "too many": ("llava", {"messages": [chat()], "images": IMAGES + IMAGES[:1]},
                      "images takes at most 2 images per request"),
         "parts and images": ("llava", {"messages": [chat()], "images": IMAGES}, "the messages have 1 image part but"),
-        "text model": ("text", {"messages": [chat()], "images": IMAGES[:1]}, "this model reads text only"),
     }
     for what, (model, inputs, needle) in refused.items():
         answer = ask(server, model, {what: inputs})

@@ -26,6 +26,8 @@ SCHEMA: dict[str, tuple[type, Any, Any, str]] = {
     "aic_enable_depth_first": (bool, False, lambda v: True, "true or false"),
     "mos": (int, -1, lambda v: v == -1 or 1 <= v <= 16, "-1 or an integer in [1, 16]"),
     "num_devices": (int, 1, lambda v: 1 <= v <= 64, "an integer in [1, 64] (the SoCs one QPC is tensor-sliced across)"),
+    # a vision-language model's vision QPC: the image side it is compiled for (QEfficient's compile(img_size=))
+    "img_size": (int, None, lambda v: 1 <= v <= 8192, "an integer in [1, 8192] (the vision QPC's image side)"),
 }
 KEYS = tuple(SCHEMA)
 MAX_BYTES = 64 * 1024  # a compile config is a few hundred bytes; a model's config.json a few kilobytes

@@ -61,9 +61,11 @@ def bundled_info(name: str, decoupled: bool = True, use_kv_cache: bool = True) -
 
 
 def with_images(info: ModelInfo) -> ModelInfo:
-    """``info`` as the bundled backend's image-text-to-text model: also its ``messages`` and ``images`` inputs."""
+    """``info`` as the bundled backend's image-text-to-text model: its ``task``, its ``messages`` and ``images``
+    inputs."""
     return dataclasses.replace(info, inputs=(*info.inputs, Tensor("messages", "BYTES", (-1,), True),
-                                             Tensor("images", "BYTES", (-1,), True)))
+                                             Tensor("images", "BYTES", (-1,), True)),
+                               parameters={**info.parameters, "task": "image_text_to_text"})
 
 
 def plain_info(name: str, decoupled: bool = False) -> ModelInfo:

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from backend_model.contract.parameters import IMAGE_TEXT_TO_TEXT
+
 from .errors import BadRequest, ServerFault
 from .events import ModelInfo, Tensor
 from .images import placed
@@ -80,6 +82,7 @@ class Interface:
     unlimited: int | None = 0  # what a control whose 0 means "up to the context" goes as (None: it cannot be asked)
     default_note = ""  # what applies then, in words
     image_input = "images"  # the model's input of a request's images, one element each (where it declares one)
+    images_need = "an image_text_to_text model with an images input"  # what a model that takes images is, in words
 
     def __init__(self, info: ModelInfo) -> None:
         self.info = info
@@ -97,8 +100,14 @@ class Interface:
 
     @property
     def takes_images(self) -> bool:
-        """The model declares an image input (a string tensor of its own name)."""
-        return is_text(self.info.input(self.image_input))
+        """The model declares the image input, and is an image_text_to_text model (its ``task`` parameter: every
+        bundled model declares the input)."""
+        return is_text(self.info.input(self.image_input)) and self.info.parameters.get("task") == IMAGE_TEXT_TO_TEXT
+
+    def no_images(self) -> str:
+        """Why the model takes no images, in a sentence ("" when it takes them)."""
+        return "" if self.takes_images else (f"model {self.info.name} takes no images: it is not {self.images_need} "
+                                             f"({self.name} interface)")
 
     def encoded(self, images: Sequence[bytes]) -> tuple[bytes | str, ...]:
         """The image input's elements: each image's bytes as they came (the bundled backend opens them with PIL)."""
@@ -110,8 +119,7 @@ class Interface:
         if not params.images:
             return []
         if not self.takes_images:
-            raise BadRequest(f"model {self.info.name} ({self.name} interface) takes no images: it has no "
-                             f"{self.image_input} input")
+            raise BadRequest(self.no_images())
         if n != 1:
             raise BadRequest(f"a request with images carries one prompt, not {n}")
         return [InputValue(self.image_input, "BYTES", self.encoded(params.images), True)]

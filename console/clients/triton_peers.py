@@ -24,6 +24,7 @@ class VllmInterface(Interface):
     extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "num_input_tokens",
                      "output_tokens": "num_output_tokens"}
     image_input = "image"  # each element one image, base64 (its model.py decodes it and opens it with PIL)
+    images_need = "a model with vLLM's image input"
     FLAGS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
     REASONS = {"None": "", "abort": "cancelled"}
 
@@ -38,6 +39,10 @@ class VllmInterface(Interface):
         sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.sent(params).values.items()
                     if BY_NAME[n].vllm}
         return [InputValue("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
+
+    @property
+    def takes_images(self) -> bool:
+        return is_text(self.info.input(self.image_input))  # whether the model has vision is vLLM's to say
 
     def encoded(self, images: Sequence[bytes]) -> tuple[bytes | str, ...]:
         return tuple(base64.b64encode(image).decode("ascii") for image in images)

@@ -122,10 +122,9 @@ async def with_images(front: Front, job: mapping.Job, info: ModelInfo, params: G
     """``params`` carrying the job's images, loaded and checked, and its messages (the model's server renders them
     with its processor's template); a 400 naming the images' field when the model takes none or an image breaks a
     rule."""
-    interface = interface_of(info)
-    if not interface.takes_images:
-        raise bad_request(f"model {info.name} takes no images (its {interface.name} interface has no "
-                          f"{interface.image_input} input)", job.media_param)
+    refusal = interface_of(info).no_images()
+    if refusal:
+        raise bad_request(refusal, job.media_param)
     images = await media.load(job.images, front.media, front.fetcher, job.media_param)
     return params.replace(chats=True, images=tuple(images))
 

@@ -171,7 +171,7 @@ def test_images_to_a_model_that_takes_none_or_from_a_missing_file_are_refused_be
     image = tmp_path / "cat.png"
     image.write_bytes(b"\x89PNG\r\n\x1a\ncat")
     assert_one_line_error(cli("--prompt", "hi", "--url", fake_server.url, "--image", str(image)),
-                          "model smollm2_decoupled takes no images", "no images input")
+                          "model smollm2_decoupled takes no images", "image_text_to_text")
     assert_one_line_error(cli("--prompt", "hi", "--url", fake_server.url, "--image", str(tmp_path / "gone.png")),
                           "gone.png")
     assert fake_server.requests == []

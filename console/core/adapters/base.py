@@ -155,9 +155,8 @@ class Adapter(ABC):
         """Why images cannot go with a send of ``mode`` to ``info`` ("" when they can): the model takes none, they do
         not travel in ``mode``, or no conversation with images is rendered for it."""
         interface = interface_of(info)
-        if not interface.takes_images:
-            return (f"model {info.name} takes no images (its {interface.name} interface has no "
-                    f"{interface.image_input} input)")
+        if interface.no_images():
+            return interface.no_images()
         if mode == "generate":
             return "images do not go over the generate endpoint (JSON): send them in stream or batch mode"
         if chat and info.input(MESSAGES) is None:

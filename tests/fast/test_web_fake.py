@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer, hang, plain_info, registered, replies, reply
+from fake_server import FakeServer, bundled_info, hang, plain_info, registered, replies, reply, with_images
 from sizes import WINDOWS, artifacts, metrics_page, overlap
 from web_page import WAIT_MS, LogWatch, Web, open_page
 
@@ -26,10 +26,11 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeServer]:
-    """One fake server for the module: the three embedded samples' names and ``echo_llm`` (no controls)."""
+    """One fake server for the module: the three embedded samples' names and ``echo_llm`` (no controls);
+    smollm2_decoupled also takes images (the bundled backend's image inputs)."""
     with pytest.MonkeyPatch.context() as mp:
         server = registered(FakeServer(), mp)
-        server.serve(plain_info("echo_llm"))
+        server.serve(plain_info("echo_llm"), with_images(bundled_info("smollm2_decoupled")))
         yield server
 
 
@@ -281,3 +282,20 @@ def test_at_the_sizes_users_have_nothing_is_cut_and_no_toast_covers_the_status(w
 def test_a_blank_field_says_what_it_sends_as_the_tui_does(web: Web) -> None:
     field = web.page.locator("#qc-control-stop input, #qc-control-stop textarea").first
     assert field.get_attribute("placeholder") == form_placeholder(BY_NAME["stop"]) == "a|b (blank: none)"
+
+
+def test_an_image_uploaded_in_the_box_goes_with_the_message_only_and_shows_in_its_bubble(
+        web: Web, fake: FakeServer, tmp_path: Path) -> None:
+    from PIL import Image
+
+    image = tmp_path / "red.png"
+    Image.new("RGB", (16, 16), (220, 20, 20)).save(image)
+    web.clear()
+    web.page.locator("#qc-input input[type=file]").set_input_files(str(image))
+    web.page.locator("#qc-input img").first.wait_for(timeout=WAIT_MS)  # uploaded: its thumbnail in the box
+    web.send("What is in the picture?")
+    assert fake.requests[-1].params.images == (image.read_bytes(),)
+    assert web.page.locator("#qc-chat .message.user img").count() == 1  # the image in the user's bubble
+    web.page.locator("#qc-input img").first.wait_for(state="detached", timeout=WAIT_MS)  # the box let it go
+    web.send("And now?")
+    assert fake.requests[-1].params.images == ()  # it went with its message only

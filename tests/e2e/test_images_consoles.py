@@ -66,3 +66,25 @@ def test_the_sdks_image_url_gets_the_transformers_answer_and_counts_the_image_to
                                      {"type": "text", "text": ASK}]}])
     assert answer.choices[0].message.content == reference(folder, [IMAGES[1]])[0]
     assert answer.usage is not None and answer.usage.prompt_tokens > len(ASK.split()) + 8  # the image's tokens
+
+
+def test_the_tuis_attached_image_gets_the_transformers_answer(served, tmp_path: Path) -> None:
+    from textual.widgets import Input, Select
+    from tui_pilot import run, say, stream_pane, until
+
+    folder, server, _ = served
+    image = tmp_path / "one.png"
+    image.write_bytes(IMAGES[0])
+
+    async def go() -> None:
+        async with stream_pane(server.http_url, server.grpc_url, tmp_path, TOKENS) as (app, pilot, stream):
+            stream.controls.query_one("#model", Select).value = FAMILY
+            await until(pilot, lambda: stream.controls.settings().model == FAMILY, 30, "the model picked")
+            await pilot.press("ctrl+t")
+            stream.query_one(".attach", Input).value = str(image)
+            await say(pilot, stream, ASK)
+            turn = stream.turns[0]
+            assert turn.failure is None and turn.images == [str(image)], turn.failure
+            assert turn.text(0) == reference(folder, [IMAGES[0]])[0]
+
+    run(go)

@@ -1,7 +1,8 @@
 """Images from the consoles and the front to a served vision-language model, end to end: one tritonserver on a tiny
-random-weight LLaVA the generator writes (as tests/e2e/test_images_served.py does), asked headless with ``--image``
-and through the OpenAI-compatible front by the ``openai`` SDK with an ``image_url`` data URL; each answer must be
-transformers' greedy one for the same image and prompt. The behaviours (limits, refusals, fetching) are the fast
+random-weight LLaVA the generator writes (as tests/e2e/test_images_served.py does), asked headless with ``--image``,
+from the TUI (Ctrl+T), from the web page (an upload, in Chromium) and through the OpenAI-compatible front by the
+``openai`` SDK with an ``image_url`` data URL; each answer must be transformers' greedy one for the same image and
+prompt. The behaviours (limits, refusals, fetching) are the fast
 tier's: tests/fast/test_front_images.py, test_headless_fake.py, test_tui_fake.py, test_web_fake.py."""
 
 from __future__ import annotations
@@ -88,3 +89,30 @@ def test_the_tuis_attached_image_gets_the_transformers_answer(served, tmp_path: 
             assert turn.text(0) == reference(folder, [IMAGES[0]])[0]
 
     run(go)
+
+
+@pytest.mark.browser
+def test_the_web_pages_uploaded_image_gets_the_transformers_answer(served) -> None:
+    from web_page import WAIT_MS, LogWatch, open_page
+
+    from console.core.controller import ServerController
+    from console.web.handlers import WebConsole
+
+    folder, server, _ = served
+    image = folder.parent / "upload.png"
+    image.write_bytes(IMAGES[1])
+    log = LogWatch()
+    controller = ServerController(on_log=log.add)
+    controller.connect(server.http_url, server.grpc_url)
+    try:
+        with open_page(WebConsole(controller), log, ready="connected") as web:
+            web.model(FAMILY)
+            web.fill("max-tokens", str(TOKENS))
+            web.page.locator("#qc-input input[type=file]").set_input_files(str(image))
+            web.page.locator("#qc-input img").first.wait_for(timeout=WAIT_MS)
+            web.send(ASK)
+            expected = reference(folder, [IMAGES[1]])[0].strip()  # a bubble does not start with a space
+            assert web.answers()[-1].startswith(f"{expected}\n\n— length · {TOKENS} tokens")
+            assert web.page.locator("#qc-chat .message.user img").count() == 1
+    finally:
+        controller.stop()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import compile_config, cpu_support, devices, specializations
-from .contract.parameters import BOOLEANS, ENGINES, TRUE, VARIES_WITH_BATCH
+from .contract.parameters import BOOLEANS, DEFAULT_MAX_IMAGES, ENGINES, IMAGE_TEXT_TO_TEXT, TRUE, VARIES_WITH_BATCH
 from .engine.loop import Engine
 from .models import (
     EMBEDDED,
@@ -52,6 +52,9 @@ class BackendSettings:
     cpu_models: int = 1  # CPU model instances of the server, for the automatic thread count
     prefix_caching: bool = True  # a prompt that starts as a slot's last one prefills only the rest (Engine)
     speculative_tokens: int = 0  # prompt-lookup drafted tokens a decode step (speculation.py); 0: off
+    task: str = ""  # IMAGE_TEXT_TO_TEXT: a vision-language model (vision/); else text generation
+    max_images: int = DEFAULT_MAX_IMAGES  # images a request may bring (a vision-language model)
+    vision_binary_dir: str = ""  # a vision-language model's vision QPC (aic_binary_dir: its language QPC)
     compile: dict[str, Any] = field(default_factory=lambda: compile_config.validate({}))
 
     @classmethod
@@ -84,6 +87,12 @@ class BackendSettings:
                                f"{MAX_SPECULATIVE_TOKENS}, got {drafts!r}")
         if not threads.isdigit():
             raise SessionError(f"parameter cpu_threads must be an integer >= 0, got {threads!r}")
+        task = parameters.get("task", "").strip()
+        if task not in ("", "text_generation", IMAGE_TEXT_TO_TEXT):
+            raise SessionError(f"parameter task must be text_generation or {IMAGE_TEXT_TO_TEXT}, got {task!r}")
+        images = parameters.get("max_images", "").strip() or str(DEFAULT_MAX_IMAGES)
+        if not images.isdigit() or int(images) < 1:
+            raise SessionError(f"parameter max_images must be an integer >= 1, got {images!r}")
         return cls(
             use_kv_cache=kv in TRUE,
             engine=engine,
@@ -95,8 +104,16 @@ class BackendSettings:
             cpu_threads=int(threads),
             prefix_caching=reuse in TRUE,
             speculative_tokens=int(drafts),
+            task=task,
+            max_images=int(images),
+            vision_binary_dir=parameters.get("vision_binary_dir", "").strip(),
             compile=compiled,
         )
+
+    @property
+    def vision(self) -> bool:
+        """A vision-language model: images in, text out."""
+        return self.task == IMAGE_TEXT_TO_TEXT
 
     def dims(self, vocab: int) -> Dims:
         c = self.compile
@@ -254,7 +271,13 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
     """The engine for these settings and a one-line description of what was chosen."""
     kind = choose_engine(settings)
     threads, chosen = choose_threads(settings.cpu_threads, settings.cpu_models)  # the CPU's and the twin's
-    if kind in ("qaic", "onnx"):
+    if settings.vision:
+        from .vision.build import vision_engine
+
+        engine, extra = vision_engine(settings, kind, progress, threads)
+        if kind == "cpu":
+            extra += f" threads={threads} ({chosen})"
+    elif kind in ("qaic", "onnx"):
         session = _compiled_session(kind, settings, progress, threads)
         tokenizer, eos = load_tokenizer(settings.hf_model_name, progress)
         if tokenizer.pad_token_id is None:

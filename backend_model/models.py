@@ -215,6 +215,28 @@ def load_pretrained(source: str | None, progress: Progress = print):
     return model, tokenizer
 
 
+def _vision_from_pretrained(where: Path | str, local_only: bool):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(where, local_files_only=local_only)
+    model = AutoModelForImageTextToText.from_pretrained(where, dtype="float32", local_files_only=local_only)
+    return model, processor
+
+
+def load_vision_pretrained(source: str | None, progress: Progress = print):
+    """(model, processor) of a vision-language model on the CPU in float32, from a folder or the hub."""
+    model, processor = _fetch(source, progress, _vision_from_pretrained)
+    model.eval()
+    return model, processor
+
+
+def load_processor(source: str | None, progress: Progress = print):
+    """The model's processor (tokenizer and image processor) without the weights: what a card's QPCs still need."""
+    from transformers import AutoProcessor
+
+    return _fetch(source, progress, lambda where, local: AutoProcessor.from_pretrained(where, local_files_only=local))
+
+
 def load_config(source: str | None, progress: Progress = print):
     """The model's transformers config alone: what decides its session before the weights load."""
     from transformers import AutoConfig

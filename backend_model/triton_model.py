@@ -21,12 +21,13 @@ from .build import BackendSettings, build_engine
 from .contract.errors import GENERATION_FAILED, READ_FAILED, BadRequest
 from .engine.logprobs import TokenLogprob, TokenTexts
 from .engine.loop import Engine
+from .engine.media import Media
 from .engine.metrics import publish
 from .engine.sampling import SamplingParams
 from .sessions.qaic import qaic_available
 from .sessions.threads import served_cpu_models
 from .triton import heap
-from .triton.inputs import Inputs, encode, encode_continuations, prompts_of, read_inputs
+from .triton.inputs import Inputs, encode, encode_continuations, image_prompt, prompts_of, read_inputs
 from .triton.serving import Request, Serving
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -57,14 +58,20 @@ def _error(message: str, invalid: bool) -> pb_utils.TritonError:
     return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
-Parsed = Tuple[Request, List[List[int]], SamplingParams, Optional[List[List[int]]]]  # 3.8: typing names at run time
+# 3.8: typing names at run time
+Parsed = Tuple[Request, List[List[int]], SamplingParams, Optional[List[List[int]]], Optional[List[Media]]]
 
 
 def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> Parsed:
-    """A checked request (its prompts' tokens, parameters and continuations to score); BadRequest with a message
-    for the client."""
-    prompts = prompts_of(engine, inputs)  # messages: rendered by the model's chat template
-    encoded = encode(engine, prompts)
+    """A checked request (its prompts' tokens, parameters, continuations to score and images); BadRequest with a
+    message for the client."""
+    with_images = image_prompt(engine, inputs)  # the processor renders, expands and encodes the images
+    media = None
+    if with_images is not None:
+        prompts, encoded, media = with_images
+    else:
+        prompts = prompts_of(engine, inputs)  # messages: rendered by the model's chat template
+        encoded = encode(engine, prompts)
     forced = None if inputs.continuations is None else encode_continuations(engine, encoded, inputs.continuations)
     params = inputs.params()
     if "max_tokens" not in inputs.controls and engine.default_max_tokens:  # unset; 0 asks for the whole context
@@ -80,7 +87,7 @@ def parse(request, inputs: Inputs, engine: Engine, decoupled: bool) -> Parsed:
         key=request.request_id() or inputs.request_id or "",  # generate sends no Triton id: its "id" input
         status_key=inputs.status_key,
     )
-    return req, encoded, params, forced
+    return req, encoded, params, forced, media
 
 
 def _response(**outputs) -> pb_utils.InferenceResponse:

@@ -26,6 +26,7 @@ from console.commands.tui import tui
 from console.commands.twin import check, onnx_group
 from console.commands.web import web
 from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter_for
+from console.core.attachments import read_images
 from console.core.controls import TIMEOUT_DEFAULTS, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
 from console.front.command import openai_command
@@ -76,6 +77,9 @@ def headless_options(func: Callable[..., Any]) -> Callable[..., Any]:
                           "when no tokenizer of theirs is here)."),
         click.option("--tokenizer", default=None, type=click.Path(file_okay=False),
                      help="Local tokenizer folder for --chat."),
+        click.option("--image", "images", multiple=True, type=click.Path(dir_okay=False), metavar="PATH",
+                     help="Attach this image file to the prompt (repeatable: in order, before its text). With 'a|b' "
+                          "the images go with every prompt, each prompt then in a request of its own."),
         click.option("--json", "json_", is_flag=True,
                      help="One JSON object per prompt: text, finish_reason and genai-perf figures."),
         click.option("--echo", is_flag=True, help="Print each prompt before its reply."),
@@ -96,6 +100,7 @@ def settings_from(values: dict[str, Any], server: Adapter | None = None) -> Sett
         model, mode, values["protocol"], params_from_options(values),
         values["timeout"], values["idle_timeout"] or None, chat=values["chat"],
         system=values["system"] or "", tokenizer=values["tokenizer"] or "", echo=values["echo"],
+        images=read_images(values["images"]),
     )
 
 

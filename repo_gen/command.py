@@ -109,7 +109,8 @@ def parser(prog: str, default_output: Path | str, default_backend: Path | None) 
           help="Hugging Face model: tokenizer, and compiled when there is no QPC; 'embedded' is the embedded "
                "SmolLM2 (CPU). Given bare (as in the seed's example) it keeps the default: the sample's, else none.")
     _flag(p, "model_type", choices=MODEL_TYPES,
-          help="Sets use_kv_cache. Default: the sample's; else read from the QPC; else kv_cache.")
+          help="Sets use_kv_cache; image_text_to_text: a vision-language model (images in, a KV cache). Default: "
+               "the sample's; else read from the QPC; else kv_cache.")
     p.add_argument("--decoupled", action="store_true", default=None,
                    help="Decoupled transaction policy (stream responses, gRPC). Default: the sample's, else batch.")
     p.add_argument("--no-decoupled", "--no_decoupled", dest="decoupled", action="store_false",
@@ -128,6 +129,12 @@ def parser(prog: str, default_output: Path | str, default_backend: Path | None) 
     _flag(p, "cpu_threads", type=_threads,
           help="CPU engine: threads for this model. Default 0: automatic, all CPUs but one (left to the server and "
                "its clients) shared by the CPU models the server loads; the model's log line says how many.")
+    _flag(p, "max_images", type=int,
+          help="image_text_to_text: images one request may bring (default 1). The vision QPC's image side is the "
+               "compile config's img_size (default: the model's own).")
+    _flag(p, "vision_binary_dir", type=Path,
+          help="image_text_to_text on a card: the vision QPC folder (--aic_binary_dir is then the language QPC); "
+               "without both, the backend compiles them from --hf_model_name with QEfficient.")
     _flag(p, "device_groups", metavar="QIDS;QIDS",
           help="One model instance per group of Cloud AI 100 SoCs (QIDs as qaic-util -q lists them), e.g. "
                "\"0,1,2,3;4,5,6,7\": two instances of four SoCs each. A group holds the QPC's num_devices SoCs "
@@ -155,7 +162,8 @@ def generate(args: argparse.Namespace, default_backend: Path | None) -> Path:
         args.model_name, args.output_dir, python_backend_dir=backend_dir, force=args.force, note=note,
         aic_binary_dir=args.aic_binary_dir, compile_config_path=args.compile_config_path,
         hf_model_name=args.hf_model_name, model_type=args.model_type, decoupled=args.decoupled, engine=args.engine,
-        precision=args.precision, cpu_threads=args.cpu_threads, device_groups=args.device_groups)
+        precision=args.precision, cpu_threads=args.cpu_threads, device_groups=args.device_groups,
+        max_images=args.max_images, vision_binary_dir=args.vision_binary_dir)
     if args.hf_model_name == "":
         note(f"note: --hf_model_name given without a value: using {spec.hf_model_name or 'none'}")
     if spec.aic_binary_dir and not spec.hf_model_name:

@@ -8,7 +8,7 @@ from typing import Any
 
 from backend_model.contract import compile_config, devices, embedding_config, specializations
 from backend_model.contract.errors import SessionError
-from backend_model.contract.parameters import BOOLEANS, ENGINES, PRECISIONS, TRUE
+from backend_model.contract.parameters import BOOLEANS, ENGINES, IMAGE_TEXT_TO_TEXT, PRECISIONS, TRUE
 
 from .spec import cpu_refusal
 from .staging import model_names
@@ -102,6 +102,8 @@ def _read_config(folder: Path, info: ModelFolder) -> None:
         info.model_type = embedding_config.TASK
     elif kv in BOOLEANS:
         info.model_type = "kv_cache" if kv in TRUE else "causal"
+    if params.get("task", "").strip() == IMAGE_TEXT_TO_TEXT:
+        info.model_type = IMAGE_TEXT_TO_TEXT
     info.problems += _config_problems(config, folder.name, params, kv)
 
 

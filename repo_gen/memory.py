@@ -158,7 +158,7 @@ def estimate(spec: ModelSpec, config: Mapping[str, Any] | None, num_devices: int
     params, embedding, per_token, kv_heads = shape
     c = compile_config.validate(spec.compile)
     rows = "full_batch_size" if c["full_batch_size"] else "batch_size"
-    tokens = c["ctx_len"] * c[rows] if spec.model_type == "kv_cache" else 0
+    tokens = c["ctx_len"] * c[rows] if spec.model_type != "causal" else 0
     place, weight_format, weight_bytes, cache_format, cache_bytes = _formats(spec, c)
     socs = (num_devices or c["num_devices"]) if place == CARD else 1
     heads = math.ceil(kv_heads / socs)

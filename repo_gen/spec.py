@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from backend_model.contract import compile_config, cpu_support, devices, embedding_config
 from backend_model.contract.errors import SessionError
+from backend_model.contract.parameters import IMAGE_TEXT_TO_TEXT
 from backend_model.contract.qpc import find_qpc, model_type_of
 from backend_model.contract.sentence_config import sentence_config
 
@@ -86,6 +87,8 @@ def resolve_spec(
     precision: str | None = None,
     cpu_threads: int | None = None,
     device_groups: str | None = None,
+    max_images: int | None = None,
+    vision_binary_dir: Path | None = None,
     note: Note = _quiet,
 ) -> ModelSpec:
     """Flags over a sample's defaults (or the template's); the model type may come from the QPC
@@ -103,6 +106,8 @@ def resolve_spec(
     vectors = base.vectors
     if kind == embedding_config.TASK and not vectors:
         vectors = told_vectors(hf_model_name or base.hf_model_name)
+    if kind == IMAGE_TEXT_TO_TEXT:
+        compiled = _with_image_size(compiled, hf_model_name or base.hf_model_name)
     return dataclasses.replace(
         base,
         model_type=model_type or base.model_type,
@@ -115,6 +120,8 @@ def resolve_spec(
         cpu_threads=base.cpu_threads if cpu_threads is None else cpu_threads,
         device_groups=_groups(device_groups) if device_groups is not None else base.device_groups,
         vectors=vectors,
+        max_images=base.max_images if max_images is None else max_images,
+        vision_binary_dir=qpc_dir(vision_binary_dir) or base.vision_binary_dir,
     )
 
 
@@ -131,6 +138,16 @@ def told_vectors(hf_model_name: str) -> dict[str, str]:
     found = {"pooling": told.pooling, "normalize": None if told.normalize is None else str(told.normalize).lower(),
              "max_seq_len": told.max_seq_len, "dimensions": dimension}
     return {key: str(value) for key, value in found.items() if value is not None}
+
+
+def _with_image_size(compiled: dict[str, Any], hf_model_name: str) -> dict[str, Any]:
+    """The compile config with ``img_size`` (the vision QPC's image side, as QEfficient compiles it): as given,
+    else the model's own (its config's vision_config.image_size) when its config.json is here."""
+    if compiled.get("img_size") is not None:
+        return compiled
+    vision = (local_config(hf_model_name) or {}).get("vision_config") or {}
+    size = vision.get("image_size") if isinstance(vision, dict) else None
+    return {**compiled, "img_size": size} if isinstance(size, int) else compiled
 
 
 def _groups(text: str) -> str:
@@ -181,7 +198,10 @@ def cpu_refusal(hf_model_name: str, model_type: str, precision: str, compiled: d
         return None
     ctx_len = compile_config.validate(compiled)["ctx_len"]
     try:
-        cpu_support.session_for(config, model_type == "kv_cache", precision, ctx_len)
+        if model_type == IMAGE_TEXT_TO_TEXT:
+            cpu_support.vision_session_for(config, precision, ctx_len)
+        else:
+            cpu_support.session_for(config, model_type == "kv_cache", precision, ctx_len)
     except SessionError as exc:
         return str(exc)
     return None

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from backend_model.contract import compile_config, devices, embedding_config, specializations
 from backend_model.contract.controls import CONTROLS
 from backend_model.contract.errors import SessionError
-from backend_model.contract.parameters import ENGINES, PRECISIONS
+from backend_model.contract.parameters import DEFAULT_MAX_IMAGES, ENGINES, IMAGE_TEXT_TO_TEXT, PRECISIONS
 
 from . import staging
 
@@ -32,7 +32,7 @@ TEMPLATE_NAME = "config.pbtxt.tmpl"
 ENTRY_NAME = "model.py"
 BACKEND_PACKAGE = "backend_model"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-MODEL_TYPES = ("kv_cache", "causal", embedding_config.TASK)
+MODEL_TYPES = ("kv_cache", "causal", embedding_config.TASK, IMAGE_TEXT_TO_TEXT)  # the last: a vision-language model
 # an embedding model's own config template and entry (the decoders': TEMPLATE_NAME and ENTRY_NAME)
 OWN_FILES = {embedding_config.TASK: ("embedding.pbtxt.tmpl", "embedding_model.py")}
 SKIPPED = ("__pycache__", "*.pyc")
@@ -74,6 +74,8 @@ class ModelSpec:
     cpu_threads: int = 0  # 0: automatic (backend_model.sessions.threads)
     device_groups: str = ""  # "0,1;2,3": one model instance per group, each opening its SoCs
     vectors: dict[str, str] = field(default_factory=dict)  # an embedding model's pooling, normalize, max_seq_len ...
+    max_images: int = DEFAULT_MAX_IMAGES  # image_text_to_text: images a request may bring
+    vision_binary_dir: str = ""  # image_text_to_text on a card: the vision QPC (aic_binary_dir: the language QPC)
 
     @property
     def embedding(self) -> bool:
@@ -103,10 +105,16 @@ class ModelSpec:
     def parameters(self) -> dict[str, str]:
         groups = {devices.PARAMETER: self.device_groups} if self.device_groups else {}
         kind = {"task": embedding_config.TASK, **self.vectors} if self.embedding else {
-            "use_kv_cache": "true" if self.model_type == "kv_cache" else "false"}
+            "use_kv_cache": "false" if self.model_type == "causal" else "true"}
+        vision = {}
+        if self.model_type == IMAGE_TEXT_TO_TEXT:
+            size = self.compile.get("img_size")
+            vision = {"task": IMAGE_TEXT_TO_TEXT, "max_images": str(self.max_images),
+                      "image_size": "" if size is None else str(size), "vision_binary_dir": self.vision_binary_dir}
         return {
             **groups,
             **kind,
+            **vision,
             "engine": self.engine,
             "aic_binary_dir": self.aic_binary_dir,
             "hf_model_name": self.hf_model_name,
@@ -137,6 +145,8 @@ def check_spec(spec: ModelSpec) -> None:
     if spec.aic_binary_dir and not Path(spec.aic_binary_dir).expanduser().is_dir():
         raise RepoError(f"--aic_binary_dir {spec.aic_binary_dir} is not a directory")
     compiled = spec.compiled()
+    if spec.model_type == IMAGE_TEXT_TO_TEXT:
+        _check_vision(spec, compiled)
     if spec.embedding:
         if spec.decoupled:
             raise RepoError("an embedding model answers once a request: it cannot be --decoupled")
@@ -163,6 +173,21 @@ def check_spec(spec: ModelSpec) -> None:
                 specializations.find_graph(graph)
             except SessionError as exc:
                 raise RepoError(f"onnx_path: {exc}") from None
+
+
+def _check_vision(spec: ModelSpec, compiled: dict[str, Any]) -> None:
+    """RepoError for an image_text_to_text spec the backend cannot serve (vision/build.py says why)."""
+    if spec.max_images < 1:
+        raise RepoError(f"--max_images must be at least 1, got {spec.max_images}")
+    if not compiled["full_batch_size"] and compiled["batch_size"] > 1:
+        raise RepoError(f"--model_type {IMAGE_TEXT_TO_TEXT} prefills a prompt with images alone: compile with "
+                        "full_batch_size (continuous batching) or batch_size 1, not batch_size "
+                        f"{compiled['batch_size']}")
+    if spec.engine == "onnx":
+        raise RepoError(f"--engine onnx does not run an {IMAGE_TEXT_TO_TEXT} model's two graphs yet: use cpu or auto")
+    if bool(spec.aic_binary_dir) != bool(spec.vision_binary_dir):
+        raise RepoError(f"--model_type {IMAGE_TEXT_TO_TEXT} on a card takes both QPCs: --aic_binary_dir (language) "
+                        "and --vision_binary_dir (vision), or neither (compiled from --hf_model_name)")
 
 
 def control_inputs() -> str:

@@ -12,6 +12,7 @@ script a request gets the default reply: ``max_tokens`` words (16 when unset), `
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import threading
 import time
@@ -59,6 +60,14 @@ def bundled_info(name: str, decoupled: bool = True, use_kv_cache: bool = True) -
     outputs = tuple(Tensor(n, t) for n, t in (("text_output", "BYTES"), ("finish_reason", "BYTES"),
                                               ("input_tokens", "INT32"), ("output_tokens", "INT32")))
     return ModelInfo(name, decoupled, use_kv_cache, "embedded", inputs=inputs, outputs=outputs)
+
+
+def with_images(info: ModelInfo) -> ModelInfo:
+    """``info`` as the bundled backend's image-text-to-text model: its ``task``, its ``messages`` and ``images``
+    inputs."""
+    return dataclasses.replace(info, inputs=(*info.inputs, Tensor("messages", "BYTES", (-1,), True),
+                                             Tensor("images", "BYTES", (-1,), True)),
+                               parameters={**info.parameters, "task": "image_text_to_text"})
 
 
 def plain_info(name: str, decoupled: bool = False) -> ModelInfo:
@@ -258,6 +267,13 @@ class FakeCall(Call):
         super().__init__(server.url, info, framed.sent, params, timeouts)
         self.server, self.mode, self.messages = server, mode, framed.messages
 
+    def part(self, index: int) -> FakeCall:
+        clone = super().part(index)
+        assert isinstance(clone, FakeCall)
+        if self.messages is not None:
+            clone.messages = [self.messages[index]]
+        return clone
+
     def _request(self) -> Iterator[Event]:
         request = Request(self.model, self.mode, self.prompts, self.params, self.messages)
         t0 = last = time.perf_counter()
@@ -394,10 +410,10 @@ class FakeAdapter(Adapter):
         return EMBEDDED_DEFAULTS[mode]
 
     def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,
-              history: History, progress: Progress = quiet) -> Framed:
+              history: History, progress: Progress = quiet, images: bool = False) -> Framed:
         if not chat:
             return Framed(list(prompts), list(prompts))
-        if self.server_template:
+        if self.server_template or images:
             messages = chat_messages(prompts, system=system or None, history=history)
             return Framed(list(prompts), [str(m) for m in messages], messages)
         return Framed(list(prompts), chat_prompts(prompts, info, system=system or None, history=history,

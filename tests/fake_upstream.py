@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from fake_server import bundled_info, fake_tokens, fake_vector
+from fake_server import bundled_info, fake_tokens, fake_vector, with_images
 
 from console.clients import GenerationParams, ModelInfo, NotServed, Tensor
 from console.front.app import create_app
@@ -53,6 +53,11 @@ def full_info(name: str) -> ModelInfo:
     info = bundled_info(name)
     return dataclasses.replace(info, inputs=(*info.inputs, *WIRED),
                                outputs=(*info.outputs, Tensor("logprobs", "BYTES", (-1,))))
+
+
+def image_info(name: str) -> ModelInfo:
+    """The bundled backend's image-text-to-text model as it is served."""
+    return with_images(full_info(name))
 
 
 @dataclass
@@ -155,10 +160,11 @@ def failure(message: str, *pieces: str) -> list[Step]:
 
 
 @contextlib.asynccontextmanager
-async def client(upstream: FakeUpstream, api_key: str | None = None,
-                 tokenizers: Sequence[str] = ()) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client of the front's app on ``upstream`` (the app's lifespan runs around it)."""
-    app = create_app(Front(upstream, api_key, Tokenizers(tokenizers)))
+async def client(upstream: FakeUpstream, api_key: str | None = None, tokenizers: Sequence[str] = (),
+                 **front: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the front's app on ``upstream`` (the app's lifespan runs around it); ``front``: the other
+    fields of its :class:`Front` (``media``, ``fetcher``)."""
+    app = create_app(Front(upstream, api_key, Tokenizers(tokenizers), **front))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://front") as http:

@@ -33,6 +33,8 @@ SCHEMA: Schema = {
     "max_top_k_ids": (int, 512, lambda v: 1 <= v <= 8192, "an integer in [1, 8192]"),
     "comp_ctx_lengths_prefill": (list, None, lambda v: _ascending(v), "a non-empty list of increasing integers >= 1"),
     "comp_ctx_lengths_decode": (list, None, lambda v: _ascending(v), "a non-empty list of increasing integers >= 1"),
+    # a vision-language model's vision QPC: the image side it is compiled for (QEfficient's compile(img_size=))
+    "img_size": (int, None, lambda v: 1 <= v <= 8192, "an integer in [1, 8192] (the vision QPC's image side)"),
 }
 KEYS = tuple(SCHEMA)
 MAX_BYTES = 64 * 1024  # a compile config is a few hundred bytes; a model's config.json a few kilobytes

@@ -9,6 +9,10 @@ only, and Python 3.8: the generator the release artifacts ship imports it.
 * ``TRANSFORMERS_KV``: transformers' own model with a cache per slot (``sessions.hf``), fp32 or bf16;
   the architectures listed are the ones tested token for token against ``generate``.
 * causal (no KV cache): transformers' own model recomputed at every token, any architecture, fp32 or bf16.
+* ``VISION_KV`` (model_type ``image_text_to_text``): a vision-language model's own vision tower and projector
+  feeding its language model, a cache per slot (``vision.session``), fp32 or bf16; the families listed are the
+  ones tested token for token against ``generate`` (their language model takes the image embeddings in place of
+  its placeholders, with plain positions and causal attention).
 
 A rope whose table changes with the sequence length (``dynamic`` past max_position_embeddings, ``longrope``
 past original_max_position_embeddings) is refused for a KV cache whose ctx_len goes past that length.
@@ -23,10 +27,12 @@ from .errors import SessionError
 LLAMA_FAMILY = "llama-family"
 TRANSFORMERS_KV = "transformers-kv"
 RECOMPUTE = "recompute"
+VISION_KV = "vision-kv"
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2")
 TRANSFORMERS_KV_TYPES = ("falcon", "gemma2", "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neox", "granite", "phi3",
                          "qwen3", "starcoder2")
+VISION_TYPES = ("llava", "llava_next", "idefics3", "aya_vision")
 DENSE = ("fp32", "bf16")
 POSITION_ROPES = ("default", "linear", "llama3", "yarn")  # tables that depend on the position only
 LENGTH_ROPES = {"dynamic": "max_position_embeddings", "longrope": "original_max_position_embeddings"}  # up to
@@ -56,6 +62,18 @@ def session_for(config: Mapping[str, Any], use_kv_cache: bool, precision: str, c
         f"model_type {model_type!r} has no CPU KV-cache session (exact for: {', '.join(LLAMA_LIKE)}, "
         f"{', '.join(TRANSFORMERS_KV_TYPES)}): use model_type 'causal', which recomputes every token"
     )
+
+
+def vision_session_for(config: Mapping[str, Any], precision: str, ctx_len: int) -> str:
+    """VISION_KV for this vision-language model on the CPU; SessionError naming the field it cannot serve."""
+    model_type = str(config.get("model_type", "?"))
+    if model_type not in VISION_TYPES:
+        raise SessionError(f"model_type {model_type!r} has no CPU image-text-to-text session (exact for: "
+                           f"{', '.join(VISION_TYPES)})")
+    _dense(precision, f"a {model_type} model runs")
+    text = config.get("text_config")
+    _rope(text if isinstance(text, Mapping) else {}, ctx_len)
+    return VISION_KV
 
 
 def _dense(precision: str, what: str) -> None:

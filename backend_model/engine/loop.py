@@ -21,7 +21,11 @@ Prefix reuse (``prefix_caching``, on sessions that keep a slot's cache after its
 the whole prefill chunks of its last prompt, and a prompt that starts with the same tokens is admitted to
 that slot and prefills only the rest, from the same chunk boundary. Only whole chunks of a prompt are
 reused, never the tokens a decode step wrote, so every number is the one a prefill from token 0 computes:
-answers are the same with reuse and without.
+answers are the same with reuse and without. A prompt's images take part in what "the same" means: each image
+placeholder is compared with its image's digest (:mod:`.media`), so different images never share a chunk.
+
+A prompt with images (``Sequence.media``) prefills alone, its chunks fed its vision embeddings as QEfficient feeds
+a language QPC (``vision_embeds``, ``image_idx``); decoding is the same for every row.
 
 A decode step always sends every row. As in QEfficient, a row with nothing to decode (finished,
 or a free slot) repeats the token and position it was last fed (zeros before its first use):
@@ -46,6 +50,7 @@ from .card_sampling import OUTPUT, CardSampler, Inputs, idle, stack
 from .detok import Detokenizer, max_prompt_bytes, token_bytes_table
 from .grammar import Grammars, Matcher
 from .logprobs import Scores, TokenLogprob, TokenTexts
+from .media import Media
 from .metrics import Meter
 from .sampling import Sampler, SamplingParams
 from .speculation import propose
@@ -75,6 +80,7 @@ class Sequence:
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token, when the request asks for them
     reported: int = 0  # entries an update has carried (the rest wait for their tokens' text)
     forced: list[int] | None = None  # a continuation fed instead of sampling (scored, not generated)
+    media: Media | None = None  # the prompt's images, fed beside its prefill chunks
     # private state
     grammar: Matcher | None = None
     held: str = ""  # text held back while it may still be the start of a stop string
@@ -89,6 +95,11 @@ class Sequence:
         grammar or a forced continuation (a step may choose these tokens in one batched argmax)."""
         plain = type(self.sampler) in (Sampler, CardSampler)
         return self.grammar is None and self.forced is None and plain and self.params.greedy
+
+    @property
+    def key(self) -> list:
+        """What prefix reuse compares: the prompt's tokens, each image placeholder paired with its image's digest."""
+        return self.prompt_ids if self.media is None else self.media.key(self.prompt_ids)
 
     @property
     def position(self) -> int:
@@ -141,11 +152,12 @@ class Engine:
         # prompt-lookup speculation: up to this many drafted tokens a decode step, where the session takes several
         # positions of one slot in one step (speculation.py); 0: off
         self.speculative_tokens = 0
-        self.held: list[list[int]] = [[] for _ in self.slots]  # each slot's cached prompt tokens, in whole chunks
+        self.held: list[list] = [[] for _ in self.slots]  # each slot's cached prompt key (Sequence.key), whole chunks
         self.freed = [-1] * self.dims.slots  # when each slot was last freed (an engine tick; -1: never used)
         self._ticks = itertools.count()
         self._lock = threading.Condition()
         self.default_max_tokens: int | None = None  # a request without max_tokens gets this (None: to EOS/ctx_len)
+        self.images: Any = None  # a vision-language model's ImagePrompts (vision/prompts.py); None: text only
         self.meter = Meter()  # told what the loop does (the Triton glue gives it one that publishes)
         # the card's sampler: > 0 (its max_top_k_ids) where the session samples on the card; a compiled model that
         # samples on the host runs it too (the builder sets ``card_sampling``), else the engine's own Sampler
@@ -183,8 +195,9 @@ class Engine:
                              f"{self.dims.ctx_len}")
 
     def prepare(self, prompt_ids: list[int], params: SamplingParams, tag: Any = None,
-                forced: list[int] | None = None) -> Sequence:
-        """A checked sequence, not yet queued (so the caller can record it before it runs).
+                forced: list[int] | None = None, media: Media | None = None) -> Sequence:
+        """A checked sequence, not yet queued (so the caller can record it before it runs); ``media``: the prompt's
+        images (:mod:`.media`).
 
         ``forced``: score these tokens after the prompt instead of generating (its own log-probabilities
         at least; EOS, stop strings and max_tokens do not end it). A grammar compiles here (BadRequest).
@@ -206,7 +219,7 @@ class Engine:
                                  "ignore_eos")
             grammar = self.grammars.matcher(params.structured_outputs)
         seq = self._new(prompt_ids, params, tag)
-        seq.forced, seq.grammar = forced, grammar
+        seq.forced, seq.grammar, seq.media = forced, grammar, media
         return seq
 
     def enqueue(self, seqs: list[Sequence]) -> None:
@@ -292,29 +305,30 @@ class Engine:
                     src = batch[i % len(batch)]
                     params = replace(src.params, logprobs=None, structured_outputs=None)
                     batch.append(self._new(src.prompt_ids, params, None, filler=True))
+                    batch[-1].media = src.media
             else:
                 return []
         for seq in batch:
-            seq.slot = self._best_slot(free, seq.prompt_ids)
+            seq.slot = self._best_slot(free, seq.key)
             free.remove(seq.slot)
             self.slots[seq.slot] = seq
         self.meter.admitted(batch)
         return batch
 
-    def _reusable(self, slot: int, prompt_ids: list[int]) -> int:
-        """How many of ``prompt_ids`` the slot's cache holds already: whole chunks of a common prefix, leaving at
-        least one token to prefill (its logits give the first token)."""
+    def _reusable(self, slot: int, key: list) -> int:
+        """How many of a prompt's tokens (its ``Sequence.key``) the slot's cache holds already: whole chunks of a
+        common prefix, leaving at least one token to prefill (its logits give the first token)."""
         if not self.prefix_caching:
             return 0
         held, chunk = self.held[slot], self.dims.prefill_seq_len
-        common = next((i for i, (a, b) in enumerate(zip(held, prompt_ids)) if a != b), min(len(held), len(prompt_ids)))
-        return min(common // chunk, (len(prompt_ids) - 1) // chunk) * chunk
+        common = next((i for i, (a, b) in enumerate(zip(held, key)) if a != b), min(len(held), len(key)))
+        return min(common // chunk, (len(key) - 1) // chunk) * chunk
 
-    def _best_slot(self, free: list[int], prompt_ids: list[int]) -> int:
+    def _best_slot(self, free: list[int], key: list) -> int:
         """The free slot whose cache holds the most of the prompt; else the one unused longest (a never used slot
         first), so recent prompts stay for their next turn."""
         def rank(slot: int) -> tuple[int, bool, int]:
-            return self._reusable(slot, prompt_ids), self.freed[slot] < 0, -self.freed[slot]
+            return self._reusable(slot, key), self.freed[slot] < 0, -self.freed[slot]
 
         return max(free, key=rank)
 
@@ -322,7 +336,7 @@ class Engine:
         """The admitted sequences' prompts, padded to whole chunks, ready to prefill together."""
         chunk = self.dims.prefill_seq_len
         for seq in group:
-            seq.reused = self._reusable(seq.slot, seq.prompt_ids)
+            seq.reused = self._reusable(seq.slot, seq.key)
         chunks = -(-max(len(s.prompt_ids) - s.reused for s in group) // chunk)
         ids = np.zeros((len(group), chunks * chunk), dtype=np.int64)
         pos = np.full_like(ids, -1)
@@ -333,7 +347,7 @@ class Engine:
             self.fed[seq.slot] = (seq.prompt_ids[-1], n - 1)
             # what the slot will hold: the prompt's whole chunks before the one with its last token (a row that
             # idles repeats that token, and a card computes it again)
-            self.held[seq.slot] = seq.prompt_ids[: (n - 1) // chunk * chunk] if self.prefix_caching else []
+            self.held[seq.slot] = seq.key[: (n - 1) // chunk * chunk] if self.prefix_caching else []
         return Prefill(group, ids, pos, [(len(s.prompt_ids) - s.reused - 1) // chunk for s in group])
 
     def _prefill(self) -> list[Update]:
@@ -368,6 +382,10 @@ class Engine:
             inputs["batch_index"] = np.array([[fill.group[0].slot]], dtype=np.int64)
         if self.on_card:  # the rows whose prompt ends here take their first token from this run
             inputs.update(self._card_inputs([s if e == fill.next else None for s, e in zip(fill.group, fill.ends)]))
+        media = fill.group[0].media  # a prompt with images prefills alone (one slot, or a batch of one)
+        if media is not None:
+            first = fill.group[0]
+            inputs.update(media.inputs(first.prompt_ids, first.reused + fill.next * chunk))
         started = time.perf_counter()
         out = self.session.run(inputs)
         self.meter.prefill_chunk(time.perf_counter() - started)

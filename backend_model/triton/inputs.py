@@ -8,7 +8,10 @@ prompt), ``stream`` (BOOL), ``sampling_parameters`` (a JSON object of the same c
 (the one sent with that ``status_key``) runs here. ``continuation`` (one JSON value per prompt: its text
 as a JSON string, or its token ids as a JSON array) asks to score that continuation instead of generating.
 ``messages`` (one JSON array of ``{"role", "content"}`` messages per prompt, in place of ``prompt``) asks the model
-to render each conversation with its own chat template (:func:`prompts_of`), so a client needs no tokenizer.
+to render each conversation with its own chat template (:func:`prompts_of`), so a client needs no tokenizer; a
+message's content is text, or a list of parts (``{"type": "text", "text": ...}``, ``{"type": "image"}``).
+``images`` (the encoded bytes of each image) goes with one prompt to a vision-language model: the n-th image part
+of its messages takes the n-th image, or a plain prompt gets the images before its text (:func:`image_prompt`).
 
 Cheap checks come first: the number of prompts and their size in bytes (against what the model's
 context can hold at most) before decoding or tokenising; the JSON's size and depth before parsing;
@@ -27,11 +30,14 @@ import numpy as np
 
 from ..contract.controls import CONTROLS, MAX_JSON_BYTES, Control, json_object
 from ..contract.errors import BadRequest
+from ..engine.media import Media
 from ..engine.sampling import SamplingParams
+from ..vision.prompts import image_parts
 
 MAX_PROMPTS = 256
 MAX_NAME_BYTES = 256  # id, status_of, status_key
 MAX_CONTINUATION_BYTES = 1024 * 1024  # one prompt's continuation, as JSON
+MAX_IMAGES = 64  # counted before any is decoded; a model's max_images is checked by its ImagePrompts
 Read = Callable[[str], Optional[np.ndarray]]
 _ABSENT = object()
 
@@ -48,7 +54,8 @@ class Inputs:
     status_key: str = ""  # the key a status question about this request must bring
     status_of: str | None = None  # a status question: the request id asked about
     continuations: list[str | list[int]] | None = None  # per prompt: text or token ids to score (not generate)
-    chats: list[list[dict[str, str]]] | None = None  # ``messages``: the prompts as conversations (see prompts_of)
+    chats: list[list[dict[str, Any]]] | None = None  # ``messages``: the prompts as conversations (see prompts_of)
+    images: list[bytes] | None = None  # ``images``: the encoded images of the one prompt (see image_prompt)
 
     def params(self) -> SamplingParams:
         """The engine's sampling parameters of these controls."""
@@ -129,9 +136,27 @@ def _prompts(read: Read, max_bytes: int | None) -> list[str]:
     return prompts
 
 
-def _chats(read: Read, max_bytes: int | None) -> list[list[dict[str, str]]] | None:
-    """The ``messages`` input: one conversation per prompt, a JSON array of ``{"role", "content"}`` objects of text
-    (other keys are left out); None when absent."""
+def _content(value: Any) -> str | list[dict[str, str]] | None:
+    """A message's content as the model reads it: text, or its parts (text and image), other keys left out; None
+    when it is neither."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list) or not all(isinstance(p, dict) for p in value):
+        return None
+    parts = []
+    for part in value:
+        if part.get("type") == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif part.get("type") == "image":
+            parts.append({"type": "image"})
+        else:
+            return None
+    return parts
+
+
+def _chats(read: Read, max_bytes: int | None) -> list[list[dict[str, Any]]] | None:
+    """The ``messages`` input: one conversation per prompt, a JSON array of ``{"role", "content"}`` objects (text,
+    or a list of text and image parts; other keys are left out); None when absent."""
     array = read("messages")
     if array is None:
         return None
@@ -143,13 +168,22 @@ def _chats(read: Read, max_bytes: int | None) -> list[list[dict[str, str]]] | No
             value = json.loads(_decode(item, f"messages[{i}]"))
         except (ValueError, RecursionError):
             value = None
-        if not isinstance(value, list) or not value or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in value):
+        contents = [_content(m.get("content")) if isinstance(m, dict) else None for m in value] \
+            if isinstance(value, list) else []
+        if not contents or not all(isinstance(m.get("role"), str) for m in value) or None in contents:
             raise BadRequest(f"the messages of {which} must be JSON: an array of "
-                             '{"role": ..., "content": ...} objects of text')
-        chats.append([{"role": m["role"], "content": m["content"]} for m in value])
+                             '{"role": ..., "content": ...} objects of text (or of text and image parts)')
+        chats.append([{"role": m["role"], "content": c} for m, c in zip(value, contents)])
     return chats
+
+
+def _images(read: Read) -> list[bytes] | None:
+    """The ``images`` input's elements (counted before anything is decoded), or None when absent or empty."""
+    array = read("images")
+    if array is None or not array.size:
+        return None
+    return [bytes(item) if isinstance(item, (bytes, bytearray)) else item for item in _items(array, "images",
+                                                                                              MAX_IMAGES)]
 
 
 def _sampling_parameters(read: Read) -> dict[str, Any]:
@@ -230,8 +264,12 @@ def read_inputs(read: Read, max_prompt_bytes: int | None = None, unknown: Sequen
     chats = _chats(read, max_prompt_bytes)
     prompts = _prompts(read, max_prompt_bytes) if chats is None else []
     controls = _controls(read)
+    images = _images(read)
+    if images and len(chats or prompts) > 1:
+        raise BadRequest(f"a request with images carries one prompt, got {len(chats or prompts)}")
     return Inputs(prompts, controls, _text(read, "id") or "", _flag(read, "exclude_input_in_output"),
-                  _flag(read, "stream"), key, continuations=_continuations(read, len(chats or prompts)), chats=chats)
+                  _flag(read, "stream"), key, continuations=_continuations(read, len(chats or prompts)), chats=chats,
+                  images=images)
 
 
 def _which(index: int, count: int) -> str:
@@ -244,6 +282,9 @@ def prompts_of(engine: Any, inputs: Inputs) -> list[str]:
     template renders it, the assistant's turn opened (what a client with the model's tokenizer would send)."""
     if inputs.chats is None:
         return inputs.prompts
+    if any(image_parts(chat) for chat in inputs.chats):
+        raise BadRequest("this model reads text only: an image part of the messages is for an image_text_to_text "
+                         "model")
     tokenizer = engine.tokenizer
     if not getattr(tokenizer, "chat_template", None):
         raise BadRequest("this model has no chat template (its tokenizer has none): send the prompt as text "
@@ -251,12 +292,32 @@ def prompts_of(engine: Any, inputs: Inputs) -> list[str]:
     prompts = []
     for i, chat in enumerate(inputs.chats):
         try:
-            prompts.append(tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
+            prompts.append(tokenizer.apply_chat_template([{"role": m["role"], "content": _joined(m["content"])}
+                                                          for m in chat], tokenize=False, add_generation_prompt=True))
         except Exception as exc:  # the template's own refusal (jinja's raise_exception: "roles must alternate")
             reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             raise BadRequest(f"the chat template refuses the messages of {_which(i, len(inputs.chats))}: "
                              f"{reason}") from None
     return prompts
+
+
+def _joined(content: str | list[dict[str, str]]) -> str:
+    """A text model's content: the text of its parts, joined."""
+    return content if isinstance(content, str) else "".join(p["text"] for p in content)
+
+
+def image_prompt(engine: Any, inputs: Inputs) -> tuple[list[str], list[list[int]], list[Media]] | None:
+    """(the prompt, its tokens, its Media) of a request with images, checked against the compile dimensions; None
+    for a request without images. BadRequest for images to a text model."""
+    chat = inputs.chats[0] if inputs.chats else None
+    if not inputs.images and not (chat is not None and image_parts(chat)):
+        return None
+    if engine.images is None:
+        raise BadRequest("this model reads text only: the input 'images' is for an image_text_to_text model "
+                         "(its task parameter)")
+    text, ids, media = engine.images.prepare(None if chat else inputs.prompts[0], chat, inputs.images or [])
+    engine.check_prompt(ids)
+    return [text], [ids], [media]
 
 
 def encode(engine: Any, prompts: list[str]) -> list[list[int]]:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol
 
 from ..engine.logprobs import TokenLogprob
 from ..engine.loop import Engine, Sequence, Update
+from ..engine.media import Media
 from ..engine.sampling import SamplingParams
 
 Log = Callable[[str, str], None]  # (level, message); typing names: evaluated at run time, so 3.8-safe
@@ -83,10 +84,11 @@ class Serving:
             thread.start()
 
     def submit(self, req: Request, prompt_ids: list[list[int]], params: SamplingParams,
-               forced: list[list[int]] | None = None) -> None:
-        """Queue ``req``'s prompts (``forced``: each one's continuation to score); BadRequest before anything is
-        queued when the engine refuses one (``Engine.prepare``)."""
-        req.seqs = [self.engine.prepare(ids, params, (req, i), forced[i] if forced else None)
+               forced: list[list[int]] | None = None, media: list[Media] | None = None) -> None:
+        """Queue ``req``'s prompts (``forced``: each one's continuation to score; ``media``: each one's images);
+        BadRequest before anything is queued when the engine refuses one (``Engine.prepare``)."""
+        req.seqs = [self.engine.prepare(ids, params, (req, i), forced[i] if forced else None,
+                                        media[i] if media else None)
                     for i, ids in enumerate(prompt_ids)]
         with self._cond:
             self.live[id(req)] = req

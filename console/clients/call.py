@@ -148,7 +148,7 @@ class Call:
         except ClientError as exc:
             yield Failure.of(exc, time.perf_counter() - t0)
             return
-        if len(self.prompts) > 1 and not interface.batches_prompts:
+        if len(self.prompts) > 1 and (not interface.batches_prompts or self.params.images):  # images: a prompt each
             yield from fan_out(self)
         else:
             yield from self._request()

@@ -29,8 +29,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from backend_model.contract.parameters import IMAGE_TEXT_TO_TEXT
+
 from .errors import BadRequest, ServerFault
 from .events import ModelInfo, Tensor
+from .images import placed
 from .params import BY_NAME, CONTROLS, MESSAGES, Control, GenerationParams
 from .wire import output_list, tensor
 
@@ -78,6 +81,8 @@ class Interface:
     samples_by_default = False  # the server samples when no temperature is sent (vLLM, OpenAI-compatible servers)
     unlimited: int | None = 0  # what a control whose 0 means "up to the context" goes as (None: it cannot be asked)
     default_note = ""  # what applies then, in words
+    image_input = "images"  # the model's input of a request's images, one element each (where it declares one)
+    images_need = "an image_text_to_text model with an images input"  # what a model that takes images is, in words
 
     def __init__(self, info: ModelInfo) -> None:
         self.info = info
@@ -92,6 +97,32 @@ class Interface:
         return f"interface {self.name}"
 
     # ---- what is sent
+
+    @property
+    def takes_images(self) -> bool:
+        """The model declares the image input, and is an image_text_to_text model (its ``task`` parameter: every
+        bundled model declares the input)."""
+        return is_text(self.info.input(self.image_input)) and self.info.parameters.get("task") == IMAGE_TEXT_TO_TEXT
+
+    def no_images(self) -> str:
+        """Why the model takes no images, in a sentence ("" when it takes them)."""
+        return "" if self.takes_images else (f"model {self.info.name} takes no images: it is not {self.images_need} "
+                                             f"({self.name} interface)")
+
+    def encoded(self, images: Sequence[bytes]) -> tuple[bytes | str, ...]:
+        """The image input's elements: each image's bytes as they came (the bundled backend opens them with PIL)."""
+        return tuple(images)
+
+    def images(self, params: GenerationParams, n: int) -> list[InputValue]:
+        """The image input of a request carrying ``params.images`` (one prompt); BadRequest when the model takes
+        none."""
+        if not params.images:
+            return []
+        if not self.takes_images:
+            raise BadRequest(self.no_images())
+        if n != 1:
+            raise BadRequest(f"a request with images carries one prompt, not {n}")
+        return [InputValue(self.image_input, "BYTES", self.encoded(params.images), True)]
 
     @property
     def prompt_name(self) -> str:
@@ -173,8 +204,11 @@ class Interface:
         if len(prompts) > 1 and not self.batches_prompts:
             raise BadRequest(f"model {self.info.name} ({self.name}) takes one prompt per request")
         many = self.batches_prompts and len(prompts) > 1
+        if params.chats and params.images:  # the image parts the images take, where the conversation has none
+            parts = [{"type": "image"}] * len(params.images)
+            prompts = [json.dumps(placed(json.loads(p), parts), ensure_ascii=False) for p in prompts]
         prompt = InputValue(self.chat_input() if params.chats else self.prompt_name, "BYTES", tuple(prompts), many)
-        return [prompt, *self.controls(params), *self.switches(params, streaming),
+        return [prompt, *self.images(params, len(prompts)), *self.controls(params), *self.switches(params, streaming),
                 *self.continuation(params, len(prompts), many)]
 
     def chat_input(self) -> str:
@@ -204,6 +238,8 @@ class Interface:
 
     def generate_body(self, prompts: Sequence[str], params: GenerationParams, request_id: str) -> dict[str, Any]:
         """The generate endpoint's JSON (a request that is not streamed), e.g. ``{"prompt": ..., "id": ...}``."""
+        if params.images:
+            raise BadRequest("images do not go over the generate endpoint (JSON): send them in stream or batch mode")
         body = {w.name: list(w.values) if w.many else w.values[0] for w in self.request(prompts, params, False)}
         if self.info.input("id") is not None:
             body["id"] = request_id

@@ -24,6 +24,7 @@ from .abortable import Abortable
 from .call import Arrived, Broke, Call, Ended
 from .errors import BadRequest, ClientError
 from .events import Event, Failure, ModelInfo, Reply, TextDelta, Timeouts
+from .images import data_url, placed
 from .openai_api import CANCEL_NOTE, OPENAI, api_error, base_url, client_options, model_info, request_headers, tls
 from .openai_interface import OpenAIInterface, server_of
 from .params import GenerationParams
@@ -138,8 +139,11 @@ class OpenAICall(Call):
             body["extra_body"] = extra
         if self.streaming:
             body["stream_options"] = {"include_usage": True}
+        images = [{"type": "image_url", "image_url": {"url": data_url(image)}} for image in self.params.images]
         if self.messages is not None:
-            body["messages"] = self.messages[0]
+            body["messages"] = placed(self.messages[0], images)
+        elif images:
+            raise BadRequest("images go in chat requests (/v1/chat/completions): leave out --raw")
         else:
             body["prompt"] = self.prompts[0]
         return body

@@ -71,6 +71,11 @@ class OpenAIInterface(Interface):
     def label(self) -> str:
         return "OpenAI-compatible API" + ("" if self.server is GENERIC else f" ({self.server.name})")
 
+    @property
+    def takes_images(self) -> bool:
+        """Chat requests carry ``image_url`` parts (a model without vision is the server's to refuse)."""
+        return True
+
     def wire_input(self, control: Control) -> Tensor | None:
         listed = self.info.parameters.get("controls")  # the front says which controls the model has
         if listed is not None and control.name not in listed.split(","):

@@ -20,6 +20,7 @@ from .errors import BadRequest
 CONTROLS: tuple[Control, ...] = tuple(c for c in schema.CONTROLS if c.offered)
 REQUEST_ONLY = ("logprobs", "structured_outputs")  # no form offers them; the OpenAI front's requests set them
 MESSAGES = "messages"  # the bundled backend's input of conversations it renders with the model's chat template
+EXTRAS = ("request_id", "status_key", "continuations", "chats", "images")  # what a request carries besides controls
 BY_NAME: dict[str, Control] = {c.name: c for c in schema.CONTROLS if c.offered or c.name in REQUEST_ONLY}
 
 
@@ -55,17 +56,18 @@ class GenerationParams:
     (None when unset); :meth:`replace` makes a changed copy (checking only what changed).
     """
 
-    __slots__ = ("values", "request_id", "status_key", "continuations", "chats")
+    __slots__ = ("values", "request_id", "status_key", "continuations", "chats", "images")
 
     def __init__(self, values: Mapping[str, Any] | None = None, request_id: str | None = None,
                  status_key: str | None = None, continuations: tuple[str | list[int], ...] | None = None,
-                 chats: bool = False, **controls: Any) -> None:
+                 chats: bool = False, images: tuple[bytes, ...] = (), **controls: Any) -> None:
         checked = _checked({**(values or {}), **controls})
         self.values: dict[str, Any] = {n: v for n, v in checked.items() if v is not None}
         self.request_id = request_id  # sent as Triton's request id (and the generate ``id``)
         self.status_key = status_key  # sent as ``status_key`` where the model has it: status questions bring it
         self.continuations = continuations  # per prompt, text or token ids to score instead of generating
         self.chats = chats  # the prompts are conversations (JSON) the model's chat template renders: sent as MESSAGES
+        self.images = images  # the one prompt's images, each its encoded bytes (the interface's image input)
 
     @classmethod
     def from_checked(cls, values: Mapping[str, Any]) -> GenerationParams:
@@ -85,14 +87,14 @@ class GenerationParams:
 
     def replace(self, **changes: Any) -> GenerationParams:
         """A copy with these fields or controls changed (a control set to None is unset)."""
-        fields = {k: changes.pop(k, getattr(self, k)) for k in ("request_id", "status_key", "continuations", "chats")}
+        fields = {k: changes.pop(k, getattr(self, k)) for k in EXTRAS}
         copy = GenerationParams.from_checked({**self.values, **_checked(changes)})
         for name, value in fields.items():
             setattr(copy, name, value)
         return copy
 
     def _key(self) -> tuple[Any, ...]:
-        return self.values, self.request_id, self.status_key, self.continuations, self.chats
+        return self.values, *(getattr(self, k) for k in EXTRAS)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GenerationParams) and self._key() == other._key()

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Sequence
 
 from .events import ModelInfo, Tensor
 from .interfaces import InputValue, Interface, is_text
@@ -21,6 +23,8 @@ class VllmInterface(Interface):
     batches_prompts = False
     extra_outputs = {"finish_reason": "finish_reason", "input_tokens": "num_input_tokens",
                      "output_tokens": "num_output_tokens"}
+    image_input = "image"  # each element one image, base64 (its model.py decodes it and opens it with PIL)
+    images_need = "a model with vLLM's image input"
     FLAGS = ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
     REASONS = {"None": "", "abort": "cancelled"}
 
@@ -35,6 +39,13 @@ class VllmInterface(Interface):
         sampling = {n: list(v) if BY_NAME[n].multiple else v for n, v in self.sent(params).values.items()
                     if BY_NAME[n].vllm}
         return [InputValue("sampling_parameters", "BYTES", (json.dumps(sampling),))] if sampling else []
+
+    @property
+    def takes_images(self) -> bool:
+        return is_text(self.info.input(self.image_input))  # whether the model has vision is vLLM's to say
+
+    def encoded(self, images: Sequence[bytes]) -> tuple[bytes | str, ...]:
+        return tuple(base64.b64encode(image).decode("ascii") for image in images)
 
     def switches(self, params: GenerationParams, streaming: bool) -> list[InputValue]:
         flags = [InputValue(f, "BOOL", (True,)) for f in self.FLAGS if self.info.input(f) is not None]

@@ -43,7 +43,7 @@ def normalize_url(url: str) -> str:
 def tensor(module: Any, name: str, datatype: str, values: Sequence[Any], dims: Sequence[int] | None = None) -> Any:
     """An InferInput of tritonclient.http or .grpc (``module``) holding ``values`` in shape ``dims``."""
     if datatype == "BYTES":
-        array = np.array([str(v).encode("utf-8") for v in values], dtype=np.object_)
+        array = np.array([v if isinstance(v, bytes) else str(v).encode("utf-8") for v in values], dtype=np.object_)
     else:
         array = np.array(values, dtype=_NUMPY[datatype])
     if dims is not None:

@@ -12,6 +12,7 @@ from console.clients import ClientError
 from console.core.controller import ServerController
 from console.core.supervisor import Supervisor
 from console.front.command import Beside, front_options
+from console.front.media import MediaRules
 from console.infra.signals import Terminated, signals_raise
 from console.infra.terminal import CONTEXT_SETTINGS, fail
 from console.server import logparse
@@ -88,8 +89,8 @@ def _print_ready(controller: ServerController) -> None:
 def serve(model_repository: Path | None, models: tuple[str, ...], http_port: int | None, grpc_port: int | None,
           metrics_port: int | None, binary: str | None, timeout: float, log_verbose: int, host: str,
           stop_stale: bool, python_env: Path | None, backends: tuple[Path, ...], openai_port: int | None,
-          api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None, raw_log: bool,
-          extra: tuple[str, ...]) -> None:
+          api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...], tool_parser: str | None,
+          media: MediaRules, raw_log: bool, extra: tuple[str, ...]) -> None:
     """Run tritonserver on a model repository in the foreground until Ctrl-C or SIGTERM.
 
     A model that fails to load is named (FAILED, with the reason) and the others serve; a model whose
@@ -107,7 +108,7 @@ def serve(model_repository: Path | None, models: tuple[str, ...], http_port: int
     if warning:
         click.echo(warning, err=True)
     try:
-        beside = Beside(openai_port, host, api_key, no_api_key, tokenizers, tool_parser)
+        beside = Beside(openai_port, host, api_key, no_api_key, tokenizers, tool_parser, media)
     except ClientError as exc:
         fail(str(exc))
 

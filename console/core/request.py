@@ -62,6 +62,7 @@ class Settings:
     system: str = ""
     tokenizer: str = ""  # local tokenizer folder for the chat template (embedded models have their own)
     echo: bool = False  # show each prompt before its reply (the wire carries new text only)
+    images: tuple[bytes, ...] = ()  # attached to every prompt (each prompt then its own request), encoded as read
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -105,8 +106,8 @@ class Prepared:
 
 
 def params_for(settings: Settings, request_id: str) -> GenerationParams:
-    """The wire parameters: the controls and the request id."""
-    return settings.params.replace(request_id=request_id)
+    """The wire parameters: the controls, the request id and the images."""
+    return settings.params.replace(request_id=request_id, images=settings.images)
 
 
 def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history: History = (),
@@ -130,11 +131,14 @@ def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history
         if not chat:
             progress(f"note: {info.name} has no chat template here (a tokenizer folder gives it one): the prompt "
                      "goes as typed")
-    if chat and server.template_side(info, settings.tokenizer) == HERE:
+    refusal = server.image_refusal(info, settings.mode, chat) if settings.images else ""
+    if refusal:
+        raise BadRequest(refusal)
+    if chat and server.template_side(info, settings.tokenizer) == HERE and not settings.images:
         progress(f"applying the chat template of {info.name} ...")
     framed = server.frame(prompts, info, chat=chat, system=settings.system,
                           tokenizer=settings.tokenizer, history=history if len(prompts) == 1 else (),
-                          progress=progress)
+                          progress=progress, images=bool(settings.images))
     timeouts = Timeouts(info.network_timeout(settings.timeout),
                         (settings.idle_timeout or None) if settings.mode == "stream" else None)
     params = params_for(settings, request_id or new_request_id())
@@ -175,13 +179,15 @@ class Exchange:
         self._lock = threading.Lock()
 
     @classmethod
-    def new(cls, settings: Settings, prompts: Sequence[str], request_id: str | None = None) -> Exchange:
-        """The exchange of ``prompts`` with ``settings``, its turn recording the controls sent."""
+    def new(cls, settings: Settings, prompts: Sequence[str], request_id: str | None = None,
+            images: Sequence[str] = ()) -> Exchange:
+        """The exchange of ``prompts`` with ``settings``, its turn recording the controls sent (and ``images``, the
+        files ``settings.images`` were read from)."""
         recorded = {**settings.params.values, "timeout": settings.timeout}
         if settings.system:
             recorded["system"] = settings.system
         turn = Turn(settings.mode, settings.model, list(prompts), request_id or new_request_id(),
-                    chat=bool(settings.templated), params=recorded, echo=settings.echo)
+                    chat=bool(settings.templated), params=recorded, echo=settings.echo, images=list(images))
         return cls(turn)
 
     def cancel(self) -> None:

@@ -33,6 +33,7 @@ class Turn:
     chat: bool = False
     params: dict[str, Any] = field(default_factory=dict)
     echo: bool = False  # show each prompt (as typed) before its reply
+    images: list[str] = field(default_factory=list)  # the image files attached to every prompt (their paths)
     sent: list[str] = field(default_factory=list)  # after the chat template (the prompts in raw mode)
     ignored: list[str] = field(default_factory=list)  # controls the model did not receive
     notes: list[str] = field(default_factory=list)  # how the controls went out, where a user should know

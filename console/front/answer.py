@@ -11,17 +11,18 @@ through :func:`~.wire.unless_gone`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from console.clients import ClientError, ModelInfo, interface_of, new_request_id
+from console.clients import ClientError, GenerationParams, ModelInfo, interface_of, new_request_id
 
-from . import mapping
+from . import mapping, media
 from .completions import Completion
-from .errors import APIError, from_client_error
+from .errors import APIError, bad_request, from_client_error
 from .protocol import Reply, Upstream, UsageInfo
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .state import Front
@@ -43,7 +44,7 @@ class Answer:
         gen, tokenizers = self.generation, self.front.tokenizers
         prompt = gen.value("input_tokens")
         completion = gen.value("output_tokens")
-        if prompt is None:
+        if prompt is None and not gen.params.images:  # a prompt with images: only the model can count it
             prompt = await tokenizers.count(gen.info, gen.prompt)
         if completion is None:
             completion = await tokenizers.count(gen.info, gen.text)
@@ -117,6 +118,17 @@ async def named(upstream: Upstream, model: str) -> ModelInfo:
     return served[0]
 
 
+async def with_images(front: Front, job: mapping.Job, info: ModelInfo, params: GenerationParams) -> GenerationParams:
+    """``params`` carrying the job's images, loaded and checked, and its messages (the model's server renders them
+    with its processor's template); a 400 naming the images' field when the model takes none or an image breaks a
+    rule."""
+    refusal = interface_of(info).no_images()
+    if refusal:
+        raise bad_request(refusal, job.media_param)
+    images = await media.load(job.images, front.media, front.fetcher, job.media_param)
+    return params.replace(chats=True, images=tuple(images))
+
+
 async def answer(front: Front, request: Request, job: mapping.Job, kind: type[Answer] = Answer) -> Response:
     """``job``'s answer, whole or streamed: a completion, or a chat in the shapes of ``kind``."""
     info = await named(front.upstream, job.model)
@@ -127,11 +139,15 @@ async def answer(front: Front, request: Request, job: mapping.Job, kind: type[An
     except ClientError as exc:
         raise from_client_error(exc, "model") from None
     params = mapping.check_model(job, interface).replace(request_id=request_id)
-    if job.chat:
+    if job.chat and job.images:
+        params = await with_images(front, job, info, params)
+        generation = Generation(front.upstream, info, json.dumps(job.messages), params, info.default_timeout)
+        result: Answer | Completion = kind(front, job, generation)
+    elif job.chat:
         prompt = await front.tokenizers.chat_prompt(info, job.messages, job.tools)
         parser = await front.tokenizers.tool_parser(info, front.tool_parser) if job.tools is not None else None
         generation = Generation(front.upstream, info, prompt, params, info.default_timeout)
-        result: Answer | Completion = kind(front, job, generation, parser)
+        result = kind(front, job, generation, parser)
     else:
         result = Completion(front, job, info, params)
     headers = {"x-request-id": request_id}  # the Triton request's id (its log names it)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import sys
 import threading
@@ -16,6 +17,7 @@ from console.clients import ClientError, UsageError
 from console.commands.options import server_options
 from console.server.keys import FRONT_KEY_ENV
 
+from .media import MB, MediaRules
 from .toolcalls import PARSERS
 
 if TYPE_CHECKING:  # the app imports FastAPI: a command imports it when it serves
@@ -61,7 +63,34 @@ def front_options(func: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for option in reversed(options):
         func = option(func)
-    return func
+    return media_options(func)
+
+
+def media_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of the images requests may bring, given to ``func`` as one ``media`` (:class:`MediaRules`)."""
+    rules = MediaRules()
+
+    @functools.wraps(func)
+    def command(*args: Any, allowed_media_domains: tuple[str, ...], max_images: int, max_image_mb: float,
+                max_image_pixels: int, **kwargs: Any) -> Any:
+        domains = tuple(d.strip().lower() for given in allowed_media_domains for d in given.split(",") if d.strip())
+        media = MediaRules(domains, max_images, int(max_image_mb * MB), max_image_pixels)
+        return func(*args, media=media, **kwargs)
+
+    options = [
+        click.option("--allowed-media-domains", multiple=True, metavar="HOST[,HOST]",
+                     help="Hosts whose http(s) image URLs the front fetches (repeatable; only from public addresses; "
+                          "default: none, images come as data URLs only)."),
+        click.option("--max-images", type=click.IntRange(min=0), default=rules.max_images, show_default=True,
+                     help="Images one request may bring."),
+        click.option("--max-image-mb", type=click.FloatRange(min=0), default=rules.max_bytes / MB,
+                     show_default=True, help="Largest image a request may bring (encoded), in MiB."),
+        click.option("--max-image-pixels", type=click.IntRange(min=1), default=rules.max_pixels, show_default=True,
+                     help="Largest image a request may bring, in pixels (width x height)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 class FrontServer:
@@ -119,12 +148,13 @@ class FrontServer:
 
 def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
                  tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None,
-                 drain: int = DRAIN) -> FrontServer:
+                 drain: int = DRAIN, media: MediaRules | None = None) -> FrontServer:
     from .state import Front
     from .tokenizers import Tokenizers
     from .upstream import TritonUpstream
 
-    front = Front(TritonUpstream(triton_grpc, metrics_url), api_key, Tokenizers(tokenizers), tool_parser)
+    front = Front(TritonUpstream(triton_grpc, metrics_url), api_key, Tokenizers(tokenizers), tool_parser,
+                  media or MediaRules())
     return FrontServer(front, host, port, drain)
 
 
@@ -133,10 +163,11 @@ class Beside:
     Its options are checked when made (ClientError), before the server starts."""
 
     def __init__(self, port: int | None, host: str, api_key: str | None, no_api_key: bool,
-                 tokenizers: Sequence[str], tool_parser: str | None = None) -> None:
+                 tokenizers: Sequence[str], tool_parser: str | None = None, media: MediaRules | None = None) -> None:
         from console.server.ports import port_in_use
 
         self.port, self.host, self.tokenizers, self.tool_parser = port, host, tokenizers, tool_parser
+        self.media = media
         self.key = api_key_for(host, api_key, no_api_key) if port is not None else None
         if port is not None and port_in_use(port):
             raise UsageError(f"--openai-port {port} is in use: give a free port")
@@ -145,7 +176,7 @@ class Beside:
     def start(self, triton_grpc: str, say: Callable[[str], None], metrics_url: str | None = None) -> None:
         if self.port is not None:
             self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers, metrics_url,
-                                       self.tool_parser)
+                                       self.tool_parser, media=self.media)
             self.server.start()
             say(f"  OpenAI  {self.server.base_url}")
 
@@ -167,7 +198,7 @@ class Beside:
 @front_options
 def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, metrics_url: str | None,
                    drain: int, api_key: str | None, no_api_key: bool, tokenizers: tuple[str, ...],
-                   tool_parser: str | None) -> None:
+                   tool_parser: str | None, media: MediaRules) -> None:
     """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /tokenize,
     /detokenize, /tokenizer_info, /metrics, /health) in front of a running tritonserver's LLM models, e.g.
     `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
@@ -185,7 +216,7 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
         triton.metrics_url = metrics_endpoint(metrics_url) if metrics_url else None
         grpc, _ = triton.url("stream")
         page, _ = triton.metrics()
-        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser, drain)  # its libraries first
+        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser, drain, media)  # its libraries first
         click.echo(triton.connect())
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)

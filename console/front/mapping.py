@@ -24,6 +24,7 @@ from console.clients import params as offered
 
 from . import tools as tool_fields
 from .errors import APIError, bad_request
+from .media import ImageRef
 from .protocol import CONTROL_FIELDS, MAX_LOGPROBS, NO_OP, ChatCompletionRequest, CompletionRequest, validated
 
 Body = CompletionRequest | ChatCompletionRequest
@@ -54,6 +55,8 @@ class Job:
     logprobs: int | None = None  # alternatives per token; None: no logprobs asked
     structured: str = ""  # the field that asked for structured output, "" for none
     tools: tool_fields.Tools | None = None  # the tools offered (chat), None for none
+    images: list[ImageRef] = field(default_factory=list)  # the image parts, in order (each an image part in messages)
+    media_param: str = "messages"  # the field the images came in (the Responses API's: input)
 
 
 def _control(job: Job, name: str, value: Any, control: str) -> None:
@@ -111,22 +114,36 @@ def _n(request: Body, job: Job) -> None:
                           "may ask for", "n")
 
 
-def _content(message: dict[str, Any], where: str) -> str:
+def _content(message: dict[str, Any], where: str, images: list[ImageRef]) -> str | list[dict[str, Any]]:
+    """A message's content: its text, or, when it has image parts, its parts (``{"type": "image"}`` for each, its URL
+    added to ``images``)."""
     content = message.get("content")
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise bad_request(f"{where}: only text content parts are supported, got {kind!r}", "messages")
-            parts.append(part["text"])
-        return "".join(parts)
-    raise bad_request(f"{where}: content must be a string or a list of text parts", "messages")
+    if not isinstance(content, list):
+        raise bad_request(f"{where}: content must be a string or a list of text and image_url parts", "messages")
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url" and message.get("role") == "user":
+            given = part.get("image_url")
+            url = given.get("url") if isinstance(given, dict) else None
+            if not isinstance(url, str) or not url:
+                raise bad_request(f"{where}: an image_url part needs image_url.url (a data URL or an http(s) URL)",
+                                  "messages")
+            images.append(ImageRef(url, f"{where}, image {len(images) + 1}"))
+            parts.append({"type": "image"})
+        else:
+            raise bad_request(f"{where}: content parts must be text (or image_url in a user message), got "
+                              f"{str(kind)[:40]!r}", "messages")
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+def _messages(body: dict[str, Any], images: list[ImageRef]) -> list[dict[str, Any]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list", "messages")
@@ -137,7 +154,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             raise bad_request(f"{where}: role must be one of {', '.join(ROLES)}", "messages")
         role = ROLES[message["role"]]
         calls_only = role == "assistant" and message.get("content") is None and message.get("tool_calls")
-        content = "" if calls_only else _content(message, where)
+        content = "" if calls_only else _content(message, where, images)
         out.append({"role": role, "content": content, **tool_fields.history_fields({**message, "role": role}, where)})
     return out
 
@@ -196,8 +213,11 @@ def parse(body: Any, chat: bool) -> Job:
         raise bad_request("include_usage must be true or false", "include_usage")
     job.include_usage = bool(usage)
     if isinstance(request, ChatCompletionRequest):
-        job.messages = _messages(body)
+        job.messages = _messages(body, job.images)
         job.tools = tool_fields.parse(body)
+        if job.images and job.tools is not None:
+            raise bad_request("tools cannot go with images here: the model's server renders a conversation with "
+                              "images, without tools", "tools")
     else:
         job.prompts = texts_or_ids(request.taken("prompt"), "prompt")
         job.echo = bool(request.echo)

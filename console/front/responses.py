@@ -1,9 +1,10 @@
 """The Responses API (``POST /v1/responses``): its body read as the chat completion it asks for, and the answer
 in its shapes (a ``response`` object; streamed, the ``response.*`` events).
 
-``input`` (text, or items: messages with text parts, ``function_call`` and ``function_call_output``), ``instructions``
-(the system message), ``max_output_tokens``, ``temperature``, ``top_p``, function ``tools``, ``tool_choice``,
-``parallel_tool_calls`` and ``text.format`` become the chat fields of the same meaning, checked by
+``input`` (text, or items: messages with text and ``input_image`` parts, ``function_call`` and
+``function_call_output``), ``instructions`` (the system message), ``max_output_tokens``, ``temperature``, ``top_p``,
+function ``tools``, ``tool_choice``, ``parallel_tool_calls`` and ``text.format`` become the chat fields of the same
+meaning, checked by
 :mod:`.mapping` and :mod:`.tools` as a chat's are; the answer's text is a ``message`` output item and each call a
 ``function_call`` item. This server keeps no responses: ``previous_response_id`` (and ``conversation``) are
 refused by name, the client sends the whole conversation as ``input`` (as the Agents SDK does by default).
@@ -39,8 +40,25 @@ def _text(content: Any, where: str) -> str:
     if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") in TEXT_PARTS
                                          and isinstance(p.get("text"), str) for p in content):
         return "".join(p["text"] for p in content)
-    raise bad_request(f"{where}: content must be text or a list of input_text parts (this server reads text only)",
+    raise bad_request(f"{where}: content must be text or a list of input_text (and input_image) parts",
                       "input")
+
+
+def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
+    """A message's content as the chat's: its text, or its parts with each ``input_image`` an ``image_url`` part."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "input_image"
+                                                for p in content):
+        return _text(content, where)
+    parts = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "input_image":
+            if not isinstance(part.get("image_url"), str):
+                raise bad_request(f"{where}: an input_image needs image_url (a data URL or an http(s) URL; file_id "
+                                  "is not served here)", "input")
+            parts.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
+        else:
+            parts.append({"type": "text", "text": _text([part], where)})
+    return parts
 
 
 def _messages(given: Any) -> list[dict[str, Any]]:
@@ -54,7 +72,7 @@ def _messages(given: Any) -> list[dict[str, Any]]:
         where = f"input item {i + 1} of {len(given)}"
         kind = item.get("type", "message") if isinstance(item, dict) else None
         if kind == "message" and item.get("role") in ROLES:
-            messages.append({"role": item["role"], "content": _text(item.get("content"), where)})
+            messages.append({"role": item["role"], "content": _content(item.get("content"), where)})
         elif kind == "function_call":
             call = {"id": item.get("call_id"), "type": "function",
                     "function": {"name": item.get("name"), "arguments": item.get("arguments")}}
@@ -117,10 +135,12 @@ def chat_body(body: Any) -> dict[str, Any]:
 def job(body: Any) -> mapping.Job:
     """The chat job of a Responses body; errors name the Responses fields."""
     try:
-        return mapping.parse(chat_body(body), chat=True)
+        parsed = mapping.parse(chat_body(body), chat=True)
     except APIError as exc:
         exc.param = CHAT_NAMES.get(exc.param or "", exc.param)
         raise
+    parsed.media_param = "input"
+    return parsed
 
 
 def _usage(counts: UsageInfo) -> ResponseUsage:

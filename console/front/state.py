@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .media import Fetcher, MediaRules
 from .metrics_route import FrontMetrics
 from .protocol import Upstream
 from .tokenizers import Tokenizers
@@ -13,10 +14,12 @@ from .tokenizers import Tokenizers
 class Front:
     """The models behind the front (a :class:`~.upstream.TritonUpstream`; a test's fake), the API key clients bring
     (None: none asked), the tokenizers, the format of every model's tool calls (``--tool-call-parser``; None: each
-    template's) and the front's own counters."""
+    template's), the rules of the images requests bring and their fetcher, and the front's own counters."""
 
     upstream: Upstream
     api_key: str | None = None
     tokenizers: Tokenizers = field(default_factory=Tokenizers)
     tool_parser: str | None = None
+    media: MediaRules = field(default_factory=MediaRules)
+    fetcher: Fetcher = field(default_factory=Fetcher)
     metrics: FrontMetrics = field(init=False, default_factory=FrontMetrics)

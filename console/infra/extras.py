@@ -11,7 +11,7 @@ from __future__ import annotations
 # extra -> (what it adds, the top-level modules it brings)
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "web": ("the web console and its server control", ("gradio",)),
-    "front": ("the OpenAI-compatible front", ("fastapi", "uvicorn", "starlette")),
+    "front": ("the OpenAI-compatible front", ("fastapi", "uvicorn", "starlette", "PIL")),
     "serve": ("serving models (tritonserver and the CPU engine)",
               ("torch", "pytriton", "gguf", "accelerate", "llguidance")),
     "twin": ("the card's ONNX twin", ("onnx", "onnxruntime")),

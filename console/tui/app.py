@@ -37,6 +37,8 @@ KEYS: tuple[tuple[str, str, str, bool, str], ...] = (
     ("escape", "stop", "Stop", True, "Stop the reply in flight (cancels it on the server)"),
     ("ctrl+o", "controls", "Controls", True, "Go to this pane's controls, or back to the message (each chat pane "
                                              "has its own)"),
+    ("ctrl+t", "attach", "Attach images", False, "Attach image files to this pane's next message (a field of "
+                                                 "paths)"),
     ("ctrl+y", "copy", "Copy reply", True, "Copy the last reply to the clipboard"),
     ("ctrl+l", "clear", "Clear", True, "Clear this pane's conversation and history"),
     ("ctrl+s", "export", "Export", True, "Export both conversations as Markdown and JSON (with speed figures)"),
@@ -176,6 +178,10 @@ class QaicConsoleApp(App[None]):
             return
         pane.controls.display = True
         pane.controls.focus_first()
+
+    def action_attach(self) -> None:
+        if self.active_chat is not None:
+            self.active_chat.attach()
 
     def action_toggle_controls(self) -> None:
         if self.active_chat is not None:

@@ -95,8 +95,10 @@ def _chat_tab() -> dict[str, Any]:
                 buttons=["copy", "copy_all"], show_label=False, placeholder=PLACEHOLDER,
             )
             view["live"] = gr.Markdown(elem_id="qc-live")
-            view["box"] = gr.Textbox(show_label=False, placeholder="Message · Enter sends · a|b: two prompts",
-                                     lines=1, max_lines=6, elem_id="qc-input", autofocus=True)
+            view["box"] = gr.MultimodalTextbox(
+                show_label=False, placeholder="Message · Enter sends · a|b: two prompts · attach or paste images",
+                file_types=["image"], file_count="multiple", sources=["upload"], submit_btn=False, lines=1,
+                max_lines=6, elem_id="qc-input", autofocus=True)
             with gr.Row():
                 view["send"] = gr.Button("Send", variant="primary", elem_id="qc-send")
                 view["stop"] = gr.Button("Stop", variant="stop", elem_id="qc-stop")

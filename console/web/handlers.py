@@ -9,9 +9,10 @@ per tab.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import gradio as gr
 
 from console.clients import BadRequest, ClientError, split_prompts
 from console.core.adapters import HERE, NONE
+from console.core.attachments import read_images
 from console.core.controller import ServerController, Snapshot
 from console.core.controls import settings_from_form
 from console.core.embeddings import embed
@@ -36,6 +38,7 @@ TEMPLATE_STATES = {LOADING: "loading …", READY: "ready"}  # else: not loaded, 
 FRAME_S = 0.1  # a running message refreshes the page at most this often
 POLL_S = 1.0  # the server is polled at most this often, whatever the number of tabs
 ChatFrame = tuple[Any, Any, Any, Any]  # chatbot, turns, live panel, input box
+EMPTY_BOX = {"text": "", "files": []}  # the multimodal box once its message is sent
 SKIP_CHAT: ChatFrame = (gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
 
@@ -81,9 +84,13 @@ class WebConsole:
 
     # ---- chat
 
-    def send(self, tab: str, text: str, turns: list[Turn], form: Mapping[str, Any]) -> Iterator[ChatFrame]:
-        """Send the message (``a|b``: several prompts); frames of its progress until it ends."""
-        yield from self._checked(tab, lambda: (split_prompts(text), turns), form, clear_box=True)
+    def send(self, tab: str, message: str | Mapping[str, Any], turns: list[Turn],
+             form: Mapping[str, Any]) -> Iterator[ChatFrame]:
+        """Send the message (``a|b``: several prompts; the multimodal box's ``{"text", "files"}``: with its images);
+        frames of its progress until it ends."""
+        text, files = (message, []) if isinstance(message, str) else (message.get("text") or "", [
+            f if isinstance(f, str) else f["path"] for f in message.get("files") or ()])
+        yield from self._checked(tab, lambda: (split_prompts(text), turns), form, clear_box=True, images=files)
 
     def retry(self, tab: str, turns: list[Turn], form: Mapping[str, Any]) -> Iterator[ChatFrame]:
         """Send the last message's prompts again with the current controls, in its place."""
@@ -92,17 +99,17 @@ class WebConsole:
                 raise BadRequest("nothing to retry yet")
             return turns[-1].prompts, turns[:-1]
 
-        yield from self._checked(tab, last, form, clear_box=False)
+        yield from self._checked(tab, last, form, clear_box=False, images=turns[-1].images if turns else [])
 
     def _checked(self, tab: str, what: Callable[[], tuple[list[str], list[Turn]]], form: Mapping[str, Any],
-                 clear_box: bool) -> Iterator[ChatFrame]:
-        """Send ``what()`` gives (prompts, earlier turns) with the form's settings; a warning and nothing sent
-        when either is wrong, no server answers or the tab's last reply is still coming."""
+                 clear_box: bool, images: Sequence[str] = ()) -> Iterator[ChatFrame]:
+        """Send ``what()`` gives (prompts, earlier turns) with the form's settings and the ``images`` files; a
+        warning and nothing sent when either is wrong, no server answers or the tab's last reply is still coming."""
         try:
             prompts, earlier = what()
             snap = self.controller.snapshot
-            settings = self._settings(snap, form)
-            exchange = Exchange.new(settings, prompts)
+            settings = dataclasses.replace(self._settings(snap, form), images=read_images(images))
+            exchange = Exchange.new(settings, prompts, images=images)
             self.running.begin(tab, exchange)
         except ClientError as exc:
             gr.Warning(str(exc))
@@ -131,7 +138,7 @@ class WebConsole:
                     server.template_side(info, settings.tokenizer) == HERE)
             loading = here and self.templates.state(key) != READY
             yield (views.messages(turns), turns, views.live_markdown(turn, time.perf_counter(), loading),
-                   "" if clear_box else gr.skip())
+                   EMPTY_BOX if clear_box else gr.skip())
             shown = None
             for over in frames:
                 if over or turn.done:  # its ending is the last frame's, sent once the tab is free for the next

@@ -214,12 +214,13 @@ def _failure(turn: Turn, last: int) -> str:
     return f"\n— {turn.failure_line()}"
 
 
-def messages(turns: Sequence[Turn]) -> list[dict[str, str]]:
-    """Chatbot messages (escaped): the prompts, one answer per prompt with its figures; the last one ends with how
-    the turn failed or was stopped and its notes (``Turn.remarks``)."""
-    out: list[dict[str, str]] = []
+def messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    """Chatbot messages (escaped): the attached images and the prompts, one answer per prompt with its figures; the
+    last one ends with how the turn failed or was stopped and its notes (``Turn.remarks``)."""
+    out: list[dict[str, Any]] = []
     for turn in turns:
         n = len(turn.prompts)
+        out += [{"role": "user", "content": {"path": path}} for path in turn.images]
         out.append({"role": "user", "content": esc("\n".join(_label(i, n) + p for i, p in enumerate(turn.prompts)))})
         answers = [_label(i, n) + turn.shown(i) + _footer(turn, i) for i in range(n)]
         answers[-1] += _failure(turn, n - 1) + "".join(f"\n— {line}" for line in turn.remarks())

@@ -22,12 +22,14 @@ def tensor(module, name: str, values, dtype=None):
 
 
 def inputs(module, prompts, **controls):
-    out = [tensor(module, "prompt", prompts)]
+    """``prompts`` (None: none, e.g. with ``messages``) and each control; a list value (``messages``, ``images``)
+    is an input of several elements."""
+    out = [tensor(module, "prompt", prompts)] if prompts is not None else []
     kinds = {"max_tokens": np.int64, "temperature": np.float32, "top_k": np.int64, "seed": np.int64,
              "repetition_penalty": np.float32,
              "exclude_input_in_output": bool}
     for name, value in controls.items():
-        out.append(tensor(module, name, [value], kinds.get(name)))
+        out.append(tensor(module, name, value if isinstance(value, list) else [value], kinds.get(name)))
     return out
 
 

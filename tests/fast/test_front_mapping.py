@@ -54,13 +54,19 @@ def test_ignore_eos_asks_for_exactly_max_tokens() -> None:
     assert "no other min_tokens" in str(refusal({"max_tokens": 6, "min_tokens": 2, "ignore_eos": True}))
 
 
-def test_messages_are_normalised_and_non_text_content_is_refused() -> None:
+def test_messages_are_normalised_and_content_other_than_text_and_images_is_refused() -> None:
     job = parse({"model": "m", "messages": [
         {"role": "developer", "content": "be brief"},
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}, chat=True)
     assert job.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ab"}]
+    audio = refusal({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
+                    chat=True)
+    assert "message 1 of 1: content parts must be text (or image_url in a user message)" in str(audio)
     image = refusal({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, chat=True)
-    assert "message 1 of 1: only text content parts" in str(image)
+    assert "message 1 of 1: an image_url part needs image_url.url" in str(image)
+    parts = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]
+    assert "content parts must be text" in str(refusal({"messages": [{"role": "system", "content": parts}]},
+                                                       chat=True))  # images only from the user
     assert "role must be one of" in str(refusal({"messages": [{"role": "wizard", "content": "x"}]}, chat=True))
     assert refusal({"echo": True}, chat=True).param == "echo"  # a completions field
 

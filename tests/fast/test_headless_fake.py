@@ -148,3 +148,30 @@ def test_each_prompt_reports_figures_ending_at_its_own_last_token(fake_server: F
     assert (early["finish_reason"], late["finish_reason"]) == ("eos", "length"), (early, late)
     assert early["request_latency_ms"] < late["request_latency_ms"]  # not the whole request's latency
     assert early["output_token_throughput"] > early["output_tokens"] / (late["request_latency_ms"] / 1000)
+
+
+def test_images_go_with_every_prompt_each_in_a_request_of_its_own(fake_server: FakeServer, tmp_path) -> None:
+    from fake_server import with_images
+
+    fake_server.serve(with_images(bundled_info("vlm")))
+    cat, dog = tmp_path / "cat.png", tmp_path / "dog.jpg"
+    cat.write_bytes(b"\x89PNG\r\n\x1a\ncat")
+    dog.write_bytes(b"\xff\xd8\xffdog")
+    result = cli("--prompt", "What is it?|And now?", "--url", fake_server.url, "--model", "vlm", "--image", str(cat),
+                 "--image", str(dog), "--max-tokens", "2", "--chat", "-q")
+    assert result.exit_code == 0, result.output
+    first, second = fake_server.requests
+    assert [r.params.images for r in (first, second)] == [(cat.read_bytes(), dog.read_bytes())] * 2
+    assert [r.messages for r in (first, second)] == [[[{"role": "user", "content": "What is it?"}]],
+                                                     [[{"role": "user", "content": "And now?"}]]]
+
+
+def test_images_to_a_model_that_takes_none_or_from_a_missing_file_are_refused_before_sending(
+        fake_server: FakeServer, tmp_path) -> None:
+    image = tmp_path / "cat.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\ncat")
+    assert_one_line_error(cli("--prompt", "hi", "--url", fake_server.url, "--image", str(image)),
+                          "model smollm2_decoupled takes no images", "image_text_to_text")
+    assert_one_line_error(cli("--prompt", "hi", "--url", fake_server.url, "--image", str(tmp_path / "gone.png")),
+                          "gone.png")
+    assert fake_server.requests == []

@@ -158,3 +158,29 @@ def test_the_bundled_backend_is_asked_for_logprobs_and_grammars_and_its_logprobs
     assert interface_of(bundled).outputs(Result(text_output=["x"]), 1)["logprobs"] is None  # not asked: not sent
     assert interface_of(bundled).parse_generate({"text_output": "x", "logprobs": json.dumps([entry])}, 1)[
         "logprobs"] == [[entry]]
+
+
+def test_images_go_as_each_interfaces_image_input_and_a_model_without_one_is_refused() -> None:
+    import base64
+
+    import pytest
+
+    from console.clients import BadRequest
+
+    image = b"\x89PNG\r\n\x1a\n-an-image"
+    params = GenerationParams(max_tokens=4, images=(image,))
+    text = info("smollm2_decoupled", render_config(ModelSpec("smollm2_decoupled", decoupled=True)))
+    vlm = info("vlm", render_config(ModelSpec("vlm", decoupled=True, model_type="image_text_to_text")))
+    conversation = json.dumps([{"role": "user", "content": "What is it?"}])
+    wire = sent(vlm, [conversation], params.replace(chats=True), streaming=True)
+    assert wire["images"][:2] == ("BYTES", [1]) and image in wire["images"][2]
+    placed = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}]
+    assert json.dumps(placed).encode() in wire["messages"][2]  # the image part where the model's processor wants it
+    assert image in sent(vlm, ["a raw prompt"], params, streaming=True)["images"][2]  # a prompt: images before it
+    vllm = sent(info("vllm_model"), ["USER: <image>\nWhat is it? ASSISTANT:"], params, streaming=True)
+    assert base64.b64encode(image) in vllm["image"][2]  # vllm_backend's model.py decodes base64
+    assert text.input("images") is not None  # every bundled model declares it: its task says whether it is used
+    with pytest.raises(BadRequest, match="takes no images: it is not an image_text_to_text model"):
+        sent(text, ["x"], params, streaming=True)
+    with pytest.raises(BadRequest, match="carries one prompt, not 2"):
+        sent(vlm, ["a", "b"], params, streaming=True)

@@ -75,6 +75,18 @@ def test_a_b_calls_split_into_one_request_per_prompt_with_its_own_messages() -> 
     assert second.request_body()["messages"] == messages[1]
 
 
+def test_images_go_as_image_url_data_urls_before_the_prompts_text_and_never_on_completions() -> None:
+    png = b"\x89PNG\r\n\x1a\nrest"
+    params = GenerationParams(images=(png,))
+    messages = [[{"role": "system", "content": "brief"}, {"role": "user", "content": "What is it?"}]]
+    body = openai_call("host:1/v1", openai_info("m"), ["What is it?"], params, messages=messages).request_body()
+    assert body["messages"] == [{"role": "system", "content": "brief"}, {"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgpyZXN0"}},
+        {"type": "text", "text": "What is it?"}]}]
+    with pytest.raises(ClientError, match="images go in chat requests"):
+        openai_call("host:1/v1", openai_info("m"), ["x"], params).request_body()
+
+
 def test_chat_chunks_become_text_deltas_and_usage_counts_the_tokens() -> None:
     folder = ChunkFolder(chat=True)
     events = []

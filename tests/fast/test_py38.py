@@ -34,7 +34,7 @@ def shipped_modules(llm: Path) -> list[str]:
 
 def test_the_promise_reads_every_sub_package_of_the_backend() -> None:
     checked = {path.parent.name for path in py38_files() if path.parent.parent.name == "backend_model"}
-    assert checked == {"contract", "embedding", "engine", "sessions", "triton", "twin"}
+    assert checked == {"contract", "embedding", "engine", "sessions", "triton", "twin", "vision"}
     assert ROOT / "backend_model" / "engine" / "loop.py" in py38_files()
 
 

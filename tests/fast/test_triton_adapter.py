@@ -86,3 +86,18 @@ def test_the_chat_template_is_applied_here_when_a_tokenizer_is_here_else_by_a_mo
     with pytest.raises(ClientError, match="does not apply its chat template on the server"):
         interface_of(old).request(["[]"], GenerationParams(chats=True), streaming=True)
     assert adapter.template_side(dataclasses.replace(hub, inputs=old.inputs)) == NONE
+
+
+def test_a_chat_with_images_goes_as_messages_to_a_model_that_renders_them_and_is_refused_where_none_is() -> None:
+    from fake_server import bundled_info, with_images
+
+    server = adapter_for("127.0.0.1:8000", grpc_url="127.0.0.1:8001")  # both given: nothing is asked
+    vlm = with_images(bundled_info("vlm"))
+    framed = server.frame(["What is it?"], vlm, chat=True, system="", tokenizer="/a/tokenizer/folder", history=(),
+                          images=True)  # the template here has no image parts: the model's processor renders it
+    assert framed.messages == [[{"role": "user", "content": "What is it?"}]]
+    assert server.image_refusal(vlm, "stream", chat=True) == ""
+    assert "generate endpoint" in server.image_refusal(vlm, "generate", chat=False)
+    assert "takes no images" in server.image_refusal(bundled_info("smollm2"), "stream", chat=True)
+    assert adapter_for("http://127.0.0.1:9000/v1").image_refusal(vlm, "stream", chat=False).startswith(
+        "images go in chat requests")

@@ -247,3 +247,33 @@ def test_the_turn_is_only_touched_on_the_ui_thread(fake_server: FakeServer, tmp_
 
     run(go)
     assert touched == {threading.main_thread().name}
+
+
+def test_images_attached_with_ctrl_t_go_with_the_next_message_only_and_are_named_in_its_turn(
+        fake_server: FakeServer, tmp_path: Path) -> None:
+    from fake_server import bundled_info, with_images
+    from textual.widgets import Input
+
+    fake_server.serve(with_images(bundled_info("smollm2_decoupled")))
+    image = tmp_path / "cat.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\ncat")
+
+    async def go() -> None:
+        async with stream_pane(fake_server.url, None, tmp_path, 4, chat=False) as (app, pilot, stream):
+            field = stream.query_one(".attach", Input)
+            assert not field.display
+            await pilot.press("ctrl+t")
+            assert field.display and field.has_focus
+            field.value = str(image)
+            await pilot.press("enter")
+            await until(pilot, lambda: any("the next message takes cat.png" in t for _, t in app.notices), 10,
+                        "the attachment's notice")
+            await say(pilot, stream, "What is it?")
+            assert stream.turns[0].images == [str(image)] and stream.turns[0].failure is None
+            assert fake_server.requests[-1].params.images == (image.read_bytes(),)
+            assert "[images: cat.png]" in text_of(stream.query(".user").last())
+            assert not field.display and field.value == ""
+            await say(pilot, stream, "And now?")
+            assert fake_server.requests[-1].params.images == () and stream.turns[1].images == []
+
+    run(go)

@@ -12,7 +12,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_server import FakeServer, embedding_info, hang, plain_info, registered, replies, reply
+from fake_server import (
+    FakeServer,
+    bundled_info,
+    embedding_info,
+    hang,
+    plain_info,
+    registered,
+    replies,
+    reply,
+    with_images,
+)
 from sizes import WINDOWS, artifacts, metrics_page, overlap
 from web_page import WAIT_MS, LogWatch, Web, open_page
 
@@ -26,10 +36,11 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeServer]:
-    """One fake server for the module: the three embedded samples' names and ``echo_llm`` (no controls)."""
+    """One fake server for the module: the three embedded samples' names and ``echo_llm`` (no controls);
+    smollm2_decoupled also takes images (the bundled backend's image inputs)."""
     with pytest.MonkeyPatch.context() as mp:
         server = registered(FakeServer(), mp)
-        server.serve(plain_info("echo_llm"))
+        server.serve(plain_info("echo_llm"), with_images(bundled_info("smollm2_decoupled")))
         yield server
 
 
@@ -296,3 +307,20 @@ def test_the_embeddings_tab_draws_the_similarity_heat_map(web: Web, fake: FakeSe
     finally:
         del fake.models["minilm_web"]
         web.tab("Chat")
+
+
+def test_an_image_uploaded_in_the_box_goes_with_the_message_only_and_shows_in_its_bubble(
+        web: Web, fake: FakeServer, tmp_path: Path) -> None:
+    from PIL import Image
+
+    image = tmp_path / "red.png"
+    Image.new("RGB", (16, 16), (220, 20, 20)).save(image)
+    web.clear()
+    web.page.locator("#qc-input input[type=file]").set_input_files(str(image))
+    web.page.locator("#qc-input img").first.wait_for(timeout=WAIT_MS)  # uploaded: its thumbnail in the box
+    web.send("What is in the picture?")
+    assert fake.requests[-1].params.images == (image.read_bytes(),)
+    assert web.page.locator("#qc-chat .message.user img").count() == 1  # the image in the user's bubble
+    web.page.locator("#qc-input img").first.wait_for(state="detached", timeout=WAIT_MS)  # the box let it go
+    web.send("And now?")
+    assert fake.requests[-1].params.images == ()  # it went with its message only

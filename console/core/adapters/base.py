@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from console.clients import BadRequest, Call, GenerationParams, ModelInfo, NotServed, Timeouts, Unreachable
+from console.clients import (
+    BadRequest,
+    Call,
+    GenerationParams,
+    ModelInfo,
+    NotServed,
+    Timeouts,
+    Unreachable,
+    interface_of,
+)
 from console.clients.embeddings import EmbeddingModel, Vectors
 from console.clients.params import MESSAGES
 
@@ -152,10 +161,24 @@ class Adapter(ABC):
             raise BadRequest(f"{mode} mode is not answered by {self.name}: it answers {' or '.join(self.modes)} "
                              "mode")
 
+    def image_refusal(self, info: ModelInfo, mode: str, chat: bool) -> str:
+        """Why images cannot go with a send of ``mode`` to ``info`` ("" when they can): the model takes none, they do
+        not travel in ``mode``, or no conversation with images is rendered for it."""
+        interface = interface_of(info)
+        if interface.no_images():
+            return interface.no_images()
+        if mode == "generate":
+            return "images do not go over the generate endpoint (JSON): send them in stream or batch mode"
+        if chat and info.input(MESSAGES) is None:
+            return (f"model {info.name} ({interface.name}) renders no conversation with images here: send the "
+                    "prompt --raw, with the model's image placeholder where the image goes")
+        return ""
+
     @abstractmethod
     def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,
-              history: History, progress: Progress = quiet) -> Framed:
-        """The prompts as they go out, with the chat template when ``chat`` (``history`` before a single prompt)."""
+              history: History, progress: Progress = quiet, images: bool = False) -> Framed:
+        """The prompts as they go out, with the chat template when ``chat`` (``history`` before a single prompt);
+        ``images``: images go with them (a model that renders conversations gets its messages)."""
 
     @abstractmethod
     def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,

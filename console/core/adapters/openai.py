@@ -119,11 +119,14 @@ class OpenAIAdapter(Adapter):
         return self.model_info("").name
 
     def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,
-              history: History, progress: Progress = quiet) -> Framed:
+              history: History, progress: Progress = quiet, images: bool = False) -> Framed:
         if not chat:
             return Framed(list(prompts), list(prompts))
         messages = chat_messages(prompts, system=system or None, history=history)
         return Framed(list(prompts), [json.dumps(m, ensure_ascii=False) for m in messages], messages)
+
+    def image_refusal(self, info: ModelInfo, mode: str, chat: bool) -> str:
+        return "" if chat else "images go in chat requests (/v1/chat/completions): leave out --raw"
 
     def call(self, mode: str, protocol: str, info: ModelInfo, framed: Framed, params: GenerationParams,
              timeouts: Timeouts) -> Call:

@@ -32,6 +32,7 @@ from console.clients.call import Probe
 from console.clients.embeddings import EmbeddingModel, Vectors, triton_embed
 from console.clients.errors import Unreachable
 from console.clients.failures import answers_http, error_message
+from console.clients.params import MESSAGES
 from console.clients.status import ask_status
 from console.server.health import ServerHandle
 from console.server.keys import key_for
@@ -218,10 +219,11 @@ class TritonAdapter(Adapter):
         return triton_embed(self.url("batch", "http")[0], EmbeddingModel.required(info), texts, timeout)
 
     def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,
-              history: History, progress: Progress = quiet) -> Framed:
+              history: History, progress: Progress = quiet, images: bool = False) -> Framed:
         if not chat:
             return Framed(list(prompts), list(prompts))
-        if self.template_side(info, tokenizer) == SERVER:  # the model renders the conversations (its messages input)
+        if self.template_side(info, tokenizer) == SERVER or (images and info.input(MESSAGES) is not None):
+            # the model renders the conversations (its messages input; with images, its processor's template)
             messages = chat_messages(prompts, system=system or None, history=history)
             return Framed(list(prompts), [json.dumps(m, ensure_ascii=False) for m in messages], messages)
         return Framed(list(prompts), chat_prompts(prompts, info, system=system or None, history=history,

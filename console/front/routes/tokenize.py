@@ -73,7 +73,11 @@ async def tokenized(front: Front, request: TokenizeRequest) -> TokenizeResponse:
     if request.messages is not None:
         if request.prompt is not None:
             raise bad_request("give prompt or messages, not both", "messages")
-        messages, param = mapping._messages({"messages": request.messages}), "messages"
+        images: list[Any] = []
+        messages, param = mapping._messages({"messages": request.messages}, images), "messages"
+        if images:
+            raise bad_request("messages with images are not tokenized here: only the model counts an image's "
+                              "tokens (the answers' usage has them)", "messages")
         try:
             text = await asyncio.to_thread(tokenizer.apply_chat_template, messages, tokenize=False,
                                            add_generation_prompt=request.add_generation_prompt)

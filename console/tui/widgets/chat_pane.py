@@ -8,6 +8,10 @@ in its own block.
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
+from pathlib import Path
+
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -16,6 +20,7 @@ from textual.widgets import Checkbox, Input, Select, Static
 
 from console.clients import BadRequest, Cancelled, ClientError, ModelInfo, split_prompts
 from console.core.adapters import DEFAULT, HERE, SERVER, Adapter
+from console.core.attachments import read_images
 from console.core.controller import Snapshot
 from console.core.request import Done, Exchange, Settings, Step
 from console.core.template import LOADING, READY, Key, Warmup
@@ -33,7 +38,9 @@ HINTS = {
     "batch": "Chat over HTTP: one response per request, with the time waited shown meanwhile.",
 }
 KEY_HINT = ("Enter sends · a|b sends two prompts in one request · Esc stops (on the server too) · Ctrl+O goes to "
-            "this pane's controls · Ctrl+Y copies the last reply · Ctrl+S exports · Ctrl+P lists every command.")
+            "this pane's controls · Ctrl+T attaches images to the next message · Ctrl+Y copies the last reply · "
+            "Ctrl+S exports · Ctrl+P lists every command.")
+ATTACH_HINT = "Image files for the next message (paths; quote one with spaces) · Enter: back to the message"
 NO_SERVER = "No server yet? F2 for the Server pane, then F5 serves the embedded SmolLM2."
 
 
@@ -58,6 +65,9 @@ class ChatPane(Horizontal):
             yield VerticalScroll(self._hint(), classes="conversation")
             yield Static(classes="status")
             yield Input(placeholder="Message · Enter sends · a|b sends two prompts · Esc stops", classes="prompt")
+            attach = Input(placeholder=ATTACH_HINT, classes="attach")
+            attach.display = False  # Ctrl+T shows it
+            yield attach
         yield Controls(self.mode, classes="controls")
 
     def on_mount(self) -> None:
@@ -160,8 +170,42 @@ class ChatPane(Horizontal):
         event.stop()
         self.submit(event.value)
 
+    # ---- attaching images
+
+    def attach(self) -> None:
+        """Show the field of image files for the next message and go to it."""
+        field = self.query_one(".attach", Input)
+        field.display = True
+        field.focus()
+
+    def attached(self) -> list[str]:
+        """The image files the next message takes; ClientError when the field cannot be read as paths."""
+        try:
+            return shlex.split(self.query_one(".attach", Input).value)
+        except ValueError as exc:
+            raise BadRequest(f"image files: {exc}") from None
+
+    @on(Input.Submitted, ".attach")
+    def _attach_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        try:
+            paths = self.attached()
+            read_images(paths)
+        except ClientError as exc:
+            self.post_message(Notice(str(exc), "warning"))
+            return
+        if paths:
+            self.post_message(Notice(f"the next message takes {', '.join(Path(p).name for p in paths)}"))
+        self.focus_prompt()
+
+    def _attachments_sent(self) -> None:
+        field = self.query_one(".attach", Input)
+        field.value = ""
+        field.display = False
+
     def submit(self, text: str) -> bool:
-        """Send ``text`` (``a|b``: several prompts); False with a notice when it cannot go."""
+        """Send ``text`` (``a|b``: several prompts) with the attached images; False with a notice when it cannot
+        go."""
         try:
             if self.exchange is not None:
                 raise BadRequest("a reply is still coming: Esc stops it")
@@ -171,11 +215,13 @@ class ChatPane(Horizontal):
             if self.server is None:
                 raise BadRequest(f"not connected: the {self.mode} pane needs a server (F2: Server pane; F5 there "
                                  "serves the embedded SmolLM2)")
-            settings = self.controls.settings()
+            paths = self.attached()
+            settings = dataclasses.replace(self.controls.settings(), images=read_images(paths))
         except ClientError as exc:
             self.post_message(Notice(str(exc), "warning"))
             return False
-        exchange = Exchange.new(settings, prompts)
+        exchange = Exchange.new(settings, prompts, images=paths)
+        self._attachments_sent()
         earlier = list(self.turns)
         self.turns.append(exchange.turn)
         self.exchange = exchange
@@ -198,7 +244,8 @@ class ChatPane(Horizontal):
         self.blocks = [AnswerBlock(turn, i) for i in range(len(turn.prompts))]
         self.note = Static(classes="turn-note")
         self.note.display = False
-        conversation.mount(Static(Content(f"you › {' | '.join(turn.prompts)}"), classes="user"), *self.blocks,
+        images = f"  [images: {', '.join(Path(p).name for p in turn.images)}]" if turn.images else ""
+        conversation.mount(Static(Content(f"you › {' | '.join(turn.prompts)}{images}"), classes="user"), *self.blocks,
                            self.note)  # under the replies: how the turn ended follows what came
         conversation.scroll_end(animate=False)
 

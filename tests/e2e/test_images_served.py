@@ -1,0 +1,176 @@
+"""Vision-language models served exactly: one tritonserver on QEfficient's tiny LLaVA export fixture and a tiny
+random-weight model of each family ``tests/tiny_vlms.py`` builds, written by the generator as image_text_to_text
+models (engine cpu, continuous batching of two slots, decoupled).
+
+Every answer must be transformers' greedy one for the same image and prompt: the fixture's recorded
+``hf_greedy.json``, else ``generate`` on the saved folder. Requests with different images go together on one
+stream, so two of them share the decode steps (a mixed-image batch), each asked as a stream and as one answer
+(``stream`` false). Bad images are refused with a message naming the input, and the server serves on (images to
+a text model: tests/fast/test_images.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import queue
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import tritonclient.grpc as grpcclient
+from helpers import SERVER_START
+from PIL import Image
+from tiny_vlms import FAMILIES, save_tiny_vlm
+from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+from triton_wire import Stream, joined
+
+from backend_model.models import prepare_embedded
+from repo_gen.spec import generate as generate_model
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+FIXTURE = Path("/work/shared/fixtures/qeff/tiny-llava")
+FIXTURE_IMAGES = ["red.png", "noise.png", "gradient.png"]
+ASK = "Describe the image."
+TOKENS = 12
+TINY_COMPILE = {"prefill_seq_len": 8, "ctx_len": 256, "full_batch_size": 2}
+LLAVA_COMPILE = {"prefill_seq_len": 32, "ctx_len": 1024, "full_batch_size": 2}
+
+
+def png(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
+    """A random RGB image, PNG-encoded."""
+    pixels = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG")
+    return out.getvalue()
+
+
+IMAGES = [png(1), png(2)]
+
+
+def chat(text: str = ASK) -> str:
+    return json.dumps([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}])
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the tiny models' folders, the repository of their Triton models)."""
+    root = tmp_path_factory.mktemp("images_served")
+    tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))
+    (root / "tiny.json").write_text(json.dumps(TINY_COMPILE))
+    (root / "llava.json").write_text(json.dumps(LLAVA_COMPILE))
+    for family in FAMILIES:
+        save_tiny_vlm(family, root / "models" / family, tokenizer)
+        generate_model(family, root / "repo", hf_model_name=str(root / "models" / family),
+                       model_type="image_text_to_text", decoupled=True, engine="cpu", max_images=2,
+                       compile_config_path=root / "tiny.json")
+    generate_model("tiny_llava", root / "repo", hf_model_name=str(FIXTURE / "hf"), model_type="image_text_to_text",
+                   decoupled=True, engine="cpu", compile_config_path=root / "llava.json")
+    return root / "models", root / "repo"
+
+
+@pytest.fixture(scope="module")
+def server(repo):
+    from console.server import TritonServer
+
+    server = TritonServer(repo[1])
+    server.start(timeout=SERVER_START)
+    yield server
+    server.stop()
+
+
+def ask(server, model: str, requests: dict[str, dict], stream: bool = True) -> dict[str, str]:
+    """Every request's answer (id -> text, or "error: ..."), all sent at once on one gRPC stream."""
+    wire = Stream(server)
+    try:
+        for request_id, inputs in requests.items():
+            wire.send(model, None, request_id, max_tokens=TOKENS, stream=stream, exclude_input_in_output=True,
+                      **inputs)
+        got = wire.collect(count=len(requests))
+    finally:
+        wire.close()
+    return {key: joined(value)[0] if key != "error" else value[0][2] for key, value in got.items()}
+
+
+def reference(folder: Path, images: list[bytes], messages: str = chat()) -> list[str]:
+    """transformers' greedy answer to the messages with each image, as text."""
+    processor = AutoProcessor.from_pretrained(folder)
+    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+    text = processor.apply_chat_template(json.loads(messages), add_generation_prompt=True)
+    answers = []
+    for image in images:
+        inputs = processor(text=[text], images=[Image.open(io.BytesIO(image)).convert("RGB")], return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**inputs, max_new_tokens=TOKENS, do_sample=False)
+        answers.append(processor.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
+    return answers
+
+
+def test_the_qefficient_llava_export_answers_what_transformers_recorded(server) -> None:
+    recorded = json.loads((FIXTURE / "hf_greedy.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(FIXTURE / "hf")
+    expected = {name: tokenizer.decode(recorded["greedy_new_token_ids"][name][:TOKENS], skip_special_tokens=True)
+                for name in FIXTURE_IMAGES}
+    requests = {name: {"messages": [chat()], "images": [(FIXTURE / name).read_bytes()]} for name in FIXTURE_IMAGES}
+    assert ask(server, "tiny_llava", requests) == expected, "stream"
+    assert ask(server, "tiny_llava", requests, stream=False) == expected, "one answer"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_answers_what_generate_does_for_each_image_in_one_batch(repo, server, family: str) -> None:
+    expected = dict(zip(("first", "second"), reference(repo[0] / family, IMAGES)))
+    assert expected["first"] != expected["second"], "the images must lead to different answers"
+    requests = {"first": {"messages": [chat()], "images": [IMAGES[0]]},
+                "second": {"messages": [chat()], "images": [IMAGES[1]]}}
+    assert ask(server, family, requests) == expected, "stream"
+    assert ask(server, family, requests, stream=False) == expected, "one answer"
+
+
+def test_a_plain_prompt_takes_its_images_before_its_text(repo, server) -> None:
+    folder = repo[0] / "llava"
+    processor = AutoProcessor.from_pretrained(folder)
+    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+    pictures = [Image.open(io.BytesIO(i)).convert("RGB") for i in IMAGES]
+    inputs = processor(text=["<image><image>Compare them."], images=pictures, return_tensors="pt")
+    with torch.inference_mode():
+        out = model.generate(**inputs, max_new_tokens=TOKENS, do_sample=False)
+    expected = processor.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    answer = ask(server, "llava", {"two": {"text_input": "Compare them.", "images": IMAGES}})
+    assert answer == {"two": expected}
+
+
+def test_bad_images_are_refused_naming_the_input_and_the_server_serves_on(repo, server) -> None:
+    refused = {
+        "not an image": ("llava", {"messages": [chat()], "images": [b"not a picture"]}, "images[0] is not an image"),
+        "too many": ("llava", {"messages": [chat()], "images": IMAGES + IMAGES[:1]},
+                     "images takes at most 2 images per request"),
+        "parts and images": ("llava", {"messages": [chat()], "images": IMAGES}, "the messages have 1 image part but"),
+    }
+    for what, (model, inputs, needle) in refused.items():
+        answer = ask(server, model, {what: inputs})
+        assert needle in answer.get("error", ""), (what, answer)
+    expected = reference(repo[0] / "llava", IMAGES[:1])
+    assert ask(server, "llava", {"again": {"messages": [chat()], "images": IMAGES[:1]}}) == {"again": expected[0]}
+
+
+def test_the_stream_reports_prompt_tokens_with_the_image_placeholders(server) -> None:
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        from triton_wire import inputs
+
+        client.async_stream_infer("tiny_llava", inputs(grpcclient, None, messages=[chat()], max_tokens=2,
+                                                       images=[(FIXTURE / "red.png").read_bytes()]),
+                                  request_id="count", enable_empty_final_response=True)
+        while True:
+            result, error = answers.get(timeout=300)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+        recorded = json.loads((FIXTURE / "hf_greedy.json").read_text())["prompt_tokens"]
+        assert result.as_numpy("input_tokens").tolist() == [recorded]
+    finally:
+        client.stop_stream()
+        client.close()

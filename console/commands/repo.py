@@ -21,7 +21,7 @@ from backend_model.contract.parameters import precision_label
 from repo_gen import command
 from repo_gen.command import DEFAULT_OUT, INPUT_ERRORS
 from repo_gen.inspection import ModelFolder, list_models
-from repo_gen.samples import CAUSAL_CPU_SPEED, EMBEDDED_SAMPLES, SEED_SAMPLES, write_samples
+from repo_gen.samples import CAUSAL_CPU_SPEED, EMBEDDED_SAMPLES, SEED_SAMPLES, VISION_SAMPLES, write_samples
 from repo_gen.staging import leftovers
 
 __all__ = ["format_table", "repo_group"]
@@ -138,10 +138,13 @@ def gen(ctx: click.Context, args: tuple[str, ...]) -> None:
 @click.command("samples", cls=OneLineCommand, context_settings=CONTEXT_SETTINGS, epilog="\b\n" + command.samples_help())
 @click.option("--embedded", is_flag=True,
               help="Write the embedded SmolLM2 samples (they run on the CPU anywhere) instead of the seed's.")
+@click.option("--vision", is_flag=True,
+              help="Write the embedded vision sample (smollm2_vision: images in; SmolLM2 with a random vision "
+                   "tower, so its answers do not describe the image) instead of the seed's.")
 @click.option("-o", "--output_dir", "--output-dir", "output_dir", type=click.Path(path_type=Path),
               default=DEFAULT_OUT, show_default=True, help="Model repository to write into.")
 @click.option("--force", is_flag=True, help="Replace existing model folders.")
-def samples(embedded: bool, output_dir: Path, force: bool) -> None:
+def samples(embedded: bool, vision: bool, output_dir: Path, force: bool) -> None:
     """Write the seed's sample models (or, with --embedded, the embedded SmolLM2 ones); the list below says which
     are which.
 
@@ -150,7 +153,9 @@ def samples(embedded: bool, output_dir: Path, force: bool) -> None:
     starcoder_decoupled: they need a card or their Hugging Face weights) and its sample clients.
     """
     with _errors():
-        written = write_samples(EMBEDDED_SAMPLES if embedded else SEED_SAMPLES, output_dir, force=force)
+        chosen = EMBEDDED_SAMPLES if embedded else SEED_SAMPLES
+        written = write_samples((VISION_SAMPLES if vision else ()) + (chosen if embedded or not vision else ()),
+                                output_dir, force=force)
     for path in written:
         click.echo(f"wrote {path}")
 

@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import torch
 import tritonclient.grpc as grpcclient
-from helpers import SERVER_START
 from PIL import Image
 from tiny_vlms import FAMILIES, save_tiny_vlm
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
@@ -78,10 +77,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def server(repo):
     from console.server import TritonServer
 
-    server = TritonServer(repo[1])
-    server.start(timeout=SERVER_START)
-    yield server
-    server.stop()
+    with TritonServer(repo[1]) as started:  # started (its models loaded), stopped on leaving
+        yield started
 
 
 def ask(server, model: str, requests: dict[str, dict], stream: bool = True) -> dict[str, str]:

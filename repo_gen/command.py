@@ -38,7 +38,7 @@ def samples_help() -> str:
              "is the CPU engine's, a card runs its QPC):"]
     for name, spec in SAMPLES.items():
         mode = "decoupled (stream)" if spec.decoupled else "batch"
-        lines.append(f"  {name:<25} {spec.model_type:<9} {mode:<19} {precision_label(spec.precision):<5} "
+        lines.append(f"  {name:<25} {spec.model_type:<18} {mode:<19} {precision_label(spec.precision):<5} "
                      f"{spec.hf_model_name}")
     return "\n".join(lines)
 

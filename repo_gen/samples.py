@@ -1,4 +1,5 @@
-"""The seed's four sample models, five embedded SmolLM2 samples that run anywhere, and the embedded embedding model.
+"""The seed's four sample models, five embedded SmolLM2 samples that run anywhere, the embedded embedding model and
+an embedded vision sample.
 
 The embedded KV-cache samples a new user meets first (``smollm2_decoupled`` for streaming,
 ``smollm2_kv`` for batch and generate) run int4 on the CPU: the embedded GGUF's own 4-bit weights
@@ -8,11 +9,16 @@ request the same greedy answer under any load; int8's varies with its neighbours
 The causal samples recompute every token, so they stay fp32 (their session takes fp32 or bf16).
 ``minilm_embedding`` serves the embedded all-MiniLM-L6-v2 (model type ``embedding``) as its sentence-transformers
 config says: mean pooling, normalised, 256 tokens at most, 384 dimensions; compiled for three sequence lengths.
+``smollm2_vision`` takes images: SmolLM2 with a random-weight vision tower (``backend_model/vision/embedded.py``),
+so a new user tries the image path without a download; its answers do not describe the image. It is written on
+request only (``repo samples --vision``), not into the consoles' default repository.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from backend_model.contract.parameters import IMAGE_TEXT_TO_TEXT
 
 from .writer import ModelSpec, RepoError, write_model
 
@@ -20,6 +26,7 @@ from .writer import ModelSpec, RepoError, write_model
 CAUSAL_CPU_SPEED = "about 1 token/s for the embedded one on a busy 2-core CPU"
 EMBEDDED_KV = {"prefill_seq_len": 32, "ctx_len": 512, "full_batch_size": 8}
 EMBEDDED_CAUSAL = {"ctx_len": 256, "batch_size": 1}
+EMBEDDED_VISION = {"prefill_seq_len": 32, "ctx_len": 512, "full_batch_size": 4, "img_size": 112}
 MISTRAL = {"num_cores": 16, "prefill_seq_len": 32, "ctx_len": 256, "full_batch_size": 3, "mxfp6_matmul": True}
 MINILM = {"seq_len": [32, 128, 256], "batch_size": 8}
 MINILM_VECTORS = {"pooling": "mean", "normalize": "true", "max_seq_len": "256", "dimensions": "384"}
@@ -39,12 +46,15 @@ SAMPLES: dict[str, ModelSpec] = {
         ModelSpec("smollm2_causal", "causal", False, hf_model_name="embedded", compile=EMBEDDED_CAUSAL),
         ModelSpec("smollm2_causal_decoupled", "causal", True, hf_model_name="embedded", compile=EMBEDDED_CAUSAL),
         ModelSpec("minilm_embedding", "embedding", hf_model_name="embedded", compile=MINILM, vectors=MINILM_VECTORS),
+        ModelSpec("smollm2_vision", IMAGE_TEXT_TO_TEXT, True, hf_model_name="embedded_vision", compile=EMBEDDED_VISION,
+                  max_images=2),
     )
 }
 EMBEDDED_ALL = tuple(name for name, spec in SAMPLES.items() if spec.hf_model_name == "embedded")
 EMBEDDED_EMBEDDING = tuple(name for name in EMBEDDED_ALL if SAMPLES[name].embedding)  # the embedded encoder's
 EMBEDDED_SAMPLES = tuple(name for name in EMBEDDED_ALL if name not in EMBEDDED_EMBEDDING)  # the chat models
-SEED_SAMPLES = tuple(name for name in SAMPLES if name not in EMBEDDED_ALL)
+VISION_SAMPLES = tuple(name for name, spec in SAMPLES.items() if spec.hf_model_name == "embedded_vision")
+SEED_SAMPLES = tuple(name for name in SAMPLES if name not in EMBEDDED_ALL + VISION_SAMPLES)
 
 
 def write_samples(names: tuple[str, ...], out_dir: str | Path, force: bool = False) -> list[Path]:

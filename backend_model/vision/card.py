@@ -20,7 +20,7 @@ class QaicLanguageSession(QaicSession):
     def __init__(self, qpc_path: str, device_ids: list[int] | None = None, opener: Opener = open_qpc) -> None:
         super().__init__(qpc_path, device_ids, opener)
         names = list(self.session.input_names) + list(self.session.output_names)
-        self.session.skip_buffers([n for n in names if n.endswith("_RetainedState")] + [VISION_BUFFER])
+        self.session.skip_buffers([n for n in names if n.endswith("_RetainedState") or n == VISION_BUFFER])
         self.takes_index = "image_idx" in self.session.input_names
 
     def run(self, inputs: dict) -> dict:

@@ -21,7 +21,7 @@ from backend_model.contract.parameters import precision_label
 from repo_gen import command
 from repo_gen.command import DEFAULT_OUT, INPUT_ERRORS
 from repo_gen.inspection import ModelFolder, list_models
-from repo_gen.samples import CAUSAL_CPU_SPEED, EMBEDDED_ALL, SEED_SAMPLES, write_samples
+from repo_gen.samples import CAUSAL_CPU_SPEED, EMBEDDED_ALL, SEED_SAMPLES, VISION_SAMPLES, write_samples
 from repo_gen.staging import leftovers
 
 __all__ = ["format_table", "repo_group"]
@@ -139,10 +139,13 @@ def gen(ctx: click.Context, args: tuple[str, ...]) -> None:
 @click.option("--embedded", is_flag=True,
               help="Write the embedded samples (SmolLM2 chat models and the MiniLM embedding model: they run on "
                    "the CPU anywhere) instead of the seed's.")
+@click.option("--vision", is_flag=True,
+              help="Write the embedded vision sample (smollm2_vision: images in; SmolLM2 with a random vision "
+                   "tower, so its answers do not describe the image) instead of the seed's.")
 @click.option("-o", "--output_dir", "--output-dir", "output_dir", type=click.Path(path_type=Path),
               default=DEFAULT_OUT, show_default=True, help="Model repository to write into.")
 @click.option("--force", is_flag=True, help="Replace existing model folders.")
-def samples(embedded: bool, output_dir: Path, force: bool) -> None:
+def samples(embedded: bool, vision: bool, output_dir: Path, force: bool) -> None:
     """Write the seed's sample models (or, with --embedded, the embedded SmolLM2 and MiniLM ones); the list below
     says which are which.
 
@@ -151,7 +154,9 @@ def samples(embedded: bool, output_dir: Path, force: bool) -> None:
     starcoder_decoupled: they need a card or their Hugging Face weights) and its sample clients.
     """
     with _errors():
-        written = write_samples(EMBEDDED_ALL if embedded else SEED_SAMPLES, output_dir, force=force)
+        chosen = EMBEDDED_ALL if embedded else SEED_SAMPLES
+        written = write_samples((VISION_SAMPLES if vision else ()) + (chosen if embedded or not vision else ()),
+                                output_dir, force=force)
     for path in written:
         click.echo(f"wrote {path}")
 

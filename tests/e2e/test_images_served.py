@@ -1,6 +1,6 @@
 """Vision-language models served exactly: one tritonserver on QEfficient's tiny LLaVA export fixture and a tiny
 random-weight model of each family ``tests/tiny_vlms.py`` builds, written by the generator as image_text_to_text
-models (engine cpu, continuous batching of two slots, decoupled).
+models (engine cpu, continuous batching of two slots, decoupled), and the embedded vision sample.
 
 Every answer must be transformers' greedy one for the same image and prompt: the fixture's recorded
 ``hf_greedy.json``, else ``generate`` on the saved folder. Requests with different images go together on one
@@ -20,13 +20,14 @@ import numpy as np
 import pytest
 import torch
 import tritonclient.grpc as grpcclient
-from helpers import SERVER_START
 from PIL import Image
 from tiny_vlms import FAMILIES, save_tiny_vlm
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 from triton_wire import Stream, joined
 
 from backend_model.models import prepare_embedded
+from backend_model.vision.embedded import prepare_embedded_vision
+from repo_gen.samples import VISION_SAMPLES, write_samples
 from repo_gen.spec import generate as generate_model
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -65,6 +66,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         generate_model(family, root / "repo", hf_model_name=str(root / "models" / family),
                        model_type="image_text_to_text", decoupled=True, engine="cpu", max_images=2,
                        compile_config_path=root / "tiny.json")
+    write_samples(VISION_SAMPLES, root / "repo")  # the embedded vision sample, built here for the reference too
+    prepare_embedded_vision(prepare_embedded(progress=lambda m: None), lambda m: None)
     generate_model("tiny_llava", root / "repo", hf_model_name=str(FIXTURE / "hf"), model_type="image_text_to_text",
                    decoupled=True, engine="cpu", compile_config_path=root / "llava.json")
     return root / "models", root / "repo"
@@ -74,10 +77,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def server(repo):
     from console.server import TritonServer
 
-    server = TritonServer(repo[1])
-    server.start(timeout=SERVER_START)
-    yield server
-    server.stop()
+    with TritonServer(repo[1]) as started:  # started (its models loaded), stopped on leaving
+        yield started
 
 
 def ask(server, model: str, requests: dict[str, dict], stream: bool = True) -> dict[str, str]:
@@ -125,6 +126,14 @@ def test_each_family_answers_what_generate_does_for_each_image_in_one_batch(repo
                 "second": {"messages": [chat()], "images": [IMAGES[1]]}}
     assert ask(server, family, requests) == expected, "stream"
     assert ask(server, family, requests, stream=False) == expected, "one answer"
+
+
+def test_the_vision_sample_answers_what_transformers_does(server) -> None:
+    folder = prepare_embedded_vision(prepare_embedded(progress=lambda m: None), lambda m: None)
+    expected = dict(zip(("first", "second"), reference(folder, IMAGES)))
+    requests = {"first": {"messages": [chat()], "images": [IMAGES[0]]},
+                "second": {"messages": [chat()], "images": [IMAGES[1]]}}
+    assert ask(server, "smollm2_vision", requests) == expected
 
 
 def test_a_plain_prompt_takes_its_images_before_its_text(repo, server) -> None:

@@ -95,7 +95,7 @@ def test_the_generated_config_declares_every_row_as_the_schema_says() -> None:
         kind = "TYPE_STRING" if control.datatype == "BYTES" else f"TYPE_{control.datatype}"
         assert declared.pop(control.name) == (kind, control.dims[0]), control.name
     assert set(declared) == {"prompt", "text_input", "id", "exclude_input_in_output", "stream", "sampling_parameters",
-                             "status_of", "status_key", "continuation", "messages"}  # the interface's own inputs
+                             "status_of", "status_key", "continuation", "messages", "images"}  # the interface's own
     inputs, _ = declared_io(config)
     assert inputs[:3] == ["prompt", "text_input", "id"] and len(inputs) == len(set(inputs))
 

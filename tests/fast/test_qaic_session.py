@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -167,3 +168,35 @@ def test_engine_selection_reports_cpu_here_and_refuses_forced_qaic():
     settings.engine = "qaic"
     with pytest.raises(SessionError, match="engine=qaic but QEfficient"):
         choose_engine(settings)
+
+
+def test_a_dual_qpc_language_model_gets_its_images_as_qefficient_sets_them(qpc_dir, smol):
+    """vision/card.py against QEfficient's calls (VisionLanguageGeneration): the vision_embeds buffer set before the
+    prefill of a prompt with images and skipped after it, image_idx with every run (0 in decode), every retained
+    state skipped."""
+    from backend_model.engine.media import Media
+    from backend_model.vision.card import QaicLanguageSession
+
+    _, tokenizer = smol
+    vocab, image = tokenizer.vocab_size, 49000
+    specs = kv_specs(2, 4, 64, vocab)
+    for spec in specs:
+        spec.update({"image_idx": [1, 1], "vision_embeds": [1, 4, 8], "vision_embeds_RetainedState": [1, 4, 8]})
+    seen: list[tuple[int, bool]] = []
+
+    def compute(inputs):
+        seen.append((int(inputs["image_idx"][0, 0]), "vision_embeds" in fake.buffers))
+        return {"logits": np.zeros((len(inputs["input_ids"]), 1, vocab), dtype=np.float32)}
+
+    fake = FakeQaicRuntime(specs, compute)
+    engine = Engine(QaicLanguageSession(str(qpc_dir), opener=opening(fake)), tokenizer)
+    assert {"vision_embeds", "vision_embeds_RetainedState", "past_key.0_RetainedState"} <= set(fake.skipped)
+    prompt = [5, 6, 7, image, image, image, image, 9]  # two chunks: the image's four embeddings, 1 then 3
+    seq = engine.prepare(prompt, SamplingParams(max_tokens=3), media=Media(np.ones((1, 4, 8)), image, "d"))
+    engine.enqueue([seq])
+    while not seq.finished:
+        engine.step()
+    assert seen[:2] == [(0, True), (1, True)], "prefill: image_idx from the placeholders before each chunk"
+    assert fake.buffers["vision_embeds"] == (1, 4, 8)
+    assert [index for index, _ in seen[2:]] == [0, 0], "decode: image_idx 0"
+    assert fake.skipped.count("vision_embeds") == 1 + 2, "skipped again after each prefill run"

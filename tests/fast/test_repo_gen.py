@@ -103,7 +103,7 @@ def test_each_sample_generates(tmp_path: Path, name: str) -> None:
     if sample.embedding:  # an encoder: its task, no KV cache
         assert (params["task"], "use_kv_cache" in params) == ("embedding", False)
     else:
-        assert params["use_kv_cache"] == ("true" if sample.model_type == "kv_cache" else "false")
+        assert params["use_kv_cache"] == ("false" if sample.model_type == "causal" else "true")
     assert params["hf_model_name"] == sample.hf_model_name
     assert json.loads((folder / "compile_config.json").read_text()) == sample.compile
     assert (folder / "1" / "model.py").is_file()
@@ -112,10 +112,12 @@ def test_each_sample_generates(tmp_path: Path, name: str) -> None:
     assert inspect_model(folder).valid
 
 
-def test_samples_command_writes_seed_then_embedded(tmp_path: Path) -> None:
+def test_samples_command_writes_seed_then_embedded_then_vision(tmp_path: Path) -> None:
     assert run(["samples", "-o", str(tmp_path)]).exit_code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SEED_SAMPLES)
     assert run(["samples", "--embedded", "-o", str(tmp_path)]).exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SEED_SAMPLES + EMBEDDED_SAMPLES)
+    assert run(["samples", "--vision", "-o", str(tmp_path)]).exit_code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SAMPLES)
 
 

@@ -38,7 +38,7 @@ def train(word: str, folder: Path) -> Path:
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     optimiser = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a backward pass on threads that other processes share is several times slower
+    torch.set_num_threads(1)  # on threads that other processes share, torch runs several times slower
     try:
         for _ in range(STEPS):
             peft_model(**batch, labels=labels).loss.backward()
@@ -59,15 +59,24 @@ def make_adapters(root: Path) -> dict[str, Path]:
     return folders
 
 
-def merged_answer(folder: Path | None, prompt: str, max_tokens: int) -> list[int]:
-    """The greedy tokens of the base merged with the adapter in ``folder`` (None: the base), alone, in fp32, by
-    transformers' own ``generate``."""
+def merged_answers(folder: Path | None, prompts: list[str], max_tokens: int) -> list[list[int]]:
+    """The greedy tokens of the base merged with the adapter in ``folder`` (None: the base), each prompt alone, in
+    fp32, by transformers' own ``generate`` (on one thread: see ``train``)."""
     from peft import PeftModel
 
     model, tokenizer = base_model()
     if folder is not None:
         model = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-    ids = tokenizer(prompt, add_special_tokens=True, return_tensors="pt")["input_ids"]
-    with torch.inference_mode():
-        out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id)
-    return out[0, ids.shape[1]:].tolist()
+    answers = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for prompt in prompts:
+            ids = tokenizer(prompt, add_special_tokens=True, return_tensors="pt")["input_ids"]
+            with torch.inference_mode():
+                out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False,
+                                     pad_token_id=tokenizer.eos_token_id)
+            answers.append(out[0, ids.shape[1]:].tolist())
+    finally:
+        torch.set_num_threads(threads)
+    return answers

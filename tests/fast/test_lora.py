@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import engine_threads  # noqa: F401 (autouse: the engine's threads)
-from lora_adapters import PROMPT, merged_answer
+from lora_adapters import PROMPT, merged_answers
 
 from backend_model.contract.errors import BadRequest
 from backend_model.engine.loop import Engine
@@ -51,7 +51,7 @@ def answers(engine: Engine, requests: list[tuple[str, str | None]]) -> list[list
 def test_a_mixed_batch_answers_as_each_merged_model_alone(smol, adapters, lora_folders):
     engine = engine_on(smol, adapters)
     mixed = answers(engine, [(PROMPT, n) for n in ("A", None, "B", "A")])
-    expected = {n: merged_answer(lora_folders[n] if n else None, PROMPT, MAX_TOKENS) for n in NAMES}
+    expected = {n: merged_answers(lora_folders[n] if n else None, [PROMPT], MAX_TOKENS)[0] for n in NAMES}
     assert mixed == [expected["A"], expected[None], expected["B"], expected["A"]]
     assert len({tuple(t) for t in expected.values()}) == 3  # the adapters answer visibly otherwise than the base
     assert "pineapple" in smol[1].decode(expected["A"])  # what A was trained to say
@@ -110,3 +110,34 @@ def test_the_metrics_count_requests_per_adapter(smol, adapters):
     counts, _ = engine.meter.take()
     assert counts[("qaic_lora_requests_total", "A")] == 2 and counts[("qaic_lora_requests_total", "B")] == 1
     assert ("qaic_lora_requests_total", "") not in counts
+
+
+def test_on_a_card_each_row_carries_its_lora_ids(smol, adapters, tmp_path):
+    """The card's path against a stand-in QPC with QEfficient's ``lora_ids`` input [B, 1] (its arithmetic the CPU
+    session's): the same answers as the CPU, each prefill and decode row with its adapter's id."""
+    from test_qaic_session import FakeQaicRuntime, kv_specs, opening
+
+    from backend_model.build import BackendSettings, _card_adapters
+    from backend_model.contract import compile_config
+    from backend_model.sessions.protocol import SessionError
+    from backend_model.sessions.qaic import QaicSession
+
+    model, tokenizer = smol
+    (tmp_path / "qpc-1" / "qpc").mkdir(parents=True)
+    (tmp_path / "qpc-1" / "qpc" / "programqpc.bin").write_bytes(b"\0")
+    specs = [{**spec, "lora_ids": [spec["input_ids"][0], 1]} for spec in kv_specs(2, 8, 96, model.config.vocab_size)]
+    direct = engine_on(smol, adapters, slots=2)
+    fake = FakeQaicRuntime(specs, compute=engine_on(smol, adapters, slots=2).session.run)
+    card = QaicSession(tmp_path, opener=opening(fake))
+    settings = BackendSettings(aic_binary_dir=str(tmp_path), adapters={"A": tmp_path, "B": tmp_path},
+                               compile=compile_config.validate({"lora_adapters": ["A", "B"]}))
+    _card_adapters(settings, card)
+    requests = [(PROMPT, n) for n in ("B", None, "A")]
+    assert answers(Engine(card, tokenizer), requests) == answers(direct, requests)
+    assert {c["lora_ids"] for c in fake.calls} == {(1, 1), (2, 1)}
+    settings.compile["lora_adapters"] = ["B", "A"]  # the QPC's ids would answer with the other adapter
+    with pytest.raises(SessionError, match=r"lora_adapters \['B', 'A'\] must name the QPC's adapters"):
+        _card_adapters(settings, card)
+    fake.input_names.remove("lora_ids")
+    with pytest.raises(SessionError, match="the QPC has no lora_ids input"):
+        _card_adapters(settings, card)

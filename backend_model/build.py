@@ -4,6 +4,11 @@
 .onnx file or its folder, relative to the model folder unless absolute) through ``QaicSession`` on
 the card's ONNX Runtime twin: the card's code path with real numbers, before a long compile. A
 graph without specializations.json beside it is compiled for the compile config's dimensions.
+
+LoRA adapters (``lora_adapters``, ``contract.adapters``): the CPU's Llama-family session applies them itself; a
+card runs a QPC compiled with them by QEfficient's finite LoRAX (``QEffAutoLoraModelForCausalLM``, its
+``lora_ids`` input), whose adapters are the compile config's ``lora_adapters`` in the same order. (The card's path
+is written against QEfficient's API; no card runs here.)
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .contract import adapters as lora
 from .contract import compile_config, cpu_support, devices, specializations
 from .contract.parameters import BOOLEANS, DEFAULT_MAX_IMAGES, ENGINES, IMAGE_TEXT_TO_TEXT, TRUE, VARIES_WITH_BATCH
 from .engine.loop import Engine
@@ -55,6 +61,8 @@ class BackendSettings:
     task: str = ""  # IMAGE_TEXT_TO_TEXT: a vision-language model (vision/); else text generation
     max_images: int = DEFAULT_MAX_IMAGES  # images a request may bring (a vision-language model)
     vision_binary_dir: str = ""  # a vision-language model's vision QPC (aic_binary_dir: its language QPC)
+    adapters: dict[str, Path] = field(default_factory=dict)  # LoRA adapters' folders by name, in lora_ids order
+    max_loras: int = 0  # adapters one batch mixes
     compile: dict[str, Any] = field(default_factory=lambda: compile_config.validate({}))
 
     @classmethod
@@ -93,6 +101,11 @@ class BackendSettings:
         images = parameters.get("max_images", "").strip() or str(DEFAULT_MAX_IMAGES)
         if not images.isdigit() or int(images) < 1:
             raise SessionError(f"parameter max_images must be an integer >= 1, got {images!r}")
+        try:
+            folders = lora.parse_adapters(parameters.get(lora.PARAMETER, ""))
+            max_loras = lora.parse_max_loras(parameters.get(lora.MAX_PARAMETER, ""), len(folders))
+        except lora.AdapterError as exc:
+            raise SessionError(str(exc)) from None
         return cls(
             use_kv_cache=kv in TRUE,
             engine=engine,
@@ -107,6 +120,8 @@ class BackendSettings:
             task=task,
             max_images=int(images),
             vision_binary_dir=parameters.get("vision_binary_dir", "").strip(),
+            adapters={name: Path(model_dir) / folder for name, folder in folders.items()},
+            max_loras=max_loras,
             compile=compiled,
         )
 
@@ -171,7 +186,7 @@ def compile_options(config: dict[str, Any]) -> dict[str, Any]:
     """QEfficient ``compile()`` keyword arguments: extra options become compiler flags as given, so
     ``mos`` goes only when >= 1 and ``aic_enable_depth_first`` only when true (the sampler's keys go to
     ``qaic_config``; the compute-context length lists are ``compile()``'s own)."""
-    options = {k: v for k, v in config.items() if v is not None and k not in SAMPLER_KEYS}
+    options = {k: v for k, v in config.items() if v is not None and k not in SAMPLER_KEYS and k != "lora_adapters"}
     if options.get("mos", -1) < 1:
         options.pop("mos", None)
     if not options.get("aic_enable_depth_first"):
@@ -186,11 +201,33 @@ def _compile_qpc(settings: BackendSettings, progress: Progress) -> str:
     progress(f"compiling {settings.hf_model_name} with QEfficient (this can take a long time) ...")
     options = compile_options(settings.compile)
     sampler = qaic_config(settings.compile)
-    model = QEFFAutoModelForCausalLM.from_pretrained(
-        settings.hf_model_name, continuous_batching=bool(options.get("full_batch_size")),
-        **({"qaic_config": sampler} if sampler else {}),  # only when it says something, as QEfficient's examples
-    )
+    continuous = bool(options.get("full_batch_size"))
+    extra = {"qaic_config": sampler} if sampler else {}  # only when it says something, as QEfficient's examples
+    if settings.adapters:  # finite LoRAX: every adapter compiled in, lora_ids from 1 in order (0: the base)
+        from QEfficient.peft.lora import QEffAutoLoraModelForCausalLM
+
+        model = QEffAutoLoraModelForCausalLM.from_pretrained(settings.hf_model_name, continuous_batching=continuous,
+                                                             **extra)
+        for name, folder in settings.adapters.items():
+            model.load_adapter(str(folder), name)
+    else:
+        model = QEFFAutoModelForCausalLM.from_pretrained(settings.hf_model_name, continuous_batching=continuous,
+                                                         **extra)
     return str(model.compile(**options))
+
+
+def _card_adapters(settings: BackendSettings, session: QaicSession) -> None:
+    """A QPC's adapters: its ``lora_ids`` input, and the compile config's list (their ids) the same as the model's."""
+    names = list(settings.adapters)
+    has_input = "lora_ids" in session.session.input_names
+    if names and not has_input:
+        raise SessionError("lora_adapters are set but the QPC has no lora_ids input: compile it with the adapters "
+                           "(QEfficient's QEffAutoLoraModelForCausalLM), or leave aic_binary_dir empty to compile")
+    listed = settings.compile.get("lora_adapters")
+    if names and settings.aic_binary_dir and listed != names:
+        raise SessionError(f"compile_config.json lora_adapters {listed} must name the QPC's adapters in their order: "
+                           f"config.pbtxt serves {names}")
+    session.adapters = tuple(names)
 
 
 def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, threads: int) -> QaicSession:
@@ -198,7 +235,12 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
     if kind == "qaic":
         if settings.hf_model_name == EMBEDDED:  # the tokenizer must be the QPC's model's, not SmolLM2's
             raise SessionError("engine qaic needs hf_model_name: the model the QPC was compiled from (its tokenizer)")
-        return QaicSession(settings.aic_binary_dir or _compile_qpc(settings, progress), settings.device_ids, open_qpc)
+        session = QaicSession(settings.aic_binary_dir or _compile_qpc(settings, progress), settings.device_ids,
+                              open_qpc)
+        _card_adapters(settings, session)
+        return session
+    if settings.adapters:
+        raise SessionError("engine=onnx runs no LoRA adapters: serve them on the CPU (engine cpu) or a card")
     from .twin.session import onnx_opener
 
     c = settings.compile
@@ -208,14 +250,17 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
     return QaicSession(c["onnx_path"], settings.device_ids, opener)
 
 
-def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str, mx: Mx = NO_MX):
-    """The CPU session ``cpu_support`` picks for the model's config (SessionError naming the field none serves)."""
+def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str, mx: Mx = NO_MX,
+                     adapters: dict | None = None):
+    """The CPU session ``cpu_support`` picks for the model's config (SessionError naming the field none serves);
+    ``adapters`` (LoRA, by name): the Llama-family session's."""
     from .sessions.cpu import CpuKVSession
     from .sessions.hf import CpuRecomputeSession, TransformersKVSession
 
     kind = cpu_support.session_for(model.config.to_dict(), use_kv_cache, precision, dims.ctx_len)
+    _check_lora_session(kind, adapters)
     if kind == cpu_support.LLAMA_FAMILY:
-        return CpuKVSession.of(model, dims, precision, mx)
+        return CpuKVSession.of(model, dims, precision, mx, adapters)
     _refuse_mx(mx, model.config.model_type)
     open_session = {cpu_support.TRANSFORMERS_KV: TransformersKVSession, cpu_support.RECOMPUTE: CpuRecomputeSession}
     return open_session[kind](model, dims, precision)
@@ -231,6 +276,24 @@ def _refuse_mx(mx: Mx, model_type: str) -> None:
                            "model; set it false in compile_config.json, or run the ONNX twin (engine=onnx)")
 
 
+def _check_lora_session(kind: str, adapters: dict | None) -> None:
+    if adapters and kind != cpu_support.LLAMA_FAMILY:
+        raise SessionError(f"LoRA adapters run on the CPU's Llama-family KV session (or a card), not the {kind} "
+                           "session this model takes")
+
+
+def read_adapters(settings: BackendSettings, config) -> dict:
+    """The model's LoRA adapters, read and checked against the base model's config (SessionError)."""
+    from .sessions.lora import Adapter
+
+    read = {name: Adapter.read(folder, config.to_dict()) for name, folder in settings.adapters.items()}
+    try:
+        lora.check_alike({name: adapter.config for name, adapter in read.items()})
+    except lora.AdapterError as exc:
+        raise SessionError(str(exc)) from None
+    return read
+
+
 def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> tuple[Engine, str]:
     """The CPU engine and what the model's log line says about it; the config is checked before the weights load.
 
@@ -242,6 +305,8 @@ def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> 
     config = load_config(settings.hf_model_name, progress)
     kind = cpu_support.session_for(config.to_dict(), settings.use_kv_cache, settings.precision,
                                    settings.compile["ctx_len"])
+    _check_lora_session(kind, settings.adapters)
+    adapters = read_adapters(settings, config)
     torch.set_num_threads(threads)
     dims = settings.dims(config.vocab_size)
     mx = Mx.of(settings.compile)
@@ -252,10 +317,10 @@ def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> 
         from .sessions.cpu import CpuKVSession
 
         tokenizer, eos = load_tokenizer(settings.hf_model_name, progress, config)
-        session = CpuKVSession(config, read_tensors(files), dims, settings.precision, mx)
+        session = CpuKVSession(config, read_tensors(files), dims, settings.precision, mx, adapters)
     else:
         model, tokenizer = load_pretrained(settings.hf_model_name, progress)
-        session = open_cpu_session(model, dims, settings.use_kv_cache, settings.precision, mx)
+        session = open_cpu_session(model, dims, settings.use_kv_cache, settings.precision, mx, adapters)
         eos = eos_ids(model, tokenizer)
     engine = Engine(session, tokenizer, eos)
     varies = VARIES_WITH_BATCH.get(settings.precision)
@@ -295,6 +360,9 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
         engine, extra = _cpu_engine(settings, progress, threads)
         extra += f" threads={threads} ({chosen})"
     engine.prefix_caching = engine.prefix_caching and settings.prefix_caching
+    if engine.adapters:
+        engine.max_loras = settings.max_loras
+        extra += f" lora_adapters={','.join(engine.adapters)} max_loras={engine.max_loras}"
     if engine.prefix_caching:
         extra += " prefix_caching=on"
     if settings.speculative_tokens:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fake_server import FakeServer, registered
-from helpers import SERVER_START, SESSION_MARK, LlamaServer, marked_servers, remove_shared
+from helpers import SERVER_START, SESSION_MARK, LlamaServer, made_once, marked_servers, remove_shared
 
 ECHO_CONFIG = """\
 backend: "python"
@@ -89,6 +89,14 @@ def embedded_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("llm_model_dir")
     write_samples(EMBEDDED_SAMPLES, repo)
     return repo
+
+
+@pytest.fixture(scope="session")
+def lora_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two tiny real LoRA adapters (A, B) of the embedded model, trained once a run (tests/lora_adapters.py)."""
+    from lora_adapters import make_adapters
+
+    return make_adapters(made_once(tmp_path_factory, "lora", make_adapters))
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ Defaults are QEfficient's compile defaults; they apply when a key (or the whole 
 ``full_batch_size`` turns on continuous batching. ``include_sampler`` compiles QEfficient's on-device sampler
 (``qaic_config`` ``include_sampler`` / ``max_top_k_ids``); ``comp_ctx_lengths_prefill`` / ``_decode`` are its
 compute-context lengths (CCL): the context lengths a prefill chunk and a decode step may attend, each a
-specialization of its own (:mod:`.specializations`).
+specialization of its own (:mod:`.specializations`). ``lora_adapters`` names the LoRA adapters compiled in.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ SCHEMA: Schema = {
     "comp_ctx_lengths_decode": (list, None, lambda v: _ascending(v), "a non-empty list of increasing integers >= 1"),
     # a vision-language model's vision QPC: the image side it is compiled for (QEfficient's compile(img_size=))
     "img_size": (int, None, lambda v: 1 <= v <= 8192, "an integer in [1, 8192] (the vision QPC's image side)"),
+    # QEfficient's finite LoRAX: the adapters compiled into the QPC, their lora_ids from 1 in this order
+    "lora_adapters": (list, None, lambda v: bool(v) and all(isinstance(n, str) and n for n in v),
+                      "a list of adapter names (config.pbtxt's lora_adapters, in order)"),
 }
 KEYS = tuple(SCHEMA)
 MAX_BYTES = 64 * 1024  # a compile config is a few hundred bytes; a model's config.json a few kilobytes

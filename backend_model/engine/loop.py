@@ -22,10 +22,15 @@ the whole prefill chunks of its last prompt, and a prompt that starts with the s
 that slot and prefills only the rest, from the same chunk boundary. Only whole chunks of a prompt are
 reused, never the tokens a decode step wrote, so every number is the one a prefill from token 0 computes:
 answers are the same with reuse and without. A prompt's images take part in what "the same" means: each image
-placeholder is compared with its image's digest (:mod:`.media`), so different images never share a chunk.
+placeholder is compared with its image's digest (:mod:`.media`), so different images never share a chunk; and a
+slot's cache is reused only by a prompt of the same adapter.
 
 A prompt with images (``Sequence.media``) prefills alone, its chunks fed its vision embeddings as QEfficient feeds
 a language QPC (``vision_embeds``, ``image_idx``); decoding is the same for every row.
+
+LoRA adapters (a session with ``adapters``, QEfficient's finite LoRAX): a request names one by ``lora_name``; each
+row of a run carries its adapter's id in ``lora_ids`` [B, 1] (0: the base, then the adapters in order), so one
+step mixes adapters. At most ``max_loras`` adapters share the slots: a prompt of another adapter waits its turn.
 
 A decode step always sends every row. As in QEfficient, a row with nothing to decode (finished,
 or a free slot) repeats the token and position it was last fed (zeros before its first use):
@@ -44,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from ..contract.adapters import unknown
 from ..contract.errors import BadRequest
 from ..sessions.protocol import Session
 from .card_sampling import OUTPUT, CardSampler, Inputs, idle, stack
@@ -81,6 +87,7 @@ class Sequence:
     reported: int = 0  # entries an update has carried (the rest wait for their tokens' text)
     forced: list[int] | None = None  # a continuation fed instead of sampling (scored, not generated)
     media: Media | None = None  # the prompt's images, fed beside its prefill chunks
+    lora: int = 0  # its adapter's id (0: the base model)
     # private state
     grammar: Matcher | None = None
     held: str = ""  # text held back while it may still be the start of a stop string
@@ -153,6 +160,10 @@ class Engine:
         # positions of one slot in one step (speculation.py); 0: off
         self.speculative_tokens = 0
         self.held: list[list] = [[] for _ in self.slots]  # each slot's cached prompt key (Sequence.key), whole chunks
+        # LoRA: the adapters' ids by name (the session's, in order from 1), each slot's adapter, and how many mix
+        self.adapters = {name: i + 1 for i, name in enumerate(getattr(session, "adapters", ()))}
+        self.max_loras = len(self.adapters)
+        self.lora = np.zeros((self.dims.slots, 1), dtype=np.int64)  # what each row was last fed with (its cache's)
         self.freed = [-1] * self.dims.slots  # when each slot was last freed (an engine tick; -1: never used)
         self._ticks = itertools.count()
         self._lock = threading.Condition()
@@ -236,7 +247,21 @@ class Engine:
 
     def _new(self, prompt_ids: list[int], params: SamplingParams, tag: Any, filler: bool = False) -> Sequence:
         sampler = CardSampler(params, self.card_sampling) if self.card_sampling else Sampler(params)
-        return Sequence(list(prompt_ids), params, sampler, Detokenizer(self.tokenizer, self.table), tag, filler=filler)
+        return Sequence(list(prompt_ids), params, sampler, Detokenizer(self.tokenizer, self.table), tag,
+                        filler=filler, lora=self.lora_id(params.lora_name))
+
+    def lora_id(self, name: str | None) -> int:
+        """The id of adapter ``name`` (None or '': the base, 0); BadRequest naming the served ones."""
+        if not name:
+            return 0
+        if name not in self.adapters:
+            raise unknown(name, list(self.adapters))
+        return self.adapters[name]
+
+    def _fits(self, seq: Sequence, batch: list[Sequence]) -> bool:
+        """Whether ``seq`` may join the slots and ``batch`` without more than ``max_loras`` adapters in them."""
+        mixed = {s.lora for s in itertools.chain(self.slots, batch) if s is not None and not s.finished}
+        return seq.lora == 0 or seq.lora in mixed or len(mixed - {0}) < self.max_loras
 
     def cancel(self, seq: Sequence) -> None:
         """Ends ``seq`` at the next step and frees its slot."""
@@ -297,10 +322,12 @@ class Engine:
                 return []
             if self.dims.continuous:  # one prompt a phase: its first token leaves when its own prefill ends
                 free = [i for i, s in enumerate(self.slots) if s is None]
-                batch = [self.queue.popleft()] if free else []
+                batch = [self.queue.popleft()] if free and self._fits(self.queue[0], []) else []
             elif all(s is None for s in self.slots):
                 free = list(range(self.dims.batch_size))
-                batch = [self.queue.popleft() for _ in range(min(len(free), len(self.queue)))]
+                batch = []
+                while self.queue and len(batch) < len(free) and self._fits(self.queue[0], batch):
+                    batch.append(self.queue.popleft())
                 for i in range(len(batch), len(free)):  # fill the batch by repetition (unconstrained, unscored)
                     src = batch[i % len(batch)]
                     params = replace(src.params, logprobs=None, structured_outputs=None)
@@ -309,26 +336,27 @@ class Engine:
             else:
                 return []
         for seq in batch:
-            seq.slot = self._best_slot(free, seq.key)
+            seq.slot = self._best_slot(free, seq)
             free.remove(seq.slot)
             self.slots[seq.slot] = seq
         self.meter.admitted(batch)
         return batch
 
-    def _reusable(self, slot: int, key: list) -> int:
+    def _reusable(self, slot: int, seq: Sequence) -> int:
         """How many of a prompt's tokens (its ``Sequence.key``) the slot's cache holds already: whole chunks of a
-        common prefix, leaving at least one token to prefill (its logits give the first token)."""
-        if not self.prefix_caching:
+        common prefix computed with the same adapter, leaving at least one token to prefill (its logits give the
+        first token)."""
+        if not self.prefix_caching or self.lora[slot, 0] != seq.lora:
             return 0
-        held, chunk = self.held[slot], self.dims.prefill_seq_len
+        held, chunk, key = self.held[slot], self.dims.prefill_seq_len, seq.key
         common = next((i for i, (a, b) in enumerate(zip(held, key)) if a != b), min(len(held), len(key)))
         return min(common // chunk, (len(key) - 1) // chunk) * chunk
 
-    def _best_slot(self, free: list[int], key: list) -> int:
+    def _best_slot(self, free: list[int], seq: Sequence) -> int:
         """The free slot whose cache holds the most of the prompt; else the one unused longest (a never used slot
         first), so recent prompts stay for their next turn."""
         def rank(slot: int) -> tuple[int, bool, int]:
-            return self._reusable(slot, key), self.freed[slot] < 0, -self.freed[slot]
+            return self._reusable(slot, seq), self.freed[slot] < 0, -self.freed[slot]
 
         return max(free, key=rank)
 
@@ -336,7 +364,7 @@ class Engine:
         """The admitted sequences' prompts, padded to whole chunks, ready to prefill together."""
         chunk = self.dims.prefill_seq_len
         for seq in group:
-            seq.reused = self._reusable(seq.slot, seq.key)
+            seq.reused = self._reusable(seq.slot, seq)
         chunks = -(-max(len(s.prompt_ids) - s.reused for s in group) // chunk)
         ids = np.zeros((len(group), chunks * chunk), dtype=np.int64)
         pos = np.full_like(ids, -1)
@@ -345,6 +373,7 @@ class Engine:
             ids[r, : n - start] = seq.prompt_ids[start:]
             pos[r, : n - start] = np.arange(start, n)
             self.fed[seq.slot] = (seq.prompt_ids[-1], n - 1)
+            self.lora[seq.slot] = seq.lora
             # what the slot will hold: the prompt's whole chunks before the one with its last token (a row that
             # idles repeats that token, and a card computes it again)
             self.held[seq.slot] = seq.key[: (n - 1) // chunk * chunk] if self.prefix_caching else []
@@ -386,6 +415,8 @@ class Engine:
         if media is not None:
             first = fill.group[0]
             inputs.update(media.inputs(first.prompt_ids, first.reused + fill.next * chunk))
+        if self.adapters:
+            inputs["lora_ids"] = np.array([[seq.lora] for seq in fill.group], dtype=np.int64)
         started = time.perf_counter()
         out = self.session.run(inputs)
         self.meter.prefill_chunk(time.perf_counter() - started)
@@ -405,10 +436,14 @@ class Engine:
         inputs = {"input_ids": fed[:, :1].copy(), "position_ids": fed[:, 1:].copy()}
         if self.dims.continuous or extra:
             inputs["batch_index"] = self._rows
+        if self.adapters:
+            inputs["lora_ids"] = self.lora
         if extra:
             more = np.array(extra, dtype=np.int64)  # slot, token, position
             for name, column in (("batch_index", 0), ("input_ids", 1), ("position_ids", 2)):
                 inputs[name] = np.concatenate([inputs[name], more[:, column : column + 1]])
+            if self.adapters:
+                inputs["lora_ids"] = np.concatenate([self.lora, self.lora[more[:, 0]]])
         if self.on_card:
             inputs.update(self._card_inputs([s if s is not None and not s.finished else None for s in self.slots]))
         started = time.perf_counter()

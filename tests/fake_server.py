@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -63,6 +64,16 @@ def plain_info(name: str, decoupled: bool = False) -> ModelInfo:
     """A model with only ``prompt`` in and ``text_output`` out, and no chat template here (no tokenizer known)."""
     return ModelInfo(name, decoupled, True, inputs=(Tensor("prompt", "BYTES"),),
                      outputs=(Tensor("text_output", "BYTES"),))
+
+
+def with_adapters(info: ModelInfo, *adapters: str, max_loras: int | None = None) -> ModelInfo:
+    """``info`` serving these LoRA adapters (each in ``adapters/<name>``, as the generator writes them) through its
+    ``lora_name`` input."""
+    folders = json.dumps({name: f"adapters/{name}" for name in adapters})
+    parameters = {**info.parameters, "lora_adapters": folders,
+                  **({"max_loras": str(max_loras)} if max_loras is not None else {})}
+    lora_name = Tensor("lora_name", "BYTES", (1,), True)
+    return replace(info, parameters=parameters, inputs=(*info.inputs, lora_name))
 
 
 # --------------------------------------------------------------------------- what a request gets
@@ -355,6 +366,9 @@ class FakeAdapter(Adapter):
     def model_info(self, model: str, mode: str = "stream", protocol: str = "http", timeout: float = 10.0) -> ModelInfo:
         self.server.check()
         if model not in self.server.models:
+            picked = self.adapter_info(model, mode, protocol, timeout)  # a LoRA adapter, as tritonserver's kind
+            if picked is not None:
+                return picked
             raise NotServed(f"model {model!r} is not served at {self.server.url}: it serves "
                             f"{', '.join(self.server.models)}")
         return self.server.models[model]

@@ -2,9 +2,9 @@
 
 A :class:`Control` row says what a control is (name, type, range, help and label), what the consoles
 fill in, and how it travels: its Triton datatype and dims, and whether vLLM's ``sampling_parameters``
-JSON carries it too. A control is a number, a switch, a list of strings (``stop``) or a JSON object
-(``structured_outputs``, checked for its size and depth before it is parsed). From :data:`CONTROLS`
-come the generated ``config.pbtxt`` inputs (``repo_gen.writer``), the backend's parser and checks
+JSON carries it too. A control is a number, a switch, a list of strings (``stop``), one string
+(``lora_name``) or a JSON object (``structured_outputs``, checked for its size and depth before it is parsed).
+From :data:`CONTROLS` come the generated ``config.pbtxt`` inputs (``repo_gen.writer``), the backend's parser and checks
 (``triton.inputs``), and the consoles' table, CLI options, TUI fields and web inputs of the offered rows
 (``console.clients.params``, ``console.core.controls``). Adding a control is one row here plus its
 effect in the engine (``engine.sampling``, or ``engine.loop`` for what is not sampling).
@@ -66,7 +66,8 @@ def _number(value: float) -> str:
 
 @dataclass(frozen=True)
 class Control:
-    """One generation control. ``kind``: int, float, bool or str (str: a list of strings, e.g. stop strings)."""
+    """One generation control. ``kind``: int, float, bool or str (str: a list of strings, e.g. stop strings, unless
+    ``single``: one string, e.g. an adapter's name)."""
 
     name: str
     kind: type
@@ -80,6 +81,7 @@ class Control:
     zero_means_all: bool = False  # 0 asks for as many as the context allows (an unset value: the model's default)
     vllm: bool = True  # also read from vLLM's ``sampling_parameters`` JSON
     offered: bool = True  # the consoles offer it (False: the backend reads it, for other tools)
+    single: bool = False  # a str control that takes one string (dims [1]; empty: not set)
 
     def __post_init__(self) -> None:
         if self.datatype not in DATATYPES[self.kind]:
@@ -91,7 +93,7 @@ class Control:
 
     @property
     def multiple(self) -> bool:
-        return self.kind is str
+        return self.kind is str and not self.single
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -102,6 +104,8 @@ class Control:
         if self.multiple:
             most = "" if self.maximum is None else f"up to {_number(self.maximum)} "
             return f"{most}non-empty strings of at most {MAX_TEXT} characters"
+        if self.kind is str:
+            return f"one string of at most {MAX_TEXT} characters"
         low = "" if self.minimum is None else f"{'>' if self.above else '>='} {_number(self.minimum)}"
         high = "" if self.maximum is None else f"<= {_number(self.maximum)}"
         return " ".join(p for p in (KIND_WORDS[self.kind], low, "and" if low and high else "", high) if p)
@@ -123,6 +127,10 @@ class Control:
             return self._strings(value, who)
         if self.kind is dict:
             return self._object(value, who)
+        if self.kind is str:
+            if not isinstance(value, str) or len(value) > MAX_TEXT:
+                raise self._bad(value, who)
+            return value or None
         if self.kind is bool:
             if not isinstance(value, bool):
                 raise self._bad(value, who)
@@ -173,7 +181,7 @@ class Control:
             return None
         if self.multiple:
             return self.check(tuple(p for p in text.split("|") if p), who)
-        if self.kind is dict:
+        if self.kind in (dict, str):
             return self.check(text, who)
         if self.kind is bool:
             if text.lower() not in BOOLEANS:
@@ -212,5 +220,9 @@ CONTROLS: tuple[Control, ...] = (
             'StructuredOutputsParams): {"json": <schema>}, {"json_object": true}, {"regex": "<pattern>"} or '
             '{"choice": [...]}.',
             offered=False),
+    # a LoRA adapter the model serves (config.pbtxt's lora_adapters); the front maps model="<adapter>" to it, the
+    # consoles' model pickers set it
+    Control("lora_name", str, "BYTES", "Adapter", "The LoRA adapter that answers (blank: the base model).",
+            single=True, offered=False),
 )
 BY_NAME: dict[str, Control] = {c.name: c for c in CONTROLS}

@@ -104,9 +104,10 @@ class Prepared:
         turn.sent_at = time.perf_counter()
 
 
-def params_for(settings: Settings, request_id: str) -> GenerationParams:
-    """The wire parameters: the controls and the request id."""
-    return settings.params.replace(request_id=request_id)
+def params_for(settings: Settings, request_id: str, info: ModelInfo) -> GenerationParams:
+    """The wire parameters: the controls, the request id and the LoRA adapter ``info`` was picked as."""
+    params = settings.params.replace(request_id=request_id)
+    return params.replace(lora_name=info.adapter) if info.adapter else params
 
 
 def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history: History = (),
@@ -137,7 +138,7 @@ def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history
                           progress=progress)
     timeouts = Timeouts(info.network_timeout(settings.timeout),
                         (settings.idle_timeout or None) if settings.mode == "stream" else None)
-    params = params_for(settings, request_id or new_request_id())
+    params = params_for(settings, request_id or new_request_id(), info)
     call = server.call(settings.mode, settings.protocol, info, framed, params, timeouts)
     return Prepared(info, framed.sent, call, interface.ignored(settings.params), time.perf_counter() - t0, chat,
                     interface.notes(settings.params))

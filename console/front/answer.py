@@ -2,11 +2,11 @@
 :class:`Answer` writes a chat's answer in OpenAI's shapes (:class:`~.completions.Completion` a completion's;
 :class:`~.responses.ResponseAnswer` the Responses API's).
 
-A request's model is found and its controls checked against the model's interface, the chat template applied
-(:mod:`.tokenizers`), then one streamed request goes upstream. A stream's first response is awaited before the answer
-starts, so a refusal still gets its status; later errors end the stream with an error event. A client that goes away
-cancels its upstream request: a stream through the framework's disconnect watch, an answer that is not streamed
-through :func:`~.wire.unless_gone`.
+A request's model (or an adapter of one: :mod:`.served`) is found and its controls checked against the model's
+interface, the chat template applied (:mod:`.tokenizers`), then one streamed request goes upstream. A stream's first
+response is awaited before the answer starts, so a refusal still gets its status; later errors end the stream with an
+error event. A client that goes away cancels its upstream request: a stream through the framework's disconnect watch, an
+answer that is not streamed through :func:`~.wire.unless_gone`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from console.clients import ModelInfo, interface_of, new_request_id
+from console.clients import interface_of, new_request_id
 
 from . import mapping
 from .completions import Completion
 from .errors import APIError
-from .protocol import Reply, Upstream, UsageInfo
+from .protocol import Reply, UsageInfo
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .state import Front
 from .toolcalls import Call, Parser, Reader
@@ -106,27 +106,16 @@ class Answer:
         yield DONE
 
 
-async def named(upstream: Upstream, model: str) -> ModelInfo:
-    """The model a request names; none named: the one model served, else 400 naming the served ones."""
-    if model:
-        return await upstream.info(model)
-    served = await upstream.models()
-    if len(served) != 1:
-        names = ", ".join(info.name for info in served) or "none"
-        raise APIError(400, f"model is required unless exactly one model is served (served: {names})", "model")
-    return served[0]
-
-
 async def answer(front: Front, request: Request, job: mapping.Job, kind: type[Answer] = Answer) -> Response:
     """``job``'s answer, whole or streamed: a completion, or a chat in the shapes of ``kind``."""
-    info = await named(front.upstream, job.model)
-    job.model = info.name
+    target = await (front.served.target(job.model) if job.model else front.served.only())
+    info, job.model = target.info, target.name
     request_id = new_request_id()
-    params = mapping.check_model(job, interface_of(info)).replace(request_id=request_id)
+    params = mapping.check_model(job, interface_of(info), target.adapter).replace(request_id=request_id)
     if job.chat:
         prompt = await front.tokenizers.chat_prompt(info, job.messages, job.tools)
         parser = await front.tokenizers.tool_parser(info, front.tool_parser) if job.tools is not None else None
-        generation = Generation(front.upstream, info, prompt, params, info.default_timeout)
+        generation = Generation(front.upstream, info, prompt, params, info.default_timeout, front.metrics.waiting)
         result: Answer | Completion = kind(front, job, generation, parser)
     else:
         result = Completion(front, job, info, params)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from .metrics_route import FrontMetrics
 from .protocol import Upstream
+from .served import Served
 from .tokenizers import Tokenizers
 
 
@@ -13,10 +14,14 @@ from .tokenizers import Tokenizers
 class Front:
     """The models behind the front (a :class:`~.upstream.TritonUpstream`; a test's fake), the API key clients bring
     (None: none asked), the tokenizers, the format of every model's tool calls (``--tool-call-parser``; None: each
-    template's) and the front's own counters."""
+    template's), the names it serves (models and their adapters) and the front's own counters."""
 
     upstream: Upstream
     api_key: str | None = None
     tokenizers: Tokenizers = field(default_factory=Tokenizers)
     tool_parser: str | None = None
     metrics: FrontMetrics = field(init=False, default_factory=FrontMetrics)
+    served: Served = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.served = Served(self.upstream)

@@ -1,0 +1,65 @@
+"""LoRA adapters in the consoles, on the fake server: headless ``--model <adapter>`` asks the base model with the
+adapter as ``lora_name``, the TUI's and the web page's model pickers list each model's adapters under it, and a
+picked adapter goes out as its model with ``lora_name``. (A real tritonserver: e2e.)"""
+
+from __future__ import annotations
+
+from fake_server import FakeServer, bundled_info, with_adapters
+from helpers import assert_one_line_error, cli
+
+from console.clients import GenerationParams, ModelInfo
+from console.core.controller import ModelRow, Snapshot
+from console.core.request import Settings, prepare
+from console.tui.widgets.controls import model_options
+from console.web.views import model_choices
+
+
+def served(fake_server: FakeServer) -> tuple[ModelInfo, ...]:
+    infos = (with_adapters(bundled_info("smollm2_decoupled"), "alpha", "beta"), bundled_info("other"))
+    fake_server.serve(*infos)
+    return infos
+
+
+def test_headless_asks_an_adapter_of_its_model(fake_server: FakeServer) -> None:
+    served(fake_server)
+    for model in ("beta", "smollm2_decoupled"):
+        result = cli("--prompt", "My name is", "--url", fake_server.url, "--model", model, "--max-tokens", "4",
+                     "--raw")
+        assert result.exit_code == 0, result.output
+    assert [(r.model, r.params.get("lora_name")) for r in fake_server.requests] == [
+        ("smollm2_decoupled", "beta"), ("smollm2_decoupled", None)]
+
+
+def test_an_adapter_no_model_serves_is_refused_naming_the_models(fake_server: FakeServer) -> None:
+    served(fake_server)
+    assert_one_line_error(cli("--prompt", "hi", "--url", fake_server.url, "--model", "gamma"), "gamma",
+                          "smollm2_decoupled")
+    assert not fake_server.requests
+
+
+def snapshot(fake_server: FakeServer) -> Snapshot:
+    rows = tuple(ModelRow(info.name, "READY", "", info) for info in served(fake_server))
+    return Snapshot(phase="connected", message="", models=rows)
+
+
+def test_the_pickers_list_each_models_adapters_under_it(fake_server: FakeServer) -> None:
+    choices = snapshot(fake_server).choices
+    assert list(choices) == ["smollm2_decoupled", "alpha", "beta", "other"]
+    assert choices["beta"].name == "smollm2_decoupled" and choices["beta"].adapter == "beta"
+    tui = model_options("stream", choices)
+    assert [name for _, name in tui] == ["other", "smollm2_decoupled", "alpha", "beta"]
+    assert tui[2][0].strip() == "alpha · LoRA adapter of smollm2_decoupled"
+    web = model_choices(choices, "stream")
+    assert [name for _, name in web] == ["other", "smollm2_decoupled", "alpha", "beta"]
+    assert web[3][0] == "beta · LoRA adapter of smollm2_decoupled"
+
+
+def test_a_picked_adapter_goes_out_as_its_model_with_lora_name(fake_server: FakeServer) -> None:
+    from console.core.adapters import adapter_for
+
+    info = snapshot(fake_server).choices["alpha"]
+    call = prepare(adapter_for(fake_server.url), Settings("alpha", params=GenerationParams(max_tokens=2)), ["Hi"],
+                   info=info).call
+    list(call)
+    (request,) = fake_server.requests
+    assert (request.model, request.params.get("lora_name")) == ("smollm2_decoupled", "alpha")

@@ -1,6 +1,6 @@
 """The names the OpenAI front publishes its models' figures under on its ``/metrics`` (vLLM's, with vLLM's meaning),
 so the tools that read vLLM's page read the front's: the front maps the backend's families to them
-(``console.front.metrics_route``)."""
+(``console.front.metrics_route``), the fleet's endpoint picker is told to read them (``console.fleet.pool``)."""
 
 from __future__ import annotations
 

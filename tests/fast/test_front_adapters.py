@@ -17,6 +17,7 @@ from fake_upstream import FakeUpstream, call, client, error, full_info, post
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.clients import Tensor
+from console.fleet.pool import engine_config
 from console.front.app import create_app
 from console.front.state import Front
 
@@ -118,3 +119,20 @@ def test_metrics_say_which_adapters_are_loaded_and_which_wait_for_an_answer() ->
 def test_metrics_have_no_lora_gauge_without_adapters() -> None:
     assert lora_samples(call(FakeUpstream(bundled_info("smollm2")), "GET", "/metrics").text) == []
 
+
+BACKEND_PAGE = """# TYPE qaic_num_requests_running gauge
+qaic_num_requests_running{model="base",version="1"} 1.0
+# TYPE qaic_num_requests_waiting gauge
+qaic_num_requests_waiting{model="base",version="1"} 0.0
+# TYPE qaic_kv_cache_usage_perc gauge
+qaic_kv_cache_usage_perc{model="base",version="1"} 0.25
+"""
+
+
+def test_every_name_the_endpoint_pickers_config_maps_is_on_the_fronts_page() -> None:
+    """deploy k8s's picker reads these off each pod's front (the live backend's: e2e/test_front_routes.py)."""
+    upstream = served()
+    upstream.page = BACKEND_PAGE
+    published = {f.name for f in text_string_to_metric_families(call(upstream, "GET", "/metrics").text)}
+    specs = [v for k, v in engine_config(adapters=True).items() if k.endswith("Spec") and v]
+    assert len(specs) == 4 and set(specs) <= published

@@ -1,8 +1,11 @@
 """LoRA adapters in the consoles, on the fake server: headless ``--model <adapter>`` asks the base model with the
-adapter as ``lora_name``, the TUI's and the web page's model pickers list each model's adapters under it, and a
-picked adapter goes out as its model with ``lora_name``. (A real tritonserver: e2e.)"""
+adapter as ``lora_name``, the TUI's and the web page's model pickers list each model's adapters under it, a picked
+adapter goes out as its model with ``lora_name``, and ``bench --adapters`` spreads its requests over adapters."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from fake_server import FakeServer, bundled_info, with_adapters
 from helpers import assert_one_line_error, cli
@@ -63,3 +66,20 @@ def test_a_picked_adapter_goes_out_as_its_model_with_lora_name(fake_server: Fake
     list(call)
     (request,) = fake_server.requests
     assert (request.model, request.params.get("lora_name")) == ("smollm2_decoupled", "alpha")
+
+
+def test_bench_spreads_its_requests_over_the_adapters_and_reports_each(fake_server: FakeServer,
+                                                                       tmp_path: Path) -> None:
+    served(fake_server)
+    result = cli("bench", "--url", fake_server.url, "--adapters", "alpha,beta,smollm2_decoupled", "--requests", "6",
+                 "--concurrency", "2", "--warmup", "0", "--output-tokens-mean", "4", "--input-tokens-mean", "8",
+                 "--plots", "none", "-o", str(tmp_path), "--json", "-q")
+    assert result.exit_code == 0, result.output
+    [level] = json.loads(result.stdout)["levels"]
+    assert {name: s["request_count"] for name, s in level["adapters"].items()} == {
+        "alpha": 2, "beta": 2, "smollm2_decoupled": 2}
+    sent = [(r.model, r.params.get("lora_name")) for r in fake_server.requests]
+    assert sorted(sent, key=str) == sorted([("smollm2_decoupled", "alpha"), ("smollm2_decoupled", "beta"),
+                                           ("smollm2_decoupled", None)] * 2, key=str)
+    requests = (tmp_path / "bench_requests.csv").read_text()
+    assert "adapter" in requests.splitlines()[0]

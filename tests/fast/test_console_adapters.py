@@ -83,3 +83,22 @@ def test_bench_spreads_its_requests_over_the_adapters_and_reports_each(fake_serv
                                            ("smollm2_decoupled", None)] * 2, key=str)
     requests = (tmp_path / "bench_requests.csv").read_text()
     assert "adapter" in requests.splitlines()[0]
+
+
+def test_the_tuis_picker_offers_the_adapters_and_a_send_asks_the_picked_one(fake_server: FakeServer,
+                                                                            tmp_path: Path) -> None:
+    from textual.widgets import Select
+    from tui_pilot import run, say, stream_pane
+
+    served(fake_server)
+
+    async def go() -> None:
+        async with stream_pane(fake_server.url, None, tmp_path, 8, chat=False) as (_, pilot, stream):
+            assert {"alpha", "beta"} <= set(stream.infos) and stream.infos["beta"].adapter == "beta"
+            stream.controls.query_one("#model", Select).value = "beta"  # offered: a value not offered is refused
+            await say(pilot, stream, "My name is")
+            assert stream.turns[0].replies[0].ok
+
+    run(go)
+    (request,) = fake_server.requests
+    assert (request.model, request.params.get("lora_name")) == ("smollm2_decoupled", "beta")

@@ -4,6 +4,11 @@
 .onnx file or its folder, relative to the model folder unless absolute) through ``QaicSession`` on
 the card's ONNX Runtime twin: the card's code path with real numbers, before a long compile. A
 graph without specializations.json beside it is compiled for the compile config's dimensions.
+
+LoRA adapters (``lora_adapters``, ``contract.adapters``): the CPU's Llama-family session applies them itself; a
+card runs a QPC compiled with them by QEfficient's finite LoRAX (``QEffAutoLoraModelForCausalLM``, its
+``lora_ids`` input), whose adapters are the compile config's ``lora_adapters`` in the same order. (The card's path
+is written against QEfficient's API; no card runs here.)
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .contract import adapters as lora
 from .contract import compile_config, cpu_support, devices, specializations
 from .contract.parameters import BOOLEANS, ENGINES, TRUE, VARIES_WITH_BATCH
 from .engine.loop import Engine
@@ -51,6 +57,8 @@ class BackendSettings:
     cpu_models: int = 1  # CPU model instances of the server, for the automatic thread count
     prefix_caching: bool = True  # a prompt that starts as a slot's last one prefills only the rest (Engine)
     speculative_tokens: int = 0  # prompt-lookup drafted tokens a decode step (speculation.py); 0: off
+    adapters: dict[str, Path] = field(default_factory=dict)  # LoRA adapters' folders by name, in lora_ids order
+    max_loras: int = 0  # adapters one batch mixes
     compile: dict[str, Any] = field(default_factory=lambda: compile_config.validate({}))
 
     @classmethod
@@ -83,6 +91,11 @@ class BackendSettings:
                                f"{MAX_SPECULATIVE_TOKENS}, got {drafts!r}")
         if not threads.isdigit():
             raise SessionError(f"parameter cpu_threads must be an integer >= 0, got {threads!r}")
+        try:
+            folders = lora.parse_adapters(parameters.get(lora.PARAMETER, ""))
+            max_loras = lora.parse_max_loras(parameters.get(lora.MAX_PARAMETER, ""), len(folders))
+        except lora.AdapterError as exc:
+            raise SessionError(str(exc)) from None
         return cls(
             use_kv_cache=kv in TRUE,
             engine=engine,
@@ -94,6 +107,8 @@ class BackendSettings:
             cpu_threads=int(threads),
             prefix_caching=reuse in TRUE,
             speculative_tokens=int(drafts),
+            adapters={name: Path(model_dir) / folder for name, folder in folders.items()},
+            max_loras=max_loras,
             compile=compiled,
         )
 
@@ -139,7 +154,7 @@ def choose_engine(settings: BackendSettings) -> str:
 def compile_options(config: dict[str, Any]) -> dict[str, Any]:
     """QEfficient ``compile()`` keyword arguments: extra options become compiler flags as given, so
     ``mos`` goes only when >= 1 and ``aic_enable_depth_first`` only when true."""
-    options = {k: v for k, v in config.items() if v is not None}
+    options = {k: v for k, v in config.items() if v is not None and k != "lora_adapters"}
     if options.get("mos", -1) < 1:
         options.pop("mos", None)
     if not options.get("aic_enable_depth_first"):
@@ -153,10 +168,30 @@ def _compile_qpc(settings: BackendSettings, progress: Progress) -> str:
 
     progress(f"compiling {settings.hf_model_name} with QEfficient (this can take a long time) ...")
     options = compile_options(settings.compile)
-    model = QEFFAutoModelForCausalLM.from_pretrained(
-        settings.hf_model_name, continuous_batching=bool(options.get("full_batch_size"))
-    )
+    continuous = bool(options.get("full_batch_size"))
+    if settings.adapters:  # finite LoRAX: every adapter compiled in, lora_ids from 1 in order (0: the base)
+        from QEfficient.peft.lora import QEffAutoLoraModelForCausalLM
+
+        model = QEffAutoLoraModelForCausalLM.from_pretrained(settings.hf_model_name, continuous_batching=continuous)
+        for name, folder in settings.adapters.items():
+            model.load_adapter(str(folder), name)
+    else:
+        model = QEFFAutoModelForCausalLM.from_pretrained(settings.hf_model_name, continuous_batching=continuous)
     return str(model.compile(**options))
+
+
+def _card_adapters(settings: BackendSettings, session: QaicSession) -> None:
+    """A QPC's adapters: its ``lora_ids`` input, and the compile config's list (their ids) the same as the model's."""
+    names = list(settings.adapters)
+    has_input = "lora_ids" in session.session.input_names
+    if names and not has_input:
+        raise SessionError("lora_adapters are set but the QPC has no lora_ids input: compile it with the adapters "
+                           "(QEfficient's QEffAutoLoraModelForCausalLM), or leave aic_binary_dir empty to compile")
+    listed = settings.compile.get("lora_adapters")
+    if names and settings.aic_binary_dir and listed != names:
+        raise SessionError(f"compile_config.json lora_adapters {listed} must name the QPC's adapters in their order: "
+                           f"config.pbtxt serves {names}")
+    session.adapters = tuple(names)
 
 
 def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, threads: int) -> QaicSession:
@@ -164,7 +199,12 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
     if kind == "qaic":
         if settings.hf_model_name == EMBEDDED:  # the tokenizer must be the QPC's model's, not SmolLM2's
             raise SessionError("engine qaic needs hf_model_name: the model the QPC was compiled from (its tokenizer)")
-        return QaicSession(settings.aic_binary_dir or _compile_qpc(settings, progress), settings.device_ids, open_qpc)
+        session = QaicSession(settings.aic_binary_dir or _compile_qpc(settings, progress), settings.device_ids,
+                              open_qpc)
+        _card_adapters(settings, session)
+        return session
+    if settings.adapters:
+        raise SessionError("engine=onnx runs no LoRA adapters: serve them on the CPU (engine cpu) or a card")
     from .twin.session import onnx_opener
 
     c = settings.compile
@@ -172,15 +212,36 @@ def _compiled_session(kind: str, settings: BackendSettings, progress: Progress, 
     return QaicSession(c["onnx_path"], settings.device_ids, onnx_opener(fallback, threads, "compile_config.json"))
 
 
-def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str):
-    """The CPU session ``cpu_support`` picks for the model's config (SessionError naming the field none serves)."""
+def open_cpu_session(model, dims: Dims, use_kv_cache: bool, precision: str, adapters: dict | None = None):
+    """The CPU session ``cpu_support`` picks for the model's config (SessionError naming the field none serves);
+    ``adapters`` (LoRA, by name): the Llama-family session's."""
     from .sessions.cpu import CpuKVSession
     from .sessions.hf import CpuRecomputeSession, TransformersKVSession
 
     kind = cpu_support.session_for(model.config.to_dict(), use_kv_cache, precision, dims.ctx_len)
-    open_session = {cpu_support.LLAMA_FAMILY: CpuKVSession.of, cpu_support.TRANSFORMERS_KV: TransformersKVSession,
-                    cpu_support.RECOMPUTE: CpuRecomputeSession}[kind]
-    return open_session(model, dims, precision)
+    _check_lora_session(kind, adapters)
+    if kind == cpu_support.LLAMA_FAMILY:
+        return CpuKVSession.of(model, dims, precision, adapters)
+    open_session = {cpu_support.TRANSFORMERS_KV: TransformersKVSession, cpu_support.RECOMPUTE: CpuRecomputeSession}
+    return open_session[kind](model, dims, precision)
+
+
+def _check_lora_session(kind: str, adapters: dict | None) -> None:
+    if adapters and kind != cpu_support.LLAMA_FAMILY:
+        raise SessionError(f"LoRA adapters run on the CPU's Llama-family KV session (or a card), not the {kind} "
+                           "session this model takes")
+
+
+def read_adapters(settings: BackendSettings, config) -> dict:
+    """The model's LoRA adapters, read and checked against the base model's config (SessionError)."""
+    from .sessions.lora import Adapter
+
+    read = {name: Adapter.read(folder, config.to_dict()) for name, folder in settings.adapters.items()}
+    try:
+        lora.check_alike({name: adapter.config for name, adapter in read.items()})
+    except lora.AdapterError as exc:
+        raise SessionError(str(exc)) from None
+    return read
 
 
 def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> tuple[Engine, str]:
@@ -194,6 +255,8 @@ def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> 
     config = load_config(settings.hf_model_name, progress)
     kind = cpu_support.session_for(config.to_dict(), settings.use_kv_cache, settings.precision,
                                    settings.compile["ctx_len"])
+    _check_lora_session(kind, settings.adapters)
+    adapters = read_adapters(settings, config)
     torch.set_num_threads(threads)
     dims = settings.dims(config.vocab_size)
     files = safetensors_files(settings.hf_model_name, progress) if kind == cpu_support.LLAMA_FAMILY else None
@@ -201,10 +264,10 @@ def _cpu_engine(settings: BackendSettings, progress: Progress, threads: int) -> 
         from .sessions.cpu import CpuKVSession
 
         tokenizer, eos = load_tokenizer(settings.hf_model_name, progress, config)
-        session = CpuKVSession(config, read_tensors(files), dims, settings.precision)
+        session = CpuKVSession(config, read_tensors(files), dims, settings.precision, adapters)
     else:
         model, tokenizer = load_pretrained(settings.hf_model_name, progress)
-        session = open_cpu_session(model, dims, settings.use_kv_cache, settings.precision)
+        session = open_cpu_session(model, dims, settings.use_kv_cache, settings.precision, adapters)
         eos = eos_ids(model, tokenizer)
     engine = Engine(session, tokenizer, eos)
     varies = VARIES_WITH_BATCH.get(settings.precision)
@@ -233,6 +296,9 @@ def build_engine(settings: BackendSettings, progress: Progress = print) -> tuple
         engine, extra = _cpu_engine(settings, progress, threads)
         extra += f" threads={threads} ({chosen})"
     engine.prefix_caching = engine.prefix_caching and settings.prefix_caching
+    if engine.adapters:
+        engine.max_loras = settings.max_loras
+        extra += f" lora_adapters={','.join(engine.adapters)} max_loras={engine.max_loras}"
     if engine.prefix_caching:
         extra += " prefix_caching=on"
     if settings.speculative_tokens:

@@ -128,6 +128,13 @@ def parser(prog: str, default_output: Path | str, default_backend: Path | None) 
                "\"0,1,2,3;4,5,6,7\": two instances of four SoCs each. A group holds the QPC's num_devices SoCs "
                "(compile config num_devices, default 1); checked against qaic-util -q when it is here. Without a "
                "card each instance runs its own CPU engine.")
+    p.add_argument("--lora", metavar="NAME=PATH", action="append", default=[],
+                   help="A LoRA adapter the model serves (repeatable): PATH is a PEFT adapter folder "
+                        "(adapter_config.json, adapter_model.safetensors) of the base model, copied into "
+                        "<model>/adapters/NAME/; a request picks it by lora_name. All of one rank and target modules "
+                        "among q/k/v/o_proj (QEfficient's finite LoRAX; the compile config lists them).")
+    _flag(p, "max_loras", type=_threads,
+          help="Adapters one batch mixes (default: all of them).")
     return p
 
 
@@ -150,7 +157,8 @@ def generate(args: argparse.Namespace, default_backend: Path | None) -> Path:
         args.model_name, args.output_dir, python_backend_dir=backend_dir, force=args.force, note=note,
         aic_binary_dir=args.aic_binary_dir, compile_config_path=args.compile_config_path,
         hf_model_name=args.hf_model_name, model_type=args.model_type, decoupled=args.decoupled, engine=args.engine,
-        precision=args.precision, cpu_threads=args.cpu_threads, device_groups=args.device_groups)
+        precision=args.precision, cpu_threads=args.cpu_threads, device_groups=args.device_groups,
+        lora_adapters=args.lora, max_loras=args.max_loras)
     if args.hf_model_name == "":
         note(f"note: --hf_model_name given without a value: using {spec.hf_model_name or 'none'}")
     if spec.aic_binary_dir and not spec.hf_model_name:
@@ -161,7 +169,8 @@ def generate(args: argparse.Namespace, default_backend: Path | None) -> Path:
     mode = "decoupled" if spec.decoupled else "batch"
     source = spec.aic_binary_dir or spec.hf_model_name or "embedded"
     groups = f", instances {spec.instances} on device groups {spec.device_groups}" if spec.device_groups else ""
-    print(f"wrote {written} ({spec.model_type}, {mode}, source {source}{groups})", flush=True)
+    adapters = f", adapters {', '.join(spec.adapters)}" if spec.adapters else ""
+    print(f"wrote {written} ({spec.model_type}, {mode}, source {source}{groups}{adapters})", flush=True)
     return written
 
 

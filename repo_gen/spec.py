@@ -11,8 +11,9 @@ import difflib
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from backend_model.contract import adapters as lora
 from backend_model.contract import compile_config, cpu_support, devices
 from backend_model.contract.errors import SessionError
 from backend_model.contract.qpc import find_qpc, model_type_of
@@ -82,6 +83,8 @@ def resolve_spec(
     precision: str | None = None,
     cpu_threads: int | None = None,
     device_groups: str | None = None,
+    lora_adapters: Sequence[str] = (),
+    max_loras: int | None = None,
     note: Note = _quiet,
 ) -> ModelSpec:
     """Flags over a sample's defaults (or the template's); the model type may come from the QPC
@@ -106,7 +109,48 @@ def resolve_spec(
         precision=precision or base.precision,
         cpu_threads=base.cpu_threads if cpu_threads is None else cpu_threads,
         device_groups=_groups(device_groups) if device_groups is not None else base.device_groups,
+        adapters=_adapter_folders(lora_adapters) if lora_adapters else base.adapters,
+        max_loras=base.max_loras if max_loras is None else max_loras,
     )
+
+
+def _adapter_folders(entries: Sequence[str]) -> dict[str, str]:
+    """``--lora NAME=PATH`` entries as {name: absolute folder}, in order; RepoError naming a bad one."""
+    folders: dict[str, str] = {}
+    for entry in entries:
+        name, sep, path = entry.partition("=")
+        try:
+            lora.check_name(name)
+        except lora.AdapterError as exc:
+            raise RepoError(f"--lora {entry}: {exc}") from None
+        if not sep or not path:
+            raise RepoError(f"--lora {entry}: give NAME=PATH (PATH: a PEFT adapter folder)")
+        if name in folders:
+            raise RepoError(f"--lora {name} is given twice: adapter names are unique")
+        folders[name] = str(Path(path).expanduser().resolve())
+    return folders
+
+
+def check_lora(spec: ModelSpec) -> None:
+    """Each adapter against the base model before anything is written: a LoRA adapter this project serves, of the
+    base model (its name, and its sizes when the base's config.json is here), all of one rank and target modules
+    (QEfficient's finite LoRAX). RepoError naming the adapter."""
+    base = local_config(spec.hf_model_name)
+    configs = {}
+    for name, folder in spec.adapters.items():
+        try:
+            config = lora.read_config(Path(folder))
+            lora.check_weights(Path(folder), config, base)
+        except lora.AdapterError as exc:
+            raise RepoError(f"--lora {name}: {exc}") from None
+        if not lora.same_base(config.base, spec.hf_model_name):
+            raise RepoError(f"--lora {name}: trained on {config.base}, not on {spec.hf_model_name or 'embedded'} "
+                            "(its adapter_config.json's base_model_name_or_path)")
+        configs[name] = config
+    try:
+        lora.check_alike(configs)
+    except lora.AdapterError as exc:
+        raise RepoError(f"--lora: {exc}") from None
 
 
 def _groups(text: str) -> str:
@@ -191,5 +235,6 @@ def generate(model_name: str, output_dir: Path, *, python_backend_dir: Path | No
     spec = resolve_spec(model_name, note=note, **fields)
     check_groups(spec, note)
     _check_cpu(spec, note)
+    check_lora(spec)
     memory.check(spec, note, local_config(spec.hf_model_name))
     return spec, write_model(spec, output_dir, python_backend_dir=python_backend_dir, force=force, progress=note)

@@ -20,6 +20,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, Callable
 
+from backend_model.contract import adapters as lora
 from backend_model.contract import compile_config, devices, specializations
 from backend_model.contract.controls import CONTROLS
 from backend_model.contract.errors import SessionError
@@ -71,6 +72,8 @@ class ModelSpec:
     precision: str = "fp32"
     cpu_threads: int = 0  # 0: automatic (backend_model.sessions.threads)
     device_groups: str = ""  # "0,1;2,3": one model instance per group, each opening its SoCs
+    adapters: dict[str, str] = field(default_factory=dict)  # LoRA adapters' source folders by name, in order
+    max_loras: int = 0  # adapters one batch mixes (0: all of them)
 
     @property
     def instances(self) -> int:
@@ -79,8 +82,11 @@ class ModelSpec:
 
     def parameters(self) -> dict[str, str]:
         groups = {devices.PARAMETER: self.device_groups} if self.device_groups else {}
+        loras = {lora.PARAMETER: json.dumps({name: f"{lora.FOLDER}/{name}" for name in self.adapters}),
+                 lora.MAX_PARAMETER: str(self.max_loras or len(self.adapters))} if self.adapters else {}
         return {
             **groups,
+            **loras,
             "use_kv_cache": "true" if self.model_type == "kv_cache" else "false",
             "engine": self.engine,
             "aic_binary_dir": self.aic_binary_dir,
@@ -109,6 +115,12 @@ def check_spec(spec: ModelSpec) -> None:
     ):
         if value not in allowed:
             raise RepoError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
+    if spec.adapters and (spec.engine == "onnx" or spec.model_type != "kv_cache"):
+        raise RepoError("--lora: LoRA adapters are served by a KV-cache model on the CPU or a card (not by --engine "
+                        "onnx or a causal model)")
+    if not 0 <= spec.max_loras <= len(spec.adapters):
+        raise RepoError(f"--max-loras must be from 1 to the adapters given ({len(spec.adapters)}), got "
+                        f"{spec.max_loras}")
     if spec.aic_binary_dir and not Path(spec.aic_binary_dir).expanduser().is_dir():
         raise RepoError(f"--aic_binary_dir {spec.aic_binary_dir} is not a directory")
     compiled = compile_config.validate(spec.compile, "compile config")
@@ -248,6 +260,10 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
         compiled = _compiled(staged, spec, progress)
         (staged / "compile_config.json").write_text(json.dumps(compiled, indent=2) + "\n", encoding="utf-8")
         backend.copy_into(staged / "1")
+        for name, source in spec.adapters.items():  # the files PEFT wrote; the checks read them (spec.check_lora)
+            (staged / lora.FOLDER / name).mkdir(parents=True)
+            for file in (lora.CONFIG_FILE, lora.WEIGHTS_FILE):
+                shutil.copy2(Path(source) / file, staged / lora.FOLDER / name / file)
         if target.exists():
             os.replace(target, old)
         os.replace(staged, target)
@@ -267,6 +283,8 @@ def write_model(spec: ModelSpec, out_dir: str | Path, python_backend_dir: str | 
 def _compiled(folder: Path, spec: ModelSpec, progress: Progress) -> dict[str, Any]:
     """The compile config to write: an engine=onnx model's graph (exported into ``folder`` unless named)."""
     compiled = dict(spec.compile)
+    if spec.adapters:  # what QEfficient compiles in, in lora_ids order
+        compiled["lora_adapters"] = list(spec.adapters)
     if spec.engine == "onnx" and not compiled.get("onnx_path"):
         compiled["onnx_path"] = _export_graph(folder, spec, progress)
     elif spec.engine == "onnx":

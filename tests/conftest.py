@@ -92,6 +92,14 @@ def embedded_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def lora_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two tiny real LoRA adapters (A, B) of the embedded model, trained once a session (tests/lora_adapters.py)."""
+    from lora_adapters import make_adapters
+
+    return make_adapters(tmp_path_factory.mktemp("lora"))
+
+
+@pytest.fixture(scope="session")
 def embedded_server(embedded_repo: Path):
     """One real tritonserver serving the embedded samples for the whole session."""
     from console.server import TritonServer

@@ -1,7 +1,7 @@
 """compile_config.json: the seed's keys, their types, ranges and defaults.
 
 Defaults are QEfficient's compile defaults; they apply when a key (or the whole file) is absent.
-``full_batch_size`` turns on continuous batching.
+``full_batch_size`` turns on continuous batching; ``lora_adapters`` names the LoRA adapters compiled in.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ SCHEMA: dict[str, tuple[type, Any, Any, str]] = {
     "aic_enable_depth_first": (bool, False, lambda v: True, "true or false"),
     "mos": (int, -1, lambda v: v == -1 or 1 <= v <= 16, "-1 or an integer in [1, 16]"),
     "num_devices": (int, 1, lambda v: 1 <= v <= 64, "an integer in [1, 64] (the SoCs one QPC is tensor-sliced across)"),
+    # QEfficient's finite LoRAX: the adapters compiled into the QPC, their lora_ids from 1 in this order
+    "lora_adapters": (list, None, lambda v: bool(v) and all(isinstance(n, str) and n for n in v),
+                      "a list of adapter names (config.pbtxt's lora_adapters, in order)"),
 }
 KEYS = tuple(SCHEMA)
 MAX_BYTES = 64 * 1024  # a compile config is a few hundred bytes; a model's config.json a few kilobytes

@@ -18,7 +18,11 @@ Prefix reuse (``prefix_caching``, on sessions that keep a slot's cache after its
 the whole prefill chunks of its last prompt, and a prompt that starts with the same tokens is admitted to
 that slot and prefills only the rest, from the same chunk boundary. Only whole chunks of a prompt are
 reused, never the tokens a decode step wrote, so every number is the one a prefill from token 0 computes:
-answers are the same with reuse and without.
+answers are the same with reuse and without. A slot's cache is reused only by a prompt of the same adapter.
+
+LoRA adapters (a session with ``adapters``, QEfficient's finite LoRAX): a request names one by ``lora_name``; each
+row of a run carries its adapter's id in ``lora_ids`` [B, 1] (0: the base, then the adapters in order), so one
+step mixes adapters. At most ``max_loras`` adapters share the slots: a prompt of another adapter waits its turn.
 
 A decode step always sends every row. As in QEfficient, a row with nothing to decode (finished,
 or a free slot) repeats the token and position it was last fed (zeros before its first use):
@@ -37,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..contract.adapters import unknown
 from ..contract.errors import BadRequest
 from ..sessions.protocol import Session
 from .detok import Detokenizer, max_prompt_bytes, token_bytes_table
@@ -71,6 +76,7 @@ class Sequence:
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token, when the request asks for them
     reported: int = 0  # entries an update has carried (the rest wait for their tokens' text)
     forced: list[int] | None = None  # a continuation fed instead of sampling (scored, not generated)
+    lora: int = 0  # its adapter's id (0: the base model)
     # private state
     grammar: Matcher | None = None
     held: str = ""  # text held back while it may still be the start of a stop string
@@ -137,6 +143,10 @@ class Engine:
         # positions of one slot in one step (speculation.py); 0: off
         self.speculative_tokens = 0
         self.held: list[list[int]] = [[] for _ in self.slots]  # each slot's cached prompt tokens, in whole chunks
+        # LoRA: the adapters' ids by name (the session's, in order from 1), each slot's adapter, and how many mix
+        self.adapters = {name: i + 1 for i, name in enumerate(getattr(session, "adapters", ()))}
+        self.max_loras = len(self.adapters)
+        self.lora = np.zeros((self.dims.slots, 1), dtype=np.int64)  # what each row was last fed with (its cache's)
         self.freed = [-1] * self.dims.slots  # when each slot was last freed (an engine tick; -1: never used)
         self._ticks = itertools.count()
         self._lock = threading.Condition()
@@ -206,7 +216,20 @@ class Engine:
 
     def _new(self, prompt_ids: list[int], params: SamplingParams, tag: Any, filler: bool = False) -> Sequence:
         return Sequence(list(prompt_ids), params, Sampler(params), Detokenizer(self.tokenizer, self.table), tag,
-                        filler=filler)
+                        filler=filler, lora=self.lora_id(params.lora_name))
+
+    def lora_id(self, name: str | None) -> int:
+        """The id of adapter ``name`` (None or '': the base, 0); BadRequest naming the served ones."""
+        if not name:
+            return 0
+        if name not in self.adapters:
+            raise unknown(name, list(self.adapters))
+        return self.adapters[name]
+
+    def _fits(self, seq: Sequence, batch: list[Sequence]) -> bool:
+        """Whether ``seq`` may join the slots and ``batch`` without more than ``max_loras`` adapters in them."""
+        mixed = {s.lora for s in itertools.chain(self.slots, batch) if s is not None and not s.finished}
+        return seq.lora == 0 or seq.lora in mixed or len(mixed - {0}) < self.max_loras
 
     def cancel(self, seq: Sequence) -> None:
         """Ends ``seq`` at the next step and frees its slot."""
@@ -267,10 +290,12 @@ class Engine:
                 return []
             if self.dims.continuous:  # one prompt a phase: its first token leaves when its own prefill ends
                 free = [i for i, s in enumerate(self.slots) if s is None]
-                batch = [self.queue.popleft()] if free else []
+                batch = [self.queue.popleft()] if free and self._fits(self.queue[0], []) else []
             elif all(s is None for s in self.slots):
                 free = list(range(self.dims.batch_size))
-                batch = [self.queue.popleft() for _ in range(min(len(free), len(self.queue)))]
+                batch = []
+                while self.queue and len(batch) < len(free) and self._fits(self.queue[0], batch):
+                    batch.append(self.queue.popleft())
                 for i in range(len(batch), len(free)):  # fill the batch by repetition (unconstrained, unscored)
                     src = batch[i % len(batch)]
                     params = replace(src.params, logprobs=None, structured_outputs=None)
@@ -278,26 +303,26 @@ class Engine:
             else:
                 return []
         for seq in batch:
-            seq.slot = self._best_slot(free, seq.prompt_ids)
+            seq.slot = self._best_slot(free, seq)
             free.remove(seq.slot)
             self.slots[seq.slot] = seq
         self.meter.admitted(batch)
         return batch
 
-    def _reusable(self, slot: int, prompt_ids: list[int]) -> int:
-        """How many of ``prompt_ids`` the slot's cache holds already: whole chunks of a common prefix, leaving at
-        least one token to prefill (its logits give the first token)."""
-        if not self.prefix_caching:
+    def _reusable(self, slot: int, seq: Sequence) -> int:
+        """How many of the sequence's prompt tokens the slot's cache holds already: whole chunks of a common prefix
+        computed with the same adapter, leaving at least one token to prefill (its logits give the first token)."""
+        if not self.prefix_caching or self.lora[slot, 0] != seq.lora:
             return 0
-        held, chunk = self.held[slot], self.dims.prefill_seq_len
+        held, chunk, prompt_ids = self.held[slot], self.dims.prefill_seq_len, seq.prompt_ids
         common = next((i for i, (a, b) in enumerate(zip(held, prompt_ids)) if a != b), min(len(held), len(prompt_ids)))
         return min(common // chunk, (len(prompt_ids) - 1) // chunk) * chunk
 
-    def _best_slot(self, free: list[int], prompt_ids: list[int]) -> int:
+    def _best_slot(self, free: list[int], seq: Sequence) -> int:
         """The free slot whose cache holds the most of the prompt; else the one unused longest (a never used slot
         first), so recent prompts stay for their next turn."""
         def rank(slot: int) -> tuple[int, bool, int]:
-            return self._reusable(slot, prompt_ids), self.freed[slot] < 0, -self.freed[slot]
+            return self._reusable(slot, seq), self.freed[slot] < 0, -self.freed[slot]
 
         return max(free, key=rank)
 
@@ -305,7 +330,7 @@ class Engine:
         """The admitted sequences' prompts, padded to whole chunks, ready to prefill together."""
         chunk = self.dims.prefill_seq_len
         for seq in group:
-            seq.reused = self._reusable(seq.slot, seq.prompt_ids)
+            seq.reused = self._reusable(seq.slot, seq)
         chunks = -(-max(len(s.prompt_ids) - s.reused for s in group) // chunk)
         ids = np.zeros((len(group), chunks * chunk), dtype=np.int64)
         pos = np.full_like(ids, -1)
@@ -314,6 +339,7 @@ class Engine:
             ids[r, : n - start] = seq.prompt_ids[start:]
             pos[r, : n - start] = np.arange(start, n)
             self.fed[seq.slot] = (seq.prompt_ids[-1], n - 1)
+            self.lora[seq.slot] = seq.lora
             # what the slot will hold: the prompt's whole chunks before the one with its last token (a row that
             # idles repeats that token, and a card computes it again)
             self.held[seq.slot] = seq.prompt_ids[: (n - 1) // chunk * chunk] if self.prefix_caching else []
@@ -349,6 +375,8 @@ class Engine:
         inputs = {"input_ids": fill.ids[:, window], "position_ids": fill.pos[:, window]}
         if self.dims.continuous:
             inputs["batch_index"] = np.array([[fill.group[0].slot]], dtype=np.int64)
+        if self.adapters:
+            inputs["lora_ids"] = np.array([[seq.lora] for seq in fill.group], dtype=np.int64)
         started = time.perf_counter()
         logits = self.session.run(inputs)["logits"]
         self.meter.prefill_chunk(time.perf_counter() - started)
@@ -368,10 +396,14 @@ class Engine:
         inputs = {"input_ids": fed[:, :1].copy(), "position_ids": fed[:, 1:].copy()}
         if self.dims.continuous or extra:
             inputs["batch_index"] = self._rows
+        if self.adapters:
+            inputs["lora_ids"] = self.lora
         if extra:
             more = np.array(extra, dtype=np.int64)  # slot, token, position
             for name, column in (("batch_index", 0), ("input_ids", 1), ("position_ids", 2)):
                 inputs[name] = np.concatenate([inputs[name], more[:, column : column + 1]])
+            if self.adapters:
+                inputs["lora_ids"] = np.concatenate([self.lora, self.lora[more[:, 0]]])
         started = time.perf_counter()
         try:
             logits = self.session.run(inputs)["logits"]

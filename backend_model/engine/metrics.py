@@ -28,16 +28,17 @@ TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 
 SUCCESS_REASONS = ("eos", "stop", "length", "ctx_len")
 
 Log = Callable[[str, str], None]  # typing names: evaluated at run time, so 3.8-safe
-Key = Tuple[str, str]  # (metric, finished_reason or "")
+Key = Tuple[str, str]  # (metric, the value of its own label (Spec.label) or "")
 
 
 class Spec(NamedTuple):
-    """One metric: its name, kind, HELP text and (histograms) buckets."""
+    """One metric: its name, kind, HELP text, (histograms) buckets and the label of its own it may carry."""
 
     name: str
     kind: str
     help: str
     buckets: tuple[float, ...] = ()
+    label: str = ""
 
 
 METRICS = (
@@ -59,7 +60,11 @@ METRICS = (
          "acceptance rate)."),
     Spec("qaic_decode_step_sequences_total", COUNTER,
          "Sequences decoded, summed over the decode steps (divided by the steps: the mean batch of a step)."),
-    Spec("qaic_request_success_total", COUNTER, "Sequences that ended normally, by finished_reason."),
+    Spec("qaic_request_success_total", COUNTER, "Sequences that ended normally, by finished_reason.",
+         label="finished_reason"),
+    Spec("qaic_lora_requests_total", COUNTER, "Sequences (prompts) queued for each LoRA adapter, by lora_name (the "
+         "base model's are not counted).", label="lora_name"),
+    Spec("qaic_max_loras", GAUGE, "LoRA adapters one batch mixes (0: the model serves none)."),
     Spec("qaic_request_cancelled_total", COUNTER, "Sequences cancelled by their client."),
     Spec("qaic_request_failure_total", COUNTER, "Sequences ended by a session error."),
     Spec("qaic_request_rejected_total", COUNTER, "Requests refused before they ran (bad input)."),
@@ -133,6 +138,8 @@ class Recorder(Meter):
         with self._lock:
             for seq in seqs:
                 self._arrived[seq.id] = now
+                if seq.params.lora_name:
+                    self._count("qaic_lora_requests_total", 1, seq.params.lora_name)
 
     def slot_free(self, seqs: list[Any]) -> None:
         now = self.clock()
@@ -230,6 +237,7 @@ def engine_gauges(engine: Any) -> dict[str, float]:
         "qaic_ctx_len": float(dims.ctx_len),
         "qaic_kv_cache_used_positions": float(used),
         "qaic_kv_cache_usage_perc": used / float(dims.slots * dims.ctx_len),
+        "qaic_max_loras": float(getattr(engine, "max_loras", 0)),
     }
 
 
@@ -237,7 +245,9 @@ class Publisher:
     """Creates the metrics on the server and keeps them up to date from a :class:`Recorder`, in its own thread."""
 
     def __init__(self, pb_utils: Any, recorder: Recorder, gauges: Callable[[], dict[str, float]],
-                 labels: dict[str, str], log: Log, interval: float = INTERVAL_S) -> None:
+                 labels: dict[str, str], log: Log, interval: float = INTERVAL_S, adapters: tuple[str, ...] = ()
+                 ) -> None:
+        """``adapters``: the LoRA adapters' names, whose series exist from the start."""
         self.recorder, self.gauges, self.log, self.interval = recorder, gauges, log, interval
         family = pb_utils.MetricFamily
         kinds = {COUNTER: family.COUNTER, GAUGE: family.GAUGE, HISTOGRAM: getattr(family, "HISTOGRAM", None)}
@@ -255,21 +265,24 @@ class Publisher:
             log("info", f"{labels.get('model', '')}: this Triton has no histogram metrics: the backend's timings "
                         "(queue, time to first token, per token, prefill and decode steps) are not exported")
         for spec in METRICS:  # every series exists from the start, at zero
-            if spec.name in self._families and spec.name != "qaic_request_success_total":
+            if spec.name in self._families and not spec.label:
                 self._metric(spec.name)
         for reason in SUCCESS_REASONS:
             self._metric("qaic_request_success_total", reason)
+        for adapter in adapters:
+            self._metric("qaic_lora_requests_total", adapter)
         self.flush()  # the gauges hold the engine's values from the model's load on
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"{labels.get('model', 'model')}-metrics",
                                         daemon=True)
         self._thread.start()
 
-    def _metric(self, name: str, reason: str = "") -> Any:
-        key = (name, reason)
+    def _metric(self, name: str, value: str = "") -> Any:
+        """The series of ``name`` (``value``: its own label's, Spec.label)."""
+        key = (name, value)
         if key not in self._metrics:
             spec = self._specs[name]
-            labels = dict(self._labels, **({"finished_reason": reason} if reason else {}))
+            labels = dict(self._labels, **({spec.label: value} if value else {}))
             family = self._families[name]
             self._metrics[key] = (family.Metric(labels=labels, buckets=list(spec.buckets)) if spec.kind == HISTOGRAM
                                   else family.Metric(labels=labels))
@@ -319,6 +332,7 @@ def publish(pb_utils: Any, engine: Any, labels: dict[str, str], log: Log) -> Pub
                     "without its own metrics")
         return None
     recorder = Recorder()
-    publisher = Publisher(pb_utils, recorder, lambda: engine_gauges(engine), labels, log)
+    publisher = Publisher(pb_utils, recorder, lambda: engine_gauges(engine), labels, log,
+                          adapters=tuple(getattr(engine, "adapters", ())))
     engine.meter = recorder
     return publisher

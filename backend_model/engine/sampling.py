@@ -25,6 +25,7 @@ class SamplingParams:
     ignore_eos: bool = False  # generate to max_tokens / ctx_len whatever the model says (benchmarks)
     logprobs: int | None = None  # report each token's log-probability and this many alternatives (None: none)
     structured_outputs: dict[str, Any] | None = None  # the grammar the reply must match (engine.grammar)
+    lora_name: str | None = None  # the LoRA adapter that answers (None: the base model)
     other: tuple[tuple[str, Any], ...] = ()  # (name, value) of the schema's controls without a field here yet
 
     @classmethod

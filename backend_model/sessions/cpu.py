@@ -9,6 +9,9 @@ Batch invariance: a row's tokens do not depend on the rows that share its steps.
 decode step take ``Linear.rowwise`` (see ``cpu_kernels``), and each row attends over exactly its own
 keys in a call of its own (a batched attention sums over the longest row's length, so a row's sums
 would change with its neighbours). A prefill runs one prompt at a time.
+
+LoRA adapters (``adapters``): a row of a run names its adapter in ``lora_ids``, whose product is added to its
+attention projections beside the base weights (``lora``).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..contract.adapters import module_sizes
 from ..contract.cpu_support import LLAMA_LIKE
 from .cpu_kernels import DTYPES, INT4_GROUP, Linear, head_dim, rope_tables, torch_dtype
+from .lora import Adapter, Deltas, layer_deltas
 from .protocol import Dims, LastFed, SessionError, read_rows
 
 __all__ = ["DTYPES", "INT4_GROUP", "LLAMA_LIKE", "CpuKVSession", "head_dim", "layer_windows"]
@@ -43,10 +48,12 @@ def _keys(position: int, window: int | None) -> slice:
 class _Layer:
     """One decoder layer's weights and sliding window (slots: a decode step reads them for every layer)."""
 
-    __slots__ = ("in_norm", "qkv", "o", "post_norm", "gate_up", "down", "window")
+    __slots__ = ("in_norm", "qkv", "o", "post_norm", "gate_up", "down", "window", "qkv_lora", "o_lora")
     in_norm: torch.Tensor
     qkv: Linear
     o: Linear
+    qkv_lora: Deltas
+    o_lora: Deltas
     post_norm: torch.Tensor
     gate_up: Linear
     down: Linear
@@ -59,9 +66,11 @@ class CpuKVSession:
     keeps_prefix = True  # a slot's cache stays as it is until the slot is prefilled again (the engine reuses it)
     speculates = True  # a decode step may feed several positions of one slot, a row each (speculation.py)
 
-    def __init__(self, config, weights: Mapping[str, torch.Tensor], dims: Dims, precision: str = "fp32") -> None:
+    def __init__(self, config, weights: Mapping[str, torch.Tensor], dims: Dims, precision: str = "fp32",
+                 adapters: Mapping[str, Adapter] | None = None) -> None:
         """``weights``: the checkpoint's tensors by their transformers names (``model.layers.0.mlp.up_proj.weight``),
-        from the safetensors files or from a loaded model's ``state_dict()``."""
+        from the safetensors files or from a loaded model's ``state_dict()``; ``adapters``: LoRA adapters by name
+        (ids from 1, in order)."""
         from transformers.activations import ACT2FN
 
         if config.model_type not in LLAMA_LIKE:
@@ -76,7 +85,11 @@ class CpuKVSession:
         self.scale = self.head_dim**-0.5
         self.act = ACT2FN[config.hidden_act]
         self.windows = set(layer_windows(config))
+        self.adapters = tuple(adapters or ())
         self._load_weights(config, weights, precision)
+        sizes = module_sizes(config.to_dict())
+        for i, layer in enumerate(self.layers):
+            layer.qkv_lora, layer.o_lora = layer_deltas(adapters or {}, i, sizes)
         cos, sin = rope_tables(config, dims.ctx_len)
         half = self.head_dim // 2  # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated)
         self.cos, self.sin = cos.to(self.dtype), torch.cat((-sin[:, :half], sin[:, half:]), -1).to(self.dtype)
@@ -86,9 +99,10 @@ class CpuKVSession:
         self.last = LastFed(dims)
 
     @classmethod
-    def of(cls, model, dims: Dims, precision: str = "fp32") -> CpuKVSession:
+    def of(cls, model, dims: Dims, precision: str = "fp32", adapters: Mapping[str, Adapter] | None = None
+           ) -> CpuKVSession:
         """The session on a loaded transformers model's weights."""
-        return cls(model.config, model.state_dict(), dims, precision)
+        return cls(model.config, model.state_dict(), dims, precision, adapters)
 
     def _load_weights(self, config, weights: Mapping[str, torch.Tensor], precision: str) -> None:
         """A bias is read where the checkpoint has one; tied embeddings are the output head, as transformers ties
@@ -134,6 +148,10 @@ class CpuKVSession:
     # -- the contract ----------------------------------------------------------------------
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         ids, pos, slots = read_rows(inputs, self.dims)
+        loras = np.asarray(inputs.get("lora_ids", np.zeros((len(ids), 1))), dtype=np.int64).reshape(-1)
+        if len(loras) != len(ids) or loras.min(initial=0) < 0 or loras.max(initial=0) > len(self.adapters):
+            raise ValueError(f"lora_ids {loras.tolist()} do not fit {len(ids)} rows and {len(self.adapters)} "
+                             "adapters")
         logits = np.zeros((len(ids), 1, self.dims.vocab), dtype=np.float32)
         with torch.inference_mode():
             if ids.shape[1] == 1:
@@ -141,14 +159,14 @@ class CpuKVSession:
                 logits[repeat, 0] = self.last.logits[slots[repeat]]
                 live = np.flatnonzero((pos[:, 0] >= 0) & ~repeat)
                 if len(live):
-                    logits[live, 0] = self._decode(ids[live, 0], pos[live, 0], slots[live])
+                    logits[live, 0] = self._decode(ids[live, 0], pos[live, 0], slots[live], loras[live].tolist())
                     self.last.record(slots[live], ids[live, 0], pos[live, 0], logits[live, 0])
             else:
                 for r in range(len(ids)):
                     valid = np.flatnonzero(pos[r] >= 0)
                     if len(valid):
                         n = int(valid[-1]) + 1
-                        logits[r, 0] = self._prefill(ids[r, :n], int(pos[r, 0]), int(slots[r]))
+                        logits[r, 0] = self._prefill(ids[r, :n], int(pos[r, 0]), int(slots[r]), int(loras[r]))
                         self.last.record(slots[r : r + 1], ids[r, n - 1 : n], pos[r, n - 1 : n], logits[r])
         return {"logits": logits}
 
@@ -176,7 +194,7 @@ class CpuKVSession:
         gate, up = up_proj(self._rms(x, layer.post_norm)).chunk(2, dim=-1)
         return x + down_proj(self.act(gate) * up)
 
-    def _prefill(self, ids: np.ndarray, start: int, slot: int) -> np.ndarray:
+    def _prefill(self, ids: np.ndarray, start: int, slot: int, lora: int = 0) -> np.ndarray:
         n = len(ids)
         end = start + n
         x = self.embed[torch.from_numpy(ids)].unsqueeze(0)
@@ -184,25 +202,27 @@ class CpuKVSession:
         qpos, kpos = torch.arange(start, end).view(n, 1), torch.arange(end).view(1, end)
         causal = kpos <= qpos
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer.qkv(self._rms(x, layer.in_norm)), cos, sin)
+            h = self._rms(x, layer.in_norm)
+            q, k, v = self._qkv(layer.qkv_lora.apply(layer.qkv(h), h, [lora]), cos, sin)
             kc, vc = self.k_cache[i], self.v_cache[i]
             kc[slot, :, start:end] = k[0]
             vc[slot, :, start:end] = v[0]
             mask = causal if layer.window is None else causal & (kpos > qpos - layer.window)
             att = self._attend(q, kc[slot : slot + 1, :, :end], vc[slot : slot + 1, :, :end], mask.view(1, 1, n, end))
-            x = x + layer.o(att)
+            x = x + layer.o_lora.apply(layer.o(att), att, [lora])
             x = self._mlp(layer, x, rowwise=False)
         last = self._rms(x[0, -1:], self.norm)
         return self.lm_head(last).float().numpy()[0]
 
-    def _decode(self, ids: np.ndarray, pos: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    def _decode(self, ids: np.ndarray, pos: np.ndarray, slots: np.ndarray, loras: list[int]) -> np.ndarray:
         b = len(ids)
         pos_t, slot_t = torch.from_numpy(pos), torch.from_numpy(slots)
         x = self.embed[torch.from_numpy(ids)].unsqueeze(1)
         cos, sin = self.cos[pos_t].view(b, 1, 1, -1), self.sin[pos_t].view(b, 1, 1, -1)
         spans = {w: [(s, _keys(p, w)) for s, p in zip(slots.tolist(), pos.tolist())] for w in self.windows}
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer.qkv.rowwise(self._rms(x, layer.in_norm)), cos, sin)
+            h = self._rms(x, layer.in_norm)
+            q, k, v = self._qkv(layer.qkv_lora.apply(layer.qkv.rowwise(h), h, loras), cos, sin)
             kc, vc = self.k_cache[i], self.v_cache[i]
             kc[slot_t, :, pos_t] = k[:, :, 0]
             vc[slot_t, :, pos_t] = v[:, :, 0]
@@ -210,6 +230,6 @@ class CpuKVSession:
                 self._attend(q[r : r + 1], kc[s : s + 1, :, keys], vc[s : s + 1, :, keys], None)
                 for r, (s, keys) in enumerate(spans[layer.window])
             ])
-            x = x + layer.o.rowwise(att)
+            x = x + layer.o_lora.apply(layer.o.rowwise(att), att, loras)
             x = self._mlp(layer, x, rowwise=True)
         return self.lm_head.rowwise(self._rms(x[:, 0], self.norm)).float().numpy()

@@ -62,6 +62,8 @@ def read_dims(session: Any, program: Path) -> tuple[Dims, bool]:
 class QaicSession:
     """A KV-cache or causal QPC behind the session contract."""
 
+    adapters: tuple[str, ...] = ()  # the LoRA adapters compiled in (its lora_ids input: 1, 2, ... in this order)
+
     def __init__(self, qpc_path: str | Path, device_ids: list[int] | None = None, opener: Opener = open_qpc):
         self.session, program = opener(Path(qpc_path).expanduser(), device_ids)
         self.dims, self.kv = read_dims(self.session, program)

@@ -192,6 +192,8 @@ def _own(read: Read, control: Control) -> Any:
         return [_decode(item, f"{control.name}[{i}]") for i, item in enumerate(items)]
     if control.kind is dict:  # a JSON object's text, measured before it is decoded
         return _text(read, control.name, MAX_JSON_BYTES)
+    if control.kind is str:  # one string (an adapter's name)
+        return _text(read, control.name)
     return _one(array, control.name)
 
 

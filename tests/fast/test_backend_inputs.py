@@ -263,3 +263,12 @@ def test_bad_messages_are_named_in_one_line(inputs: dict, needle: str) -> None:
 def test_messages_over_what_the_context_holds_are_refused_before_they_are_parsed() -> None:
     with pytest.raises(BadRequest, match="the prompt is 1000 bytes, over the 100 bytes this model's context"):
         read_inputs(reader(messages=json.dumps([{"role": "user", "content": "x" * 967}])), max_prompt_bytes=100)
+
+
+def test_the_adapter_by_its_own_input_or_sampling_parameters() -> None:
+    assert read_inputs(reader(prompt="x", lora_name="A")).params().lora_name == "A"
+    shared = read_inputs(reader(text_input="x", sampling_parameters=json.dumps({"lora_name": "B"})))
+    assert shared.params().lora_name == "B"
+    assert read_inputs(reader(prompt="x", lora_name="")).params().lora_name is None  # empty: the base model
+    refused("lora_name must be one string of at most 256 characters", prompt="x",
+            sampling_parameters=json.dumps({"lora_name": 3}))

@@ -1,0 +1,79 @@
+"""LoRA adapters through a real tritonserver: a repository the generator writes with two adapters serves the base,
+A and B mixed in the same batches, and 64 requests from 16 clients (base, A, B interleaved) each get the greedy
+answer of their merged model (``merge_and_unload()``) alone at fp32; an unknown adapter is a 400 naming the
+served ones; the backend's metrics count the requests per adapter."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from helpers import SERVER_START
+from lora_adapters import PROMPT, base_model, merged_answer
+from triton_wire import generate
+
+pytestmark = [pytest.mark.server]
+MODEL = "smollm2_lora"
+PROMPTS = (PROMPT, "Say one word:", "The answer is")
+NAMES = ("", "A", "B")  # the base, then the adapters
+TOKENS = 8
+CLIENTS, REQUESTS = 16, 64
+
+
+@pytest.fixture(scope="module")
+def lora_server(tmp_path_factory: pytest.TempPathFactory, lora_folders: dict[str, Path]):
+    from console.server import TritonServer
+    from repo_gen.spec import generate as write
+
+    repo = tmp_path_factory.mktemp("lora_repo")
+    compiled = repo.parent / "lora_compile.json"
+    compiled.write_text(json.dumps({"prefill_seq_len": 16, "ctx_len": 64, "full_batch_size": 8}))
+    write(MODEL, repo, hf_model_name="embedded", engine="cpu", compile_config_path=compiled,
+          lora_adapters=[f"{name}={folder}" for name, folder in lora_folders.items()])
+    server = TritonServer(repo)
+    server.start(timeout=SERVER_START)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def expected(lora_folders: dict[str, Path]) -> dict[tuple[str, str], str]:
+    """Each (adapter, prompt)'s greedy answer by its merged model alone, as text."""
+    tokenizer = base_model()[1]
+    return {(name, prompt): tokenizer.decode(merged_answer(lora_folders.get(name), prompt, TOKENS),
+                                             skip_special_tokens=True)
+            for name in NAMES for prompt in PROMPTS}
+
+
+def ask(server, prompt: str, name: str, request_id: str) -> str:
+    body = {"text_input": prompt, "max_tokens": TOKENS, "exclude_input_in_output": True, "id": request_id}
+    if name:
+        body["lora_name"] = name
+    return generate(server, MODEL, body)["text_output"]
+
+
+def test_mixed_requests_each_get_their_merged_models_answer(lora_server, expected):
+    jobs = [(PROMPTS[i % len(PROMPTS)], NAMES[(i // len(PROMPTS) + i) % len(NAMES)], f"r{i}") for i in range(REQUESTS)]
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        got = list(pool.map(lambda job: ask(lora_server, *job), jobs))
+    assert {name for _, name, _ in jobs} == set(NAMES)
+    wrong = [(name, prompt, text) for (prompt, name, _), text in zip(jobs, got) if text != expected[(name, prompt)]]
+    assert not wrong, wrong
+    assert len({expected[(name, PROMPT)] for name in NAMES}) == 3  # base, A and B answer differently
+    metrics = urllib.request.urlopen(lora_server.handle.metrics_url, timeout=30).read().decode()
+    counts = {name: sum(1 for _, n, _ in jobs if n == name) for name in ("A", "B")}
+    for name, count in counts.items():
+        assert f'qaic_lora_requests_total{{lora_name="{name}",model="{MODEL}"' in metrics
+        line = next(x for x in metrics.splitlines() if x.startswith("qaic_lora_requests_total") and f'"{name}"' in x)
+        assert float(line.rsplit(" ", 1)[1]) >= count
+
+
+def test_an_unknown_adapter_is_a_400_naming_the_served_ones(lora_server):
+    with pytest.raises(urllib.error.HTTPError) as error:
+        ask(lora_server, PROMPT, "C", "bad")
+    assert error.value.code == 400
+    assert "unknown adapter 'C'; this model serves: A, B" in error.value.read().decode()

@@ -7,10 +7,11 @@ Times are seconds since the request was sent (``time.perf_counter`` based).
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from backend_model.contract.adapters import MAX_PARAMETER, PARAMETER, AdapterError, parse_adapters, parse_max_loras
 
 from .errors import BadRequest, Cancelled, ClientError, IdleTimeout, Timeout
 
@@ -119,12 +120,11 @@ class ModelInfo:
     @property
     def adapters(self) -> dict[str, str]:
         """The LoRA adapters the model serves: each name's folder, relative to the model's (its ``lora_adapters``
-        parameter, a JSON object); none when it has none, or the parameter is not such an object."""
+        parameter, read as the backend reads it); none when it has none, or none the backend would serve."""
         try:
-            named = json.loads(self.parameters.get("lora_adapters") or "{}")
-        except ValueError:
+            return parse_adapters(self.parameters.get(PARAMETER, ""))
+        except AdapterError:
             return {}
-        return {str(k): str(v) for k, v in named.items()} if isinstance(named, dict) else {}
 
     @property
     def choice(self) -> str:
@@ -138,8 +138,10 @@ class ModelInfo:
     @property
     def max_loras(self) -> int:
         """The adapters one batch of the model mixes (its ``max_loras`` parameter; all of them when it is not said)."""
-        text = self.parameters.get("max_loras", "").strip()
-        return int(text) if text.isdigit() else len(self.adapters)
+        try:
+            return parse_max_loras(self.parameters.get(MAX_PARAMETER, ""), len(self.adapters))
+        except AdapterError:
+            return len(self.adapters)
 
     @property
     def embedded(self) -> bool:

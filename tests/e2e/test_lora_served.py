@@ -113,3 +113,17 @@ def test_the_front_and_headless_ask_each_adapter_by_its_name(lora_front, lora_se
                if s.name == "vllm:lora_requests_info"]
     assert gauge.labels == {"max_lora": "2", "running_lora_adapters": "A,B", "waiting_lora_adapters": ""}
 
+
+def test_eval_compares_an_adapter_with_another_path(lora_front, lora_server, tmp_path):
+    """The adapter straight from Triton against itself through the front (the same answers) and the other adapter."""
+    from helpers import cli
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n", encoding="utf-8")
+    triton = f"{lora_server.http_url},{lora_server.grpc_url}"  # both: the adapters are found over HTTP
+    reference, through_front, other = f"A@{triton}", f"A@{lora_front.base_url}", f"B@{triton}"
+    result = cli("eval", "--reference", reference, "--candidate", through_front, "--candidate", other, "--prompts",
+                 str(prompts), "--max-tokens", str(TOKENS), "--no-likelihood", "-o", str(tmp_path / "eval"), "-q")
+    assert result.exit_code == 0, result.output
+    rows = {row["path"]: row for row in json.loads((tmp_path / "eval" / "eval.json").read_text())["summary"]}
+    assert rows[through_front]["exact"] == len(PROMPTS) and rows[other]["exact"] < len(PROMPTS)

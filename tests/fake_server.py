@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import json
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -99,6 +100,16 @@ def fake_vector(item: str | list[int], size: int = 8) -> list[float]:
 def fake_tokens(item: str | list[int]) -> int:
     """A fake model's token count: a text's words, or its ids."""
     return len(item.split()) if isinstance(item, str) else len(item)
+
+
+def with_adapters(info: ModelInfo, *adapters: str, max_loras: int | None = None) -> ModelInfo:
+    """``info`` serving these LoRA adapters (each in ``adapters/<name>``, as the generator writes them) through its
+    ``lora_name`` input."""
+    folders = json.dumps({name: f"adapters/{name}" for name in adapters})
+    parameters = {**info.parameters, "lora_adapters": folders,
+                  **({"max_loras": str(max_loras)} if max_loras is not None else {})}
+    lora_name = Tensor("lora_name", "BYTES", (1,), True)
+    return replace(info, parameters=parameters, inputs=(*info.inputs, lora_name))
 
 
 # --------------------------------------------------------------------------- what a request gets
@@ -399,6 +410,9 @@ class FakeAdapter(Adapter):
     def model_info(self, model: str, mode: str = "stream", protocol: str = "http", timeout: float = 10.0) -> ModelInfo:
         self.server.check()
         if model not in self.server.models:
+            picked = self.adapter_info(model, mode, protocol, timeout)  # a LoRA adapter, as tritonserver's kind
+            if picked is not None:
+                return picked
             raise NotServed(f"model {model!r} is not served at {self.server.url}: it serves "
                             f"{', '.join(self.server.models)}")
         return self.server.models[model]

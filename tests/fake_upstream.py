@@ -2,10 +2,11 @@
 lengths and a metrics page, and scripted responses played through the front's real
 :class:`~console.front.upstream.Generation`, so the app's routes cannot tell it from a tritonserver.
 
-A test queues what the next request gets (:meth:`FakeUpstream.enqueue`: responses' outputs, a model's error after
-them, a hang) and reads what it was sent (:attr:`FakeUpstream.sent`: the prompts and controls, whether the request was
-closed before its end). Without a script a request gets :func:`answer` ("Hello world", ``length``, 3 + 2 tokens).
-:func:`client` drives an app through ``httpx.ASGITransport``, its lifespan included.
+A model may serve LoRA adapters (:func:`fake_server.with_adapters`). A test queues what the next request gets
+(:meth:`FakeUpstream.enqueue`: responses' outputs, a model's error after them, a hang) and reads what it was sent
+(:attr:`FakeUpstream.sent`: the prompts and controls, whether the request was closed before its end). Without a script a
+request gets :func:`answer` ("Hello world", ``length``, 3 + 2 tokens). :func:`client` drives an app through
+``httpx.ASGITransport``, its lifespan included.
 """
 
 from __future__ import annotations

@@ -101,6 +101,13 @@ def levels_table(levels: Sequence[dict[str, Any]]) -> str:
     return table(*level_rows(levels))
 
 
+def adapter_tables(levels: Sequence[dict[str, Any]]) -> str:
+    """Each adapter's own table, when the run spread its requests over adapters ("" when it did not)."""
+    names = dict.fromkeys(name for level in levels for name in level.get("adapters", {}))
+    return "".join(f"\nadapter {name}\n" + levels_table([level["adapters"][name] for level in levels
+                                                          if name in level.get("adapters", {})]) for name in names)
+
+
 def server_table(levels: Sequence[dict[str, Any]]) -> str:
     """The server's side of each level (its metrics, the card), then where the figures come from."""
     header, rows = server_rows(levels)

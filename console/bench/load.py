@@ -37,6 +37,7 @@ class Target:
     settings: Settings
     info: ModelInfo
     servers: tuple[Adapter, ...]
+    picks: tuple[ModelInfo, ...] = ()  # the LoRA adapters (or the model itself) the requests go to in turn
 
     @property
     def model(self) -> str:
@@ -49,10 +50,14 @@ class Target:
     def url(self, index: int) -> str:
         return self.servers[index % len(self.servers)].url(self.mode, self.settings.protocol)[0]
 
+    def pick(self, index: int) -> ModelInfo:
+        """What request ``index`` asks: the next of :attr:`picks` in turn, else the model."""
+        return self.picks[index % len(self.picks)] if self.picks else self.info
+
     def call(self, index: int, request: BenchRequest) -> Call:
         """The request through the console's one pipeline (raw prompt, new text only)."""
         settings = replace(self.settings, params=self.settings.params.replace(max_tokens=request.max_tokens))
-        return prepare(self.servers[index % len(self.servers)], settings, [request.prompt], info=self.info).call
+        return prepare(self.servers[index % len(self.servers)], settings, [request.prompt], info=self.pick(index)).call
 
 
 @dataclass
@@ -68,6 +73,7 @@ class RequestRecord:
     error: str | None = None
     error_kind: str | None = None
     turn: int = 1  # the turn of its conversation (1: a first turn, or a single request)
+    adapter: str = ""  # the LoRA adapter (or the model) it was sent to, when the run spreads over adapters
     text: str = ""  # the answer (kept for the conversation's next turn, not exported)
 
     @property
@@ -83,6 +89,7 @@ class RequestRecord:
                     "input_tokens", "output_tokens", "output_tokens_source"):
             out[key] = stats.get(key)
         out.update(finish_reason=self.finish_reason, error=self.error, error_kind=self.error_kind, turn=self.turn)
+        out.update({"adapter": self.adapter} if self.adapter else {})
         return out
 
 
@@ -103,15 +110,15 @@ def send(target: Target, index: int, request: BenchRequest, t0: float,
          live: set[Call] | None = None, lock: threading.Lock | None = None) -> RequestRecord:
     """Send one request and wait for its one outcome."""
     start = time.perf_counter() - t0
-    url = target.url(index)
+    url, adapter = target.url(index), target.pick(index).choice if target.picks else ""
     try:
         call = target.call(index, request)
     except ClientError as exc:
-        return RequestRecord(index, url, start, start, error=str(exc), error_kind=exc.kind)
+        return RequestRecord(index, url, start, start, error=str(exc), error_kind=exc.kind, adapter=adapter)
     if live is not None and lock is not None:
         with lock:
             live.add(call)
-    record = RequestRecord(index, url, start)
+    record = RequestRecord(index, url, start, adapter=adapter)
     try:
         for event in call:
             if isinstance(event, Reply):

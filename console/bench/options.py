@@ -22,6 +22,7 @@ class BenchOptions:
     compare_url: tuple[str, ...] = ()
     compare_model: str | None = None
     model: str | None = None
+    adapters: str | None = None  # "a,b": the LoRA adapters (or the model itself) requests go to in turn
     mode: str = "stream"
     protocol: str = "http"
     concurrency: str | None = None

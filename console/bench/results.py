@@ -16,6 +16,7 @@ import csv
 import json
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +73,10 @@ def describe(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def summarize(level: LevelResult, mode: str, slo: Slo | None = None) -> dict[str, Any]:
+def summarize(level: LevelResult, mode: str, slo: Slo | None = None, per_adapter: bool = True) -> dict[str, Any]:
     """One level's summary: load, counts, errors by kind and the genai-perf metrics; for conversations the time to
-    first token of the later turns apart; with service-level goals, the goodput."""
+    first token of the later turns apart; with service-level goals, the goodput; for a run spread over LoRA adapters
+    (``per_adapter``), each adapter's own summary."""
     ok = [r for r in level.records if r.ok and r.stats is not None]
     stats = [r.stats for r in ok if r.stats is not None]
     per_metric = aggregate(stats)
@@ -107,6 +109,10 @@ def summarize(level: LevelResult, mode: str, slo: Slo | None = None) -> dict[str
         out["goodput"] = {"unit": THROUGHPUTS["request_throughput"], "slo": slo.goals,
                           "avg": round(good / seconds, 4) if seconds > 0 else 0.0,
                           "share": round(good / len(ok), 4) if ok else 0.0}
+    adapters = dict.fromkeys(r.adapter for r in level.records if r.adapter) if per_adapter else {}
+    if adapters:  # each one's own summary over the level's time
+        out["adapters"] = {name: summarize(replace(level, records=[r for r in level.records if r.adapter == name]),
+                                           mode, slo, per_adapter=False) for name in adapters}
     return out
 
 

@@ -6,18 +6,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
-from console.clients import UsageError
-from console.core.adapters import adapter_for
+from console.clients import ModelInfo, UsageError
+from console.core.adapters import Adapter, adapter_for
 from console.core.request import Settings, read_info
 from console.infra.extras import needs
 
-from .display import ProgressBar, compare_table, levels_table, server_table
+from .display import ProgressBar, adapter_tables, compare_table, levels_table, server_table
 from .fleet_side import FleetSide
 from .load import LevelResult, Runner, Target
 from .options import BenchOptions
@@ -130,7 +130,14 @@ class BenchRun:
         info = read_info(servers[0], settings)
         if mode != "stream":
             info.check_batch("use --mode stream")
-        return Target(settings, info, servers)
+        return Target(settings, info, servers, self.picks(servers[0], settings))
+
+    def picks(self, server: Adapter, settings: Settings) -> tuple[ModelInfo, ...]:
+        """The ``--adapters`` requests go to in turn (each a LoRA adapter a model serves, or a model), read once."""
+        names = [name.strip() for name in (self.options.adapters or "").split(",") if name.strip()]
+        if self.options.adapters is not None and not names:
+            raise UsageError("--adapters needs names: a,b (LoRA adapters, or the model itself for its own weights)")
+        return tuple(read_info(server, replace(settings, model=name)) for name in names)
 
     def sides(self, urls: tuple[str, ...], grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()
               ) -> list[Side]:
@@ -214,7 +221,7 @@ class BenchRun:
             click.echo(json.dumps({"config": document["config"], "levels": summaries[0], **extra}, indent=2))
             return
         if not targets:
-            click.echo(levels_table(summaries[0]) + "\n" + server_table(summaries[0]))
+            click.echo(levels_table(summaries[0]) + "\n" + server_table(summaries[0]) + adapter_tables(summaries[0]))
             return
         names = [t["name"] for t in targets]
         for target, levels in zip(targets, summaries):

@@ -8,8 +8,10 @@ Times are seconds since the request was sent (``time.perf_counter`` based).
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from backend_model.contract.adapters import MAX_PARAMETER, PARAMETER, AdapterError, parse_adapters, parse_max_loras
 
 from .errors import BadRequest, Cancelled, ClientError, IdleTimeout, Timeout
 
@@ -97,6 +99,7 @@ class ModelInfo:
     max_batch_size: int = 0
     backend: str = ""
     answers: tuple[str, ...] = ()  # the modes the server says the model answers (else read from the config)
+    adapter: str = ""  # the LoRA adapter (one of :attr:`adapters`) a send to it asks for; "": the model's own weights
 
     @property
     def default_timeout(self) -> float:
@@ -113,6 +116,32 @@ class ModelInfo:
         2,3``; every instance loads or the model fails, so they share its state); '' for any other model."""
         groups = [g.strip() for g in self.parameters.get("device_groups", "").split(";") if g.strip()]
         return " · ".join(f"instance {i}: QIDs {group}" for i, group in enumerate(groups))
+
+    @property
+    def adapters(self) -> dict[str, str]:
+        """The LoRA adapters the model serves: each name's folder, relative to the model's (its ``lora_adapters``
+        parameter, read as the backend reads it); none when it has none, or none the backend would serve."""
+        try:
+            return parse_adapters(self.parameters.get(PARAMETER, ""))
+        except AdapterError:
+            return {}
+
+    @property
+    def choice(self) -> str:
+        """The name a console picks it by: its adapter's, else the model's."""
+        return self.adapter or self.name
+
+    def choices(self) -> list[ModelInfo]:
+        """The model, then each of its adapters, as a console's model picker lists them."""
+        return [self, *(replace(self, adapter=name) for name in self.adapters)]
+
+    @property
+    def max_loras(self) -> int:
+        """The adapters one batch of the model mixes (its ``max_loras`` parameter; all of them when it is not said)."""
+        try:
+            return parse_max_loras(self.parameters.get(MAX_PARAMETER, ""), len(self.adapters))
+        except AdapterError:
+            return len(self.adapters)
 
     @property
     def embedded(self) -> bool:

@@ -1,9 +1,9 @@
 """The controls table: the controls of the schema (``backend_model.contract.controls``) the consoles offer.
 
-The click options, the TUI fields and the web controls are made from :data:`CONTROLS`, a view over the
-schema's offered rows; a request (:class:`GenerationParams`) may also set ``logprobs`` and
-``structured_outputs`` (:data:`BY_NAME`: the OpenAI front asks for them), and the wire inputs are made
-from those it sets. :func:`check` and :func:`parse` apply a row's rule and name the control by its label.
+The click options, the TUI fields and the web controls are made from :data:`CONTROLS`, a view over the schema's offered
+rows; a request (:class:`GenerationParams`) may also set ``logprobs``, ``structured_outputs`` and ``lora_name``
+(:data:`BY_NAME`: the OpenAI front asks for them), and the wire inputs are made from those it sets. :func:`check` and
+:func:`parse` apply a row's rule and name the control by its label.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from backend_model.contract.controls import Control
 from .errors import BadRequest
 
 CONTROLS: tuple[Control, ...] = tuple(c for c in schema.CONTROLS if c.offered)
-REQUEST_ONLY = ("logprobs", "structured_outputs")  # no form offers them; the OpenAI front's requests set them
+REQUEST_ONLY = ("logprobs", "structured_outputs", "lora_name")  # no form offers them: the OpenAI front sets them
+# (lora_name: the LoRA adapter a request names as its model, or a console's model picker)
 MESSAGES = "messages"  # the bundled backend's input of conversations it renders with the model's chat template
 EXTRAS = ("request_id", "status_key", "continuations", "chats", "images")  # what a request carries besides controls
 BY_NAME: dict[str, Control] = {c.name: c for c in schema.CONTROLS if c.offered or c.name in REQUEST_ONLY}

@@ -72,6 +72,9 @@ def _run(options: BenchOptions) -> int:
 @click.option("--compare-model", default=None,
               help="Model of the --compare-url servers (default: each server's own, as for --model).")
 @click.option("--model", default=None, help=f"Model (default: {MODEL_DEFAULT_HELP}).")
+@click.option("--adapters", default=None,
+              help="Spread the requests over these LoRA adapters in turn, 'a,b' (name the model itself for its own "
+                   "weights); each level is also reported per adapter.")
 @click.option("--mode", type=click.Choice(MODES), default="stream", show_default=True,
               help="stream: gRPC decoupled, one response per step; batch: one response per request.")
 @click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,

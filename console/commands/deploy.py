@@ -23,6 +23,17 @@ from console.fleet.manifests import (
 from console.infra.terminal import CONTEXT_SETTINGS, fail
 
 
+class Manifest(yaml.SafeDumper):
+    """YAML as a reader wants it: a text of several lines (a ConfigMap's file) as a block, line for line."""
+
+
+def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+Manifest.add_representer(str, _text)
+
+
 @click.group("deploy", context_settings=CONTEXT_SETTINGS)
 def deploy_group() -> None:
     """Write what a cluster needs to serve a model repository (files only)."""
@@ -84,7 +95,8 @@ def k8s(repository: Path, output_dir: Path, name: str, namespace: str, image: st
         fail(str(exc))
     output_dir.mkdir(parents=True, exist_ok=True)
     for file, document in objects.items():
-        write(output_dir / file, yaml.safe_dump(document, sort_keys=False, width=120), document["kind"] == "Secret")
+        text = yaml.dump(document, Dumper=Manifest, sort_keys=False, width=120)
+        write(output_dir / file, text, document["kind"] == "Secret")
         click.echo(f"wrote {output_dir / file} ({document['kind']})")
     click.echo(f"sizing: {pod[1]}")
     if no_api_key:

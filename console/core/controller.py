@@ -82,6 +82,12 @@ class Snapshot:
         return {m.name: m.info for m in self.models if m.state == "READY" and m.info is not None}
 
     @property
+    def choices(self) -> dict[str, ModelInfo]:
+        """What a model picker offers, by name: each READY model, then each LoRA adapter it serves (its config,
+        picked as the adapter)."""
+        return {choice.choice: choice for info in self.infos.values() for choice in info.choices()}
+
+    @property
     def serving(self) -> bool:
         return self.phase in ("ready", "connected")
 

@@ -105,9 +105,10 @@ class Prepared:
         turn.sent_at = time.perf_counter()
 
 
-def params_for(settings: Settings, request_id: str) -> GenerationParams:
-    """The wire parameters: the controls, the request id and the images."""
-    return settings.params.replace(request_id=request_id, images=settings.images)
+def params_for(settings: Settings, request_id: str, info: ModelInfo) -> GenerationParams:
+    """The wire parameters: the controls, the request id, the images and the LoRA adapter ``info`` was picked as."""
+    params = settings.params.replace(request_id=request_id, images=settings.images)
+    return params.replace(lora_name=info.adapter) if info.adapter else params
 
 
 def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history: History = (),
@@ -141,7 +142,7 @@ def prepare(server: Adapter, settings: Settings, prompts: Sequence[str], history
                           progress=progress, images=bool(settings.images))
     timeouts = Timeouts(info.network_timeout(settings.timeout),
                         (settings.idle_timeout or None) if settings.mode == "stream" else None)
-    params = params_for(settings, request_id or new_request_id())
+    params = params_for(settings, request_id or new_request_id(), info)
     call = server.call(settings.mode, settings.protocol, info, framed, params, timeouts)
     return Prepared(info, framed.sent, call, interface.ignored(settings.params), time.perf_counter() - t0, chat,
                     interface.notes(settings.params))

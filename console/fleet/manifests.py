@@ -4,7 +4,8 @@ A Deployment (tritonserver and the OpenAI front side by side; ``qualcomm.com/qai
 plugin's resource, from the models' device groups; CPU and memory from :mod:`.sizing`), a Service, a
 NetworkPolicy, the Secret of the keys, the Prometheus side (a PodMonitor and a PrometheusRule for the Prometheus
 Operator, or scrape annotations and a ConfigMap of the rules), a KEDA ScaledObject scaling on the backend's queue,
-and a PodDisruptionBudget. Plain dicts; :mod:`.deploy` writes them.
+a PodDisruptionBudget, and the Gateway API Inference Extension's InferencePool of the fronts with its endpoint
+picker's configuration (:mod:`.pool`). Plain dicts; :mod:`.deploy` writes them.
 
 Each pod is as locked down as one ``serve``: tritonserver's administrative APIs answer only callers with the key
 of the Secret (the arguments ``serve`` gives, :func:`console.server.arguments.restricted_arguments`, with the key
@@ -21,11 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from console.clients import ModelInfo
 from console.server.arguments import restricted_arguments
 from console.server.keys import FRONT_KEY_ENV as KEY_ENV
 from repo_gen.staging import model_names
 
-from . import promql, rules
+from . import pool, promql, rules
 from .sizing import HOST_ENGINES, ROUTING_DELAY, Model, Sizing, SizingError, model_spec, sizing
 
 DEVICE_RESOURCE = "qualcomm.com/qaic"  # one per SoC, as Qualcomm's Kubernetes device plugin advertises them
@@ -81,21 +85,30 @@ def devices_per_instance(config: Any) -> list[int]:
     return [len(group) for group in groups] if groups else [1] * instances
 
 
-def read_model(folder: Path) -> tuple[Model, int]:
-    """A model folder as the pod's sizing reads it, and the SoCs its instances take (each instance group's count
-    times its device group's size)."""
+def model_config(folder: Path) -> Any:
+    """A model folder's ``config.pbtxt`` (Triton's ModelConfig)."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    from backend_model.contract import compile_config, embedding_config
-
     path = folder / "config.pbtxt"
     try:
-        config = text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
-        parameters = {k: v.string_value for k, v in config.parameters.items()}
-        compile_ = embedding_config.of_model(folder / "compile_config.json", parameters.get("task", ""))
-    except (OSError, text_format.ParseError, compile_config.CompileConfigError) as exc:
+        return text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
+    except (OSError, text_format.ParseError) as exc:
         raise ManifestError(f"{path}: {' '.join(str(exc).split())}") from None
+
+
+def read_model(folder: Path) -> tuple[Model, int]:
+    """A model folder as the pod's sizing reads it, and the SoCs its instances take (each instance group's count
+    times its device group's size)."""
+    from backend_model.contract import compile_config, embedding_config
+
+    config = model_config(folder)
+    parameters = {k: v.string_value for k, v in config.parameters.items()}
+    compiled = folder / "compile_config.json"
+    try:
+        compile_ = embedding_config.of_model(compiled, parameters.get("task", ""))
+    except (OSError, compile_config.CompileConfigError) as exc:
+        raise ManifestError(f"{compiled}: {' '.join(str(exc).split())}") from None
     socs = devices_per_instance(config)
     return Model(model_spec(folder.name, parameters, compile_), len(socs)), sum(socs)
 
@@ -108,6 +121,15 @@ def repository_models(repository: Path) -> dict[str, tuple[Model, int]]:
     if not names:
         raise ManifestError(f"{repository} holds no model folder")
     return {name: read_model(repository / name) for name in names}
+
+
+def serves_adapters(repository: Path) -> bool:
+    """Some model of the repository serves LoRA adapters (its ``lora_adapters`` parameter names one)."""
+    for name in model_names(repository):
+        parameters = {k: v.string_value for k, v in model_config(repository / name).parameters.items()}
+        if ModelInfo(name, False, None, parameters=parameters).adapters:
+            return True
+    return False
 
 
 def fresh_keys() -> dict[str, str]:
@@ -189,7 +211,7 @@ def _front(o: Options, size: Sizing) -> dict[str, Any]:
 
 def deployment(o: Options, devices: int, size: Sizing) -> dict[str, Any]:
     volumes, mounts = _volume(o)
-    pod_labels = {**_labels(o), POOL_LABEL: o.name}
+    pod_labels = {**_labels(o), POOL_LABEL: o.name, pool.ENGINE_LABEL: pool.ENGINE}
     annotations = {} if o.operator else {"prometheus.io/scrape": "true", "prometheus.io/port": str(PORTS["metrics"]),
                                          "prometheus.io/path": "/metrics"}
     containers = [_tritonserver(o, devices, size, mounts), _front(o, size)]
@@ -260,6 +282,18 @@ def disruption_budget(o: Options) -> dict[str, Any]:
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _labels(o)}}}
 
 
+def inference_pool(o: Options) -> dict[str, Any]:
+    """The pods' fronts as one InferencePool of the Gateway API Inference Extension."""
+    return pool.inference_pool(_meta(o), {POOL_LABEL: o.name}, PORTS["openai"])
+
+
+def picker_config(o: Options, adapters: bool) -> dict[str, Any]:
+    """The endpoint picker's configuration, as a ConfigMap its Deployment may mount."""
+    text = yaml.safe_dump(pool.picker_config(adapters), sort_keys=False, width=120)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(o, "-epp-config"),
+            "data": {pool.CONFIG_FILE: text}}
+
+
 def pod_sizing(o: Options) -> tuple[int, Sizing]:
     """(SoCs, sizing) of one pod serving the repository's models."""
     models = repository_models(o.repository).values()
@@ -285,4 +319,6 @@ def manifests(o: Options, keys: Mapping[str, str] | None = None,
     out["rules.yaml"] = rules_object(o)
     out["scaledobject.yaml"] = scaled_object(o)
     out["poddisruptionbudget.yaml"] = disruption_budget(o)
+    out["inferencepool.yaml"] = inference_pool(o)
+    out["epp-config.yaml"] = picker_config(o, serves_adapters(o.repository))
     return out

@@ -2,11 +2,11 @@
 :class:`Answer` writes a chat's answer in OpenAI's shapes (:class:`~.completions.Completion` a completion's;
 :class:`~.responses.ResponseAnswer` the Responses API's).
 
-A request's model is found and its controls checked against the model's interface, the chat template applied
-(:mod:`.tokenizers`), then one streamed request goes upstream. A stream's first response is awaited before the answer
-starts, so a refusal still gets its status; later errors end the stream with an error event. A client that goes away
-cancels its upstream request: a stream through the framework's disconnect watch, an answer that is not streamed
-through :func:`~.wire.unless_gone`.
+A request's model (or an adapter of one: :mod:`.served`) is found and its controls checked against the model's
+interface, the chat template applied (:mod:`.tokenizers`), then one streamed request goes upstream. A stream's first
+response is awaited before the answer starts, so a refusal still gets its status; later errors end the stream with an
+error event. A client that goes away cancels its upstream request: a stream through the framework's disconnect watch, an
+answer that is not streamed through :func:`~.wire.unless_gone`.
 """
 
 from __future__ import annotations
@@ -131,22 +131,23 @@ async def with_images(front: Front, job: mapping.Job, info: ModelInfo, params: G
 
 async def answer(front: Front, request: Request, job: mapping.Job, kind: type[Answer] = Answer) -> Response:
     """``job``'s answer, whole or streamed: a completion, or a chat in the shapes of ``kind``."""
-    info = await named(front.upstream, job.model)
-    job.model = info.name
+    target = await (front.served.target(job.model) if job.model else front.served.only())
+    info, job.model = target.info, target.name
     request_id = new_request_id()
     try:
         interface = interface_of(info)
     except ClientError as exc:
         raise from_client_error(exc, "model") from None
-    params = mapping.check_model(job, interface).replace(request_id=request_id)
+    params = mapping.check_model(job, interface, target.adapter).replace(request_id=request_id)
     if job.chat and job.images:
         params = await with_images(front, job, info, params)
-        generation = Generation(front.upstream, info, json.dumps(job.messages), params, info.default_timeout)
+        generation = Generation(front.upstream, info, json.dumps(job.messages), params, info.default_timeout,
+                                front.metrics.waiting)
         result: Answer | Completion = kind(front, job, generation)
     elif job.chat:
         prompt = await front.tokenizers.chat_prompt(info, job.messages, job.tools)
         parser = await front.tokenizers.tool_parser(info, front.tool_parser) if job.tools is not None else None
-        generation = Generation(front.upstream, info, prompt, params, info.default_timeout)
+        generation = Generation(front.upstream, info, prompt, params, info.default_timeout, front.metrics.waiting)
         result = kind(front, job, generation, parser)
     else:
         result = Completion(front, job, info, params)

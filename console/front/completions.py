@@ -116,7 +116,7 @@ class Completion:
             for group in groups:
                 k = len(self.generations)
                 generation = Generation(self.front.upstream, self.info, [self.texts[p] for p in group], params.replace(
-                    request_id=f"{rid}-{k}" if k else rid), self.info.default_timeout)
+                    request_id=f"{rid}-{k}" if k else rid), self.info.default_timeout, self.front.metrics.waiting)
                 self.generations.append(generation)
                 for position, p in enumerate(group):
                     by_index[p * job.n + i] = Slot(shapes[p * job.n + i], p, generation, position)
@@ -127,7 +127,7 @@ class Completion:
         if self.scoring and top is not None:
             prompts = [ids for ids in self.ids if ids is not None]  # all of them: _prepare tokenised each to score
             self.scored = await score(self.front.upstream, self.info, self.tokenizer, prompts, top,
-                                      f"{self.params.request_id}-scored")
+                                      f"{self.params.request_id}-scored", self.params.get("lora_name"))
 
     def _text(self, slot: Slot) -> str:
         echo = self.texts[slot.prompt] if self.job.echo else ""

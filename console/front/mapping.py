@@ -204,7 +204,7 @@ def parse(body: Any, chat: bool) -> Job:
         if value is not None and value != no_op:
             raise bad_request(f"{name} is not supported here (only {no_op!r}): the served models have no such "
                               "control", name)
-    job = Job(request.model or "", chat)  # none: the one model served (answer.named)
+    job = Job(request.model or "", chat)  # none: the one model served (served.only)
     job.stream = bool(request.stream)
     if request.stream_options is not None and not job.stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
@@ -259,9 +259,12 @@ def blame(job: Job, error: APIError) -> APIError:
     return error
 
 
-def check_model(job: Job, interface: Interface) -> GenerationParams:
-    """The controls to send to the model ``interface`` speaks to; APIError 400 naming those it has no input for."""
+def check_model(job: Job, interface: Interface, adapter: str = "") -> GenerationParams:
+    """The controls to send to the model ``interface`` speaks to (``adapter``: the LoRA adapter the request's
+    ``model`` named); APIError 400 naming those it has no input for."""
     controls = dict(job.controls)
+    if adapter:
+        controls["lora_name"], job.fields["lora_name"] = adapter, "model"
     if not job.chat and "max_tokens" not in job.fields and interface.wire_input(offered.BY_NAME["max_tokens"]):
         controls["max_tokens"] = COMPLETIONS_MAX_TOKENS
     name = f"model {interface.info.name} ({interface.name} interface)"

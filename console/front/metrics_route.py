@@ -8,11 +8,19 @@ front's own registry. The bundled backend publishes its figures on Triton's metr
 ``model_name`` label vLLM uses, of the same types (buckets included), so the tools that read vLLM's page (AIPerf's
 server metrics, the Gateway API Inference Extension's endpoint picker, vLLM's Grafana boards) read these unchanged.
 ``qaic_front_backend_metrics_up`` says whether Triton's page was read.
+
+Where the served models have LoRA adapters, ``vllm:lora_requests_info`` says which, as the Gateway API Inference
+Extension's model-server protocol asks (its endpoint picker routes a request for an adapter by it): one gauge whose
+value is the time it was made and whose labels are ``max_lora`` (the adapters the served models' batches mix at
+once: their ``max_loras`` summed), ``running_lora_adapters`` (the adapters loaded and ready to serve: every
+adapter served, as each model holds all of its own) and ``waiting_lora_adapters`` (those with a request sent
+through this front that has had no response yet), the lists comma-separated.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter as Tally
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,17 +29,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-VLLM_NAMES = {  # the backend's family -> vLLM's (families as the parser names them: a counter without _total)
-    "qaic_num_requests_running": "vllm:num_requests_running",
-    "qaic_num_requests_waiting": "vllm:num_requests_waiting",
-    "qaic_kv_cache_usage_perc": "vllm:kv_cache_usage_perc",
-    "qaic_prompt_tokens": "vllm:prompt_tokens",
-    "qaic_generation_tokens": "vllm:generation_tokens",
-    "qaic_request_success": "vllm:request_success",
-    "qaic_request_queue_time_seconds": "vllm:request_queue_time_seconds",
-    "qaic_time_to_first_token_seconds": "vllm:time_to_first_token_seconds",
-    "qaic_time_per_output_token_seconds": "vllm:time_per_output_token_seconds",
-}
+from console.clients import ModelInfo
+from console.metrics.names import LORA_INFO, VLLM_NAMES
+
 MODEL_LABEL, VLLM_MODEL_LABEL = "model", "model_name"
 DROPPED_LABELS = ("version",)  # Triton's model version: vLLM's page has none (versions are summed)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -51,6 +51,7 @@ class FrontMetrics:
         self.backend_up = Gauge("qaic_front_backend_metrics_up",
                                 "1 when Triton's metrics page was read at this scrape, 0 when it was not.",
                                 registry=self.registry)
+        self.waiting: Tally[str] = Tally()  # requests sent that have had no response yet, by LoRA adapter
 
 
 class Measured:
@@ -100,6 +101,20 @@ def vllm_families(text: str, served: set[str] | None = None) -> list[Metric]:
     return [m for m in out.values() if m.samples]
 
 
+def lora_family(infos: Iterable[ModelInfo], waiting: Tally[str]) -> Metric | None:
+    """``vllm:lora_requests_info`` of the served models (None: they have no adapter)."""
+    infos = list(infos)
+    adapters = [name for info in infos for name in info.adapters]
+    if not adapters:
+        return None
+    family = Metric(LORA_INFO, "Running stats on LoRA requests.", "gauge")
+    family.add_sample(LORA_INFO, {"max_lora": str(sum(info.max_loras for info in infos)),
+                                  "running_lora_adapters": ",".join(adapters),
+                                  "waiting_lora_adapters": ",".join(a for a in adapters if waiting[a] > 0)},
+                      time.time())
+    return family
+
+
 class _Families:
     """A one-scrape collector of ready-made families."""
 
@@ -129,14 +144,17 @@ def gauge_by_model(text: str, family: str) -> dict[str, float]:
             for s in f.samples if MODEL_LABEL in s.labels}
 
 
-def render(metrics: FrontMetrics, text: str | None, served: set[str] | None) -> tuple[bytes, str]:
-    """The page: the front's own figures, then the served models' under vLLM's names from the upstream's page
-    ``text`` (None: not read)."""
+def render(metrics: FrontMetrics, text: str | None, served: list[ModelInfo] | None) -> tuple[bytes, str]:
+    """The page: the front's own figures, then the ``served`` models' (None: not known) under vLLM's names from the
+    upstream's page ``text`` (None: not read), and their adapters'."""
     families: list[Metric] = []
+    names = None if served is None else {info.name for info in served}
     try:
-        families = vllm_families(text, served) if text is not None else []
+        families = vllm_families(text, names) if text is not None else []
     except ValueError:  # not Prometheus text
         text = None
+    lora = lora_family(served or (), metrics.waiting)
+    families += [lora] if lora is not None else []
     metrics.backend_up.set(0 if text is None else 1)
     backend = CollectorRegistry(auto_describe=False)
     backend.register(_Families(families))

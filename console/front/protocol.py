@@ -178,13 +178,16 @@ class DetokenizeResponse(BaseModel):
 
 
 class ModelCard(BaseModel):
-    """A model as ``/v1/models`` lists it, with its context length (vLLM's ``max_model_len``; None: not known) and
-    the controls it takes (the request fields of the same names)."""
+    """A model as ``/v1/models`` lists it (vLLM's card: ``root`` what it serves, ``parent`` the base model of a LoRA
+    adapter, None for a model), with its context length (vLLM's ``max_model_len``; None: not known) and the controls
+    it takes (the request fields of the same names)."""
 
     id: str
     object: str = "model"
     created: int = 0
     owned_by: str
+    root: str | None = None
+    parent: str | None = None
     max_model_len: int | None = None
     controls: list[str] = []
 

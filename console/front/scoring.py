@@ -49,9 +49,9 @@ def unscored(tokenizer: Any, ids: list[int]) -> list[dict[str, Any]]:
 
 
 async def score(upstream: Upstream, info: ModelInfo, tokenizer: Any, prompts: Sequence[list[int]], top: int,
-                request_id: str) -> list[list[dict[str, Any]]]:
+                request_id: str, adapter: str | None = None) -> list[list[dict[str, Any]]]:
     """Each prompt's tokens' entries (``backend_model.engine.logprobs``' shape, ``top`` alternatives): its head's
-    without a log-probability, then the backend's, all prompts in one request."""
+    without a log-probability, then the backend's (of the LoRA ``adapter``, if one), all prompts in one request."""
     count = len(prompts)
 
     def split() -> list[tuple[int, str]]:
@@ -63,7 +63,7 @@ async def score(upstream: Upstream, info: ModelInfo, tokenizer: Any, prompts: Se
     scored = [i for i, (k, _) in enumerate(heads) if k < len(prompts[i])]
     if not scored:
         return entries
-    params = GenerationParams(logprobs=top, request_id=request_id,
+    params = GenerationParams(logprobs=top, lora_name=adapter, request_id=request_id,
                               continuations=tuple(prompts[i][heads[i][0]:] for i in scored))
     generation = Generation(upstream, info, [heads[i][1] for i in scored], params, info.default_timeout)
     async with contextlib.aclosing(generation.deltas()) as responses:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from .media import Fetcher, MediaRules
 from .metrics_route import FrontMetrics
 from .protocol import Upstream
+from .served import Served
 from .tokenizers import Tokenizers
 
 
@@ -14,7 +15,8 @@ from .tokenizers import Tokenizers
 class Front:
     """The models behind the front (a :class:`~.upstream.TritonUpstream`; a test's fake), the API key clients bring
     (None: none asked), the tokenizers, the format of every model's tool calls (``--tool-call-parser``; None: each
-    template's), the rules of the images requests bring and their fetcher, and the front's own counters."""
+    template's), the names it serves (models and their adapters), the rules of the images requests bring and their
+    fetcher, and the front's own counters."""
 
     upstream: Upstream
     api_key: str | None = None
@@ -23,3 +25,7 @@ class Front:
     media: MediaRules = field(default_factory=MediaRules)
     fetcher: Fetcher = field(default_factory=Fetcher)
     metrics: FrontMetrics = field(init=False, default_factory=FrontMetrics)
+    served: Served = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.served = Served(self.upstream)

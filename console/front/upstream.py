@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter as Tally
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -217,8 +218,10 @@ class Generation:
     log-probability entries that came since), then read the finish reasons and the token counts the model sent."""
 
     def __init__(self, upstream: Upstream, info: ModelInfo, prompts: str | Sequence[str], params: GenerationParams,
-                 timeout: float | None) -> None:
+                 timeout: float | None, waiting: Tally[str] | None = None) -> None:
         self.upstream, self.info, self.params, self.timeout = upstream, info, params, timeout
+        self.waiting = Tally() if waiting is None else waiting  # requests with no response yet, by LoRA adapter
+        # ("": the base model); this one counts there until its first response
         self.prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         self.interface = interface_of(info)
         self.collected = Collected(self.interface, self.prompts)
@@ -259,11 +262,17 @@ class Generation:
         :func:`~.errors.upstream_error`)."""
         once = not self.info.decoupled  # a batch model answers once, with the whole text
         responses = self.upstream.responses(self.info, self.prompts, self.params, self.timeout)
+        adapter = self.params.get("lora_name") or ""
+        self.waiting[adapter] += 1
         try:
             async for outputs in responses:
+                if not self.responses:
+                    self.waiting[adapter] -= 1
                 self.responses += 1
                 yield list(self.collected.add(outputs, 0.0, once))
         except ModelError as exc:
             raise upstream_error(str(exc), answered=bool(self.text)) from None
         finally:
+            if not self.responses:
+                self.waiting[adapter] -= 1
             await responses.aclose()

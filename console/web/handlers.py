@@ -130,7 +130,7 @@ class WebConsole:
         free for the next)."""
         turn, turns, server = exchange.turn, [*earlier, exchange.turn], snap.server
         assert server is not None  # _settings checked it
-        info = snap.infos.get(settings.model)
+        info = snap.choices.get(settings.model)
         key = (settings.model, settings.tokenizer)
         frames = exchange.frames(server, settings, earlier, info, FRAME_S)
         try:  # Gradio closes this generator when the page goes away: closing the frames cancels the exchange
@@ -222,7 +222,7 @@ class WebConsole:
 
     def models_for(self, mode: str, current: str | None, snap: Snapshot | None = None) -> tuple[Any, str]:
         """The model selector for ``mode`` (keeping ``current`` when offered) and the note on the pick."""
-        choices = views.model_choices((snap or self.controller.snapshot).infos, mode)
+        choices = views.model_choices((snap or self.controller.snapshot).choices, mode)
         value = views.pick_model(choices, mode, current)
         return gr.update(choices=choices, value=value), self.model_note(value)
 
@@ -233,7 +233,7 @@ class WebConsole:
 
     def model_note(self, model: str | None) -> str:
         snap = self.controller.snapshot
-        info = snap.infos.get(model or "")
+        info = snap.choices.get(model or "")
         state = self.templates.state((model or "", "")) if info else None
         template = TEMPLATE_STATES.get(state, f"not loaded: {state}") if state else None
         if info is not None and snap.server is not None and snap.server.template_side(info) == NONE:

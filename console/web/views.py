@@ -139,11 +139,13 @@ def model_table(snap: Snapshot) -> pd.DataFrame:
 
 
 def model_choices(infos: Mapping[str, ModelInfo], mode: str) -> list[tuple[str, str]]:
-    """(label, name) of the ready models a ``mode`` can use (``ModelInfo.modes``: how each one answers)."""
+    """(label, name) of the ready models a ``mode`` can use (``ModelInfo.modes``: how each one answers), each
+    model's LoRA adapters under it."""
     out = []
-    for name, info in sorted(infos.items()):
+    for name, info in sorted(infos.items(), key=lambda item: (item[1].name, bool(item[1].adapter), item[0])):
         if mode in info.modes and interface_name(info) != "unsupported":
-            out.append((name if info.use_kv_cache is not False else f"{name} · causal, slow on a CPU", name))
+            label = name if info.use_kv_cache is not False else f"{name} · causal, slow on a CPU"
+            out.append((f"{name} · LoRA adapter of {info.name}" if info.adapter else label, name))
     return out
 
 

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from console.clients import info_from_config
 from console.core.template import chat_tokenizer
+from console.fleet.pool import engine_config
 
 pytestmark = pytest.mark.server
 
@@ -85,6 +86,13 @@ def test_metrics_gives_the_models_figures_under_vllms_names_and_types_and_the_fr
     httpx.get(f"{base}/no/such/route", timeout=30)
     other = families(httpx.get(f"{base}/metrics", timeout=30).text)["qaic_front_requests"]
     assert value(other, "qaic_front_requests_total", route="other", code="404") >= 1  # no label per unknown path
+
+
+def test_the_endpoint_pickers_names_are_on_the_fronts_page_of_a_live_backend(base) -> None:
+    """deploy k8s's endpoint picker reads queue, running and KV-cache use by these names off each pod's front."""
+    published = families(httpx.get(f"{base}/metrics", timeout=30).text)
+    specs = [v for k, v in engine_config(adapters=False).items() if k.endswith("Spec") and v]
+    assert len(specs) == 3 and all(published[name].samples for name in specs)
 
 
 def test_tokenize_and_detokenize_are_the_models_tokenizers_in_vllms_shapes(base, tokenizer) -> None:

@@ -86,3 +86,53 @@ def test_an_unknown_adapter_is_a_400_naming_the_served_ones(lora_server):
         ask(lora_server, PROMPT, "C", "bad")
     assert error.value.code == 400
     assert "unknown adapter 'C'; this model serves: A, B" in error.value.read().decode()
+
+
+@pytest.fixture(scope="module")
+def lora_front(lora_server):
+    """The OpenAI-compatible front before ``lora_server`` (loopback, no key)."""
+    from console.front import front_server
+    from console.server import free_port
+
+    server = front_server(lora_server.grpc_url, "127.0.0.1", free_port(), None, (), lora_server.handle.metrics_url)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_the_front_and_headless_ask_each_adapter_by_its_name(lora_front, lora_server, expected):
+    """The ``openai`` SDK with model="<adapter>" and headless ``--model <adapter>`` get the merged model's answer."""
+    import httpx
+    import openai
+    from helpers import cli, json_lines
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cards = httpx.get(f"{lora_front.base_url}/models", timeout=30).json()["data"]
+    assert [(c["id"], c["parent"]) for c in cards] == [(MODEL, None), ("A", MODEL), ("B", MODEL)]
+    sdk = openai.OpenAI(base_url=lora_front.base_url, api_key="none", max_retries=0)
+    for name in NAMES:
+        answer = sdk.completions.create(model=name or MODEL, prompt=PROMPT, max_tokens=TOKENS)
+        assert (answer.model, answer.choices[0].text) == (name or MODEL, expected[(name, PROMPT)])
+    result = cli("--prompt", PROMPT, "--http-url", lora_server.http_url, "--grpc-url", lora_server.grpc_url, "--model",
+                 "B", "--max-tokens", str(TOKENS), "--raw", "--json", "-q")
+    assert result.exit_code == 0, result.output
+    assert json_lines(result)[0]["text"] == expected[("B", PROMPT)]
+    page = httpx.get(lora_front.base_url.removesuffix("/v1") + "/metrics", timeout=30).text
+    [gauge] = [s for f in text_string_to_metric_families(page) for s in f.samples
+               if s.name == "vllm:lora_requests_info"]
+    assert gauge.labels == {"max_lora": "2", "running_lora_adapters": "A,B", "waiting_lora_adapters": ""}
+
+
+def test_eval_compares_an_adapter_with_another_path(lora_front, lora_server, tmp_path):
+    """The adapter straight from Triton against itself through the front (the same answers) and the other adapter."""
+    from helpers import cli
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n", encoding="utf-8")
+    triton = f"{lora_server.http_url},{lora_server.grpc_url}"  # both: the adapters are found over HTTP
+    reference, through_front, other = f"A@{triton}", f"A@{lora_front.base_url}", f"B@{triton}"
+    result = cli("eval", "--reference", reference, "--candidate", through_front, "--candidate", other, "--prompts",
+                 str(prompts), "--max-tokens", str(TOKENS), "--no-likelihood", "-o", str(tmp_path / "eval"), "-q")
+    assert result.exit_code == 0, result.output
+    rows = {row["path"]: row for row in json.loads((tmp_path / "eval" / "eval.json").read_text())["summary"]}
+    assert rows[through_front]["exact"] == len(PROMPTS) and rows[other]["exact"] < len(PROMPTS)

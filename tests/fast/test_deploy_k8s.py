@@ -1,11 +1,12 @@
 """``qaic-console deploy k8s``: the manifests it writes for the embedded samples validate offline, the built-in kinds
-against the Kubernetes API schemas (kubernetes-validate, strict: no unknown field) and the custom ones against
-their CRDs' published OpenAPI schemas (tests/fixtures/crds, SOURCE.md) with jsonschema (and no field the API
-server would prune). Each pod is locked down as ``serve`` is (tests/e2e/test_fleet.py runs one), sized from its
-models, and drains when stopped."""
+against the Kubernetes API schemas (kubernetes-validate, strict: no unknown field) and the custom ones against their
+CRDs' published OpenAPI schemas (tests/fixtures/crds, SOURCE.md) with jsonschema (and no field the API server would
+prune), the InferencePool against its CRD's constraints as written out below. Each pod is locked down as ``serve`` is
+(tests/e2e/test_fleet.py runs one), sized from its models, and drains when stopped."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 
 from backend_model.contract import compile_config
 from console.cli import main
-from console.fleet import promql, rules, sizing
+from console.fleet import pool, promql, rules, sizing
 from console.fleet.manifests import DEVICE_RESOURCE, POOL_LABEL
 from console.server.arguments import restricted_arguments, server_arguments
 from console.server.guard import SECRET
@@ -29,6 +30,32 @@ CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds"
 KUBERNETES = "1.30.0"
 CRD_FILES = {"ScaledObject": "keda.sh_scaledobjects.yaml", "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
              "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml"}
+
+
+# The InferencePool CRD's v1 schema (its spec) as written from kubernetes-sigs/gateway-api-inference-extension,
+# config/crd/bases/inference.networking.k8s.io_inferencepools.yaml at commit 80e21c3c7c60 (read, not copied: the
+# constraints of each field the manifests may set; any other field refused, as the API server would drop it)
+def closed(required: list[str], **properties: Any) -> dict[str, Any]:
+    """An object of these properties only."""
+    return {"type": "object", "additionalProperties": False, "required": required, "properties": properties}
+
+
+PORT = closed(["number"], number={"type": "integer", "minimum": 1, "maximum": 65535})
+LABEL_VALUE = {"type": "string", "maxLength": 63, "pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"}
+PICKER = closed(["name"], group={"type": "string", "maxLength": 253},
+                kind={"type": "string", "pattern": "^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"},
+                name={"type": "string", "minLength": 1, "maxLength": 253}, port=PORT,
+                failureMode={"enum": ["FailOpen", "FailClose"]})
+POOL_SPEC = closed(["selector", "targetPorts"], appProtocol={"enum": ["http", "kubernetes.io/h2c"]},
+                   selector=closed(["matchLabels"], matchLabels={"type": "object", "minProperties": 1,
+                                                                 "maxProperties": 64,
+                                                                 "additionalProperties": LABEL_VALUE}),
+                   targetPorts={"type": "array", "minItems": 1, "maxItems": 8, "items": PORT},
+                   endpointPickerRef=PICKER)
+INFERENCE_POOL = {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+                  "properties": {"apiVersion": {"const": "inference.networking.k8s.io/v1"},
+                                 "kind": {"const": "InferencePool"}, "metadata": {"type": "object"},
+                                 "spec": POOL_SPEC}}
 
 
 def crd_schema(kind: str, api_version: str) -> dict[str, Any]:
@@ -53,7 +80,9 @@ def pruned(document: Any, schema: dict[str, Any], path: str = "") -> list[str]:
 
 def validate(document: dict[str, Any]) -> None:
     kind = document["kind"]
-    if kind in CRD_FILES:
+    if kind == "InferencePool":
+        jsonschema.Draft7Validator(INFERENCE_POOL).validate(document)
+    elif kind in CRD_FILES:
         schema = crd_schema(kind, document["apiVersion"])
         # OpenAPI's schema read as JSON Schema (not checked as one: its patterns are Go's, e.g. a (?i) mid-pattern)
         jsonschema.Draft7Validator(schema).validate(document)
@@ -87,7 +116,8 @@ def test_the_manifests_validate_and_say_what_the_cluster_needs(repository: Path,
     written = deploy(repository, tmp_path / "k8s", "--replicas", "2", "--repository-from", "pvc:models",
                      "--secret", "front-key")
     assert {d["kind"] for d in written.values()} == {"Deployment", "Service", "NetworkPolicy", "PodMonitor",
-                                                     "PrometheusRule", "ScaledObject", "PodDisruptionBudget"}
+                                                     "PrometheusRule", "ScaledObject", "PodDisruptionBudget",
+                                                     "InferencePool", "ConfigMap"}
     for document in written.values():
         validate(document)
     pod = written["deployment.yaml"]["spec"]["template"]
@@ -282,3 +312,56 @@ def test_an_embedding_model_is_sized_by_its_weights(tmp_path: Path) -> None:
     found = memory.estimate(model.spec, None)
     assert found is not None and 85e6 < found.weights < 95e6 and found.kv_cache == 0 and socs == 1
     assert deploy(repo, tmp_path / "k8s")["deployment.yaml"]["kind"] == "Deployment"
+
+
+def with_adapters(repository: Path, tmp_path: Path) -> Path:
+    """A copy of ``repository`` whose first model serves two adapters."""
+    import shutil
+
+    repo = tmp_path / "lora-repo"
+    shutil.copytree(repository, repo)
+    config = repo / "smollm2_kv" / "config.pbtxt"
+    adapters = json.dumps(json.dumps({"alpha": "adapters/alpha", "beta": "adapters/beta"}))
+    parameter = f'parameters: {{ key: "lora_adapters" value: {{ string_value: {adapters} }} }}\n'
+    config.write_text(config.read_text() + parameter)
+    return repo
+
+
+def test_an_inference_pool_routes_to_the_fronts_through_a_picker_reading_their_metrics(repository: Path,
+                                                                                      tmp_path: Path) -> None:
+    written = deploy(repository, tmp_path / "k8s")
+    pool_, config = written["inferencepool.yaml"], written["epp-config.yaml"]
+    template = written["deployment.yaml"]["spec"]["template"]
+    labels, front = template["metadata"]["labels"], containers(written)[1]
+    assert pool_["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert [p["number"] for p in pool_["spec"]["targetPorts"]] == [p["containerPort"] for p in front["ports"]]
+    assert pool_["spec"]["endpointPickerRef"]["name"] == "qaic-triton-epp"
+    assert config["metadata"]["name"] == "qaic-triton-epp-config"
+    picker = yaml.safe_load(config["data"][pool.CONFIG_FILE])
+    assert picker["kind"] == "EndpointPickerConfig" and picker["apiVersion"] == "llm-d.ai/v1alpha1"
+    extractor = next(p["parameters"] for p in picker["plugins"] if p["type"] == "core-metrics-extractor")
+    [engine] = extractor["engineConfigs"]
+    assert labels[extractor["engineLabelKey"]] == engine["name"] == "qaic-console"
+    assert engine["loraSpec"] == "" and "lora-affinity-scorer" not in str(picker)  # no adapter served
+    referenced = {p["pluginRef"] for profile in picker["schedulingProfiles"] for p in profile["plugins"]}
+    sources = {s["pluginRef"] for s in picker["dataLayer"]["sources"]}
+    assert referenced | sources <= {p["type"] for p in picker["plugins"]}
+
+
+def test_with_adapters_the_picker_reads_the_lora_gauge_and_scores_affinity(repository: Path, tmp_path: Path) -> None:
+    written = deploy(with_adapters(repository, tmp_path), tmp_path / "k8s")
+    picker = yaml.safe_load(written["epp-config.yaml"]["data"][pool.CONFIG_FILE])
+    [engine] = next(p for p in picker["plugins"] if p["type"] == "core-metrics-extractor")["parameters"][
+        "engineConfigs"]
+    assert engine["loraSpec"] == "vllm:lora_requests_info"
+    assert {"pluginRef": "lora-affinity-scorer", "weight": 1} in picker["schedulingProfiles"][0]["plugins"]
+
+
+def test_the_pool_check_catches_what_the_crd_refuses(repository: Path, tmp_path: Path) -> None:
+    pool_ = deploy(repository, tmp_path / "k8s")["inferencepool.yaml"]
+    with pytest.raises(jsonschema.ValidationError):
+        validate({**pool_, "spec": {**pool_["spec"], "targetPorts": []}})
+    with pytest.raises(jsonschema.ValidationError):
+        validate({**pool_, "spec": {**pool_["spec"], "endpointPickerRef": {"name": "x", "failureMode": "Open"}}})
+    with pytest.raises(jsonschema.ValidationError):
+        validate({**pool_, "spec": {**pool_["spec"], "selectors": {}}})

@@ -7,15 +7,17 @@ and how a send that went quiet is checked. Front ends hold an adapter and ask it
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
 from console.clients import (
     BadRequest,
     Call,
+    ClientError,
     GenerationParams,
     ModelInfo,
     NotServed,
@@ -120,6 +122,20 @@ class Adapter(ABC):
     def listed_info(self, model: str) -> ModelInfo:
         """A model :meth:`model_states` listed, as the model rows show it (read as cheaply as the kind allows);
         OSError or ValueError when it cannot be read."""
+
+    def adapter_info(self, adapter: str, mode: str = "stream", protocol: str = "http",
+                     timeout: float = 10.0) -> ModelInfo | None:
+        """The info of the READY model that serves the LoRA adapter named ``adapter``, picked as it (adapter names are
+        unique on a server), for a kind that serves adapters through their model; None when no model serves it."""
+        try:
+            ready = sorted(name for name, (state, _) in self.model_states(timeout).items() if state == "READY")
+        except (OSError, ValueError):
+            return None
+        for name in ready:
+            with contextlib.suppress(OSError, ClientError, ValueError):
+                if adapter in self.listed_info(name).adapters:
+                    return replace(self.model_info(name, mode, protocol, timeout), adapter=adapter)
+        return None
 
     @abstractmethod
     def default_model(self, mode: str) -> str:

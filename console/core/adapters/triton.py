@@ -20,6 +20,7 @@ from console.clients import (
     ClientError,
     GenerationParams,
     ModelInfo,
+    NotServed,
     Timeouts,
     generate,
     infer,
@@ -175,9 +176,15 @@ class TritonAdapter(Adapter):
             raise OSError(str(exc.reason)) from None
 
     def model_info(self, model: str, mode: str = "stream", protocol: str = "http", timeout: float = 10.0) -> ModelInfo:
+        """``model``'s, or, for a LoRA adapter a model serves, that model's picked as the adapter."""
         url, protocol = self.url(mode, protocol)
         try:
             return model_info(url, model, protocol, timeout=timeout)
+        except NotServed as exc:
+            picked = self.adapter_info(model, mode, protocol, timeout)
+            if picked is None:
+                raise self._with_guess(exc) from None
+            return picked
         except ClientError as exc:
             raise self._with_guess(exc) from None
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
+from console.clients import ModelInfo
+
 from ..errors import APIError
 from ..metrics_route import render
 from ..state import Front
@@ -16,7 +18,7 @@ def router(front: Front) -> APIRouter:
     @routes.get("/metrics")
     async def metrics() -> Response:
         try:
-            served: set[str] | None = set(await front.upstream.ready())
+            served: list[ModelInfo] | None = await front.upstream.models()
         except APIError:
             served = None
         page, kind = render(front.metrics, await front.upstream.metrics_page(), served)

@@ -29,8 +29,9 @@ SPECIAL = ("bos_token", "eos_token", "pad_token", "unk_token")
 
 
 async def model_and_tokenizer(front: Front, model: str | None, param: str = "model") -> tuple[ModelInfo, Any]:
-    """The model named (or, unnamed, the one tokenizer every served model shares) and its tokenizer; APIError."""
-    infos = [await front.upstream.info(model)] if model else await front.upstream.models()
+    """The model named (an adapter: its base model's), or, unnamed, the one tokenizer every served model shares, and
+    its tokenizer; APIError."""
+    infos = [(await front.served.target(model)).info] if model else await front.upstream.models()
     if not infos:
         raise APIError(404, "no model is served here", "model", "model_not_found")
     loaded = []

@@ -86,7 +86,7 @@ class ChatPane(Horizontal):
         self.server = snapshot.server if snapshot.serving else None
         if snapshot.generation != self.generation:
             self.generation = snapshot.generation
-            self.infos = {n: i for n, i in snapshot.infos.items() if offered(self.mode, i)}
+            self.infos = {n: i for n, i in snapshot.choices.items() if offered(self.mode, i)}
             self.templates.clear()  # other models, maybe other tokenizers (loaded ones come from a cache)
             self.controls.set_models(model_options(self.mode, self.infos), EMBEDDED_DEFAULTS[self.mode])
             self.warm()

@@ -41,14 +41,17 @@ def offered(mode: str, info: ModelInfo) -> bool:
 
 
 def model_options(mode: str, infos: dict[str, ModelInfo]) -> list[tuple[str, str]]:
-    """(label, name) for the model select: the pane's own kind first, the others say what they are."""
+    """(label, name) for the model select: the pane's own kind first, the others say what they are; a model's LoRA
+    adapters under it."""
     def label(info: ModelInfo) -> str:
+        if info.adapter:
+            return f"  {info.adapter} · LoRA adapter of {info.name}"
         notes = ["batch model: one response"] if mode == "stream" and not info.decoupled else []
         notes += [] if info.use_kv_cache else ["causal: slow on a CPU"]
         return " · ".join([info.name, *notes])
 
-    ordered = sorted(infos.values(), key=lambda i: (mode == "stream" and not i.decoupled, i.name))
-    return [(label(info), info.name) for info in ordered]
+    ordered = sorted(infos.values(), key=lambda i: (mode == "stream" and not i.decoupled, i.name, bool(i.adapter)))
+    return [(label(info), info.choice) for info in ordered]
 
 
 class Controls(VerticalScroll, can_focus=False):

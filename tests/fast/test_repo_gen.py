@@ -20,7 +20,7 @@ from console.cli import main as console_main
 from console.commands.repo import gen, repo_group
 from repo_gen import staging
 from repo_gen.inspection import inspect_model, list_models
-from repo_gen.samples import EMBEDDED_SAMPLES, SAMPLES, SEED_SAMPLES, write_samples
+from repo_gen.samples import EMBEDDED_ALL, EMBEDDED_EMBEDDING, EMBEDDED_SAMPLES, SAMPLES, SEED_SAMPLES, write_samples
 from repo_gen.writer import PRECISIONS, ModelSpec, RepoError, write_model
 
 SEED_BACKEND = "/opt/qti-aic/integrations/triton/backends/qaic/qaic_backend_python/"
@@ -116,7 +116,7 @@ def test_samples_command_writes_seed_then_embedded_then_vision(tmp_path: Path) -
     assert run(["samples", "-o", str(tmp_path)]).exit_code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SEED_SAMPLES)
     assert run(["samples", "--embedded", "-o", str(tmp_path)]).exit_code == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SEED_SAMPLES + EMBEDDED_SAMPLES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SEED_SAMPLES + EMBEDDED_ALL)
     assert run(["samples", "--vision", "-o", str(tmp_path)]).exit_code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SAMPLES)
 
@@ -550,3 +550,4 @@ def test_the_readme_names_every_embedded_sample() -> None:
     line = next(line for line in readme.splitlines() if "repo samples --embedded" in line)
     stem, names = re.search(r"# (\w+?)_\{([^}]*)\}", line).groups()
     assert sorted(f"{stem}_{name}" for name in names.split(",")) == sorted(EMBEDDED_SAMPLES)
+    assert all(name in line for name in EMBEDDED_EMBEDDING)  # and the embedding model beside the chat ones

@@ -320,7 +320,9 @@ def test_an_image_uploaded_in_the_box_goes_with_the_message_only_and_shows_in_it
     web.page.locator("#qc-input img").first.wait_for(timeout=WAIT_MS)  # uploaded: its thumbnail in the box
     web.send("What is in the picture?")
     assert fake.requests[-1].params.images == (image.read_bytes(),)
-    assert web.page.locator("#qc-chat .message.user img").count() == 1  # the image in the user's bubble
+    bubble = web.page.locator("#qc-chat .message.user img")
+    bubble.first.wait_for(timeout=WAIT_MS)  # the chat shows the turn after the live panel says done
+    assert bubble.count() == 1  # the image in the user's bubble
     web.page.locator("#qc-input img").first.wait_for(state="detached", timeout=WAIT_MS)  # the box let it go
     web.send("And now?")
     assert fake.requests[-1].params.images == ()  # it went with its message only

@@ -35,7 +35,8 @@ def adapters(smol, lora_folders):
 def engine_on(smol, adapters, precision: str = "fp32", slots: int = 4, prefix_caching: bool = False) -> Engine:
     model, tokenizer = smol
     dims = Dims(batch_size=1, prefill_seq_len=8, ctx_len=96, vocab=model.config.vocab_size, full_batch_size=slots)
-    engine = Engine(CpuKVSession.of(model, dims, precision, adapters), tokenizer, prefix_caching=prefix_caching)
+    session = CpuKVSession.of(model, dims, precision, adapters=adapters)
+    engine = Engine(session, tokenizer, prefix_caching=prefix_caching)
     engine.meter = Recorder()
     return engine
 

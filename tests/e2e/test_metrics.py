@@ -55,10 +55,14 @@ def infer(server, prompts: list[str], max_tokens: int) -> dict[str, list[int]]:
         client.close()
 
 
+# a model without LoRA adapters publishes no adapter series (tests/e2e/test_lora_served.py reads them off a live page)
+SERVED = [spec for spec in METRICS if spec.name not in ("qaic_lora_requests_total", "qaic_max_loras")]
+
+
 def test_the_metrics_port_lists_the_backends_metrics_with_help_and_type_lines(embedded_server) -> None:
     text = page(embedded_server)
     lines = set(text.splitlines())
-    for spec in METRICS:
+    for spec in SERVED:
         assert f"# HELP {spec.name} {spec.help}" in lines, spec.name
         assert f"# TYPE {spec.name} {spec.kind.lower()}" in lines, spec.name
     for model in (STREAM, BATCH):  # each served model has its series, labelled like Triton's own, and its instance
@@ -137,7 +141,7 @@ def test_the_grafana_dashboard_names_only_metrics_the_server_exports(embedded_se
         assert found, expr
         named |= found
     assert named <= exported, sorted(named - exported)
-    assert {spec.name for spec in METRICS} <= {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+    assert {spec.name for spec in SERVED} <= {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
                                                for n in named}  # every backend metric has a panel
 
 

@@ -23,7 +23,7 @@ from console.clients import ClientError, GenerationParams, ModelInfo, interface_
 from . import mapping, media
 from .completions import Completion
 from .errors import APIError, bad_request, from_client_error
-from .protocol import Reply, Upstream, UsageInfo
+from .protocol import Reply, UsageInfo
 from .replies import DONE, Shape, finish_reason, sse, usage
 from .state import Front
 from .toolcalls import Call, Parser, Reader
@@ -105,17 +105,6 @@ class Answer:
         finally:
             await pieces.aclose()
         yield DONE
-
-
-async def named(upstream: Upstream, model: str) -> ModelInfo:
-    """The model a request names; none named: the one model served, else 400 naming the served ones."""
-    if model:
-        return await upstream.info(model)
-    served = await upstream.models()
-    if len(served) != 1:
-        names = ", ".join(info.name for info in served) or "none"
-        raise APIError(400, f"model is required unless exactly one model is served (served: {names})", "model")
-    return served[0]
 
 
 async def with_images(front: Front, job: mapping.Job, info: ModelInfo, params: GenerationParams) -> GenerationParams:

@@ -20,7 +20,6 @@ from console.clients import ClientError, ModelInfo
 from console.clients.embeddings import EmbeddingModel, Item
 
 from .. import mapping
-from ..answer import named
 from ..errors import bad_request
 from ..protocol import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, validated
 from ..state import Front
@@ -95,7 +94,7 @@ def router(front: Front) -> APIRouter:
     async def embeddings(request: Request) -> Response:
         body = validated(EmbeddingRequest, await read_body(request))
         items = items_of(body.taken("input"))
-        info = await named(front.upstream, body.model or "")
+        info = (await (front.served.target(body.model) if body.model else front.served.only())).info
         model = model_of(info)
         held(model, items, body.dimensions)
         try:

@@ -19,7 +19,7 @@ from console.clients import CONTROLS
 from console.core.controls import TIMEOUT_RULE, form_default, form_placeholder
 
 from . import files, views
-from .handlers import WebConsole
+from .handlers import EMPTY_BOX, WebConsole
 from .login import Gate, Login
 from .metrics_section import metrics_section
 from .server_tab import TICKED
@@ -185,7 +185,7 @@ def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
         return {name: values[comp] for name, comp in fields.items()}
 
     def send(values: dict, request: gr.Request) -> Iterator[tuple]:
-        yield from console.send(_tab(request), values[c["box"]], values[turns], form(values))
+        yield from console.send(_tab(request), values[taken], values[turns], form(values))
 
     def retry(values: dict, request: gr.Request) -> Iterator[tuple]:
         yield from console.retry(_tab(request), values[turns], form(values))
@@ -197,12 +197,15 @@ def _wire_chat(console: WebConsole, c: dict[str, Any], turns: gr.State,
         console.stop(_tab(request))
         return [], [], ""
 
-    inputs = {c["box"], turns, *fields.values()}
+    taken = gr.State(EMPTY_BOX)  # the message the box held when it was sent (Gradio's ChatInterface does so)
+    inputs = {taken, turns, *fields.values()}
     outputs = [c["chatbot"], turns, c["live"], c["box"]]
-    # "multiple": every send reaches the handler, which refuses one while the tab's reply is still coming, saying
-    # so (Gradio's "once" drops it without a word, also just after the last frame, before the event completes)
-    sending = gr.on([c["send"].click, c["box"].submit], send, inputs, outputs, concurrency_limit=None,
-                    show_progress="hidden", trigger_mode="multiple")
+    # the box is emptied at once, by an unqueued event, and its message handed to the queued send, which puts it
+    # back when it refuses it; "multiple": every send reaches the handler, which refuses one while the tab's reply
+    # is still coming, saying so (Gradio's "once" drops it without a word, also just after the last frame)
+    sending = gr.on([c["send"].click, c["box"].submit], lambda box: (EMPTY_BOX, box), c["box"],
+                    [c["box"], taken], queue=False, show_progress="hidden", trigger_mode="multiple").then(
+        send, inputs, outputs, concurrency_limit=None, show_progress="hidden", trigger_mode="multiple")
     retrying = c["retry"].click(retry, inputs, outputs, concurrency_limit=None, show_progress="hidden",
                                 trigger_mode="multiple")
     clearing = c["clear"].click(clear, None, [c["chatbot"], turns, c["live"]], queue=False)

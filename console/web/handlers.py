@@ -39,7 +39,6 @@ FRAME_S = 0.1  # a running message refreshes the page at most this often
 POLL_S = 1.0  # the server is polled at most this often, whatever the number of tabs
 ChatFrame = tuple[Any, Any, Any, Any]  # chatbot, turns, live panel, input box
 EMPTY_BOX = {"text": "", "files": []}  # the multimodal box once its message is sent
-SKIP_CHAT: ChatFrame = (gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
 
 class Running:
@@ -90,7 +89,7 @@ class WebConsole:
         frames of its progress until it ends."""
         text, files = (message, []) if isinstance(message, str) else (message.get("text") or "", [
             f if isinstance(f, str) else f["path"] for f in message.get("files") or ()])
-        yield from self._checked(tab, lambda: (split_prompts(text), turns), form, clear_box=True, images=files)
+        yield from self._checked(tab, lambda: (split_prompts(text), turns), form, message, images=files)
 
     def retry(self, tab: str, turns: list[Turn], form: Mapping[str, Any]) -> Iterator[ChatFrame]:
         """Send the last message's prompts again with the current controls, in its place."""
@@ -99,12 +98,13 @@ class WebConsole:
                 raise BadRequest("nothing to retry yet")
             return turns[-1].prompts, turns[:-1]
 
-        yield from self._checked(tab, last, form, clear_box=False, images=turns[-1].images if turns else [])
+        yield from self._checked(tab, last, form, gr.skip(), images=turns[-1].images if turns else [])
 
     def _checked(self, tab: str, what: Callable[[], tuple[list[str], list[Turn]]], form: Mapping[str, Any],
-                 clear_box: bool, images: Sequence[str] = ()) -> Iterator[ChatFrame]:
+                 refused: Any, images: Sequence[str] = ()) -> Iterator[ChatFrame]:
         """Send ``what()`` gives (prompts, earlier turns) with the form's settings and the ``images`` files; a
-        warning and nothing sent when either is wrong, no server answers or the tab's last reply is still coming."""
+        warning, nothing sent and ``refused`` back in the input box when either is wrong, no server answers or the
+        tab's last reply is still coming."""
         try:
             prompts, earlier = what()
             snap = self.controller.snapshot
@@ -113,9 +113,9 @@ class WebConsole:
             self.running.begin(tab, exchange)
         except ClientError as exc:
             gr.Warning(str(exc))
-            yield SKIP_CHAT
+            yield gr.skip(), gr.skip(), gr.skip(), refused
             return
-        yield from self._exchange(tab, exchange, earlier, snap, settings, clear_box)
+        yield from self._exchange(tab, exchange, earlier, snap, settings)
 
     @staticmethod
     def _settings(snap: Snapshot, form: Mapping[str, Any]) -> Settings:
@@ -124,8 +124,8 @@ class WebConsole:
             raise BadRequest(views.no_server(snap))
         return settings_from_form(form, "Server tab")
 
-    def _exchange(self, tab: str, exchange: Exchange, earlier: list[Turn], snap: Snapshot, settings: Settings,
-                  clear_box: bool) -> Iterator[ChatFrame]:
+    def _exchange(self, tab: str, exchange: Exchange, earlier: list[Turn], snap: Snapshot,
+                  settings: Settings) -> Iterator[ChatFrame]:
         """Run the tab's begun ``exchange``: frames of its progress, the last once it has ended (and the tab is
         free for the next)."""
         turn, turns, server = exchange.turn, [*earlier, exchange.turn], snap.server
@@ -137,8 +137,7 @@ class WebConsole:
             here = (settings.templated is not False and info is not None and
                     server.template_side(info, settings.tokenizer) == HERE)
             loading = here and self.templates.state(key) != READY
-            yield (views.messages(turns), turns, views.live_markdown(turn, time.perf_counter(), loading),
-                   EMPTY_BOX if clear_box else gr.skip())
+            yield views.messages(turns), turns, views.live_markdown(turn, time.perf_counter(), loading), gr.skip()
             shown = None
             for over in frames:
                 if over or turn.done:  # its ending is the last frame's, sent once the tab is free for the next

@@ -105,3 +105,26 @@ def test_headless_embed_shows_the_matrix_from_triton_and_from_the_front(served, 
     expected = reference(["a cat", "a kitten", "stock prices"])
     assert [i["dimension"] for i in body["inputs"]] == [384] * 3
     assert np.allclose(matrix, expected @ expected.T, atol=1e-4) and matrix[0, 1] > matrix[0, 2]
+
+
+def test_bench_sweeps_triton_and_the_front_side_by_side(served, tmp_path) -> None:
+    """``bench --endpoint embeddings``: Triton's HTTP straight and the front before it, in one run, with ratios; one
+    client at a time runs batches of one, four let Triton's dynamic batching join them (its counters say so)."""
+    server, front = served
+    result = cli("bench", "--endpoint", "embeddings", "--url", server.http_url, "--metrics-url",
+                 server.handle.metrics_url, "--compare-url", front.base_url, "--model", MODEL, "--concurrency", "1,4",
+                 "--requests", "12", "--warmup", "1", "--input-tokens-mean", "16", "--plots", "none",
+                 "-o", str(tmp_path), "-q")
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "bench.json").read_text())
+    triton, through_front = document["targets"]
+    assert (triton["api"], through_front["api"]) == ("triton", "openai")
+    for target in (triton, through_front):
+        assert [(lv["request_count"], lv["error_count"]) for lv in target["levels"]] == [(12, 0), (12, 0)]
+        assert all(lv["input_throughput"]["avg"] > 0 for lv in target["levels"])
+    assert all(lv["input_sequence_length"]["avg"] > 8 for lv in triton["levels"])  # the backend counts the tokens
+    one, four = (lv["server"]["batch_size"] for lv in triton["levels"])
+    assert one == 1.0 and four > 1.0, (one, four)
+    assert any(r["metric"] == "inputs/s" and r["level"] == "c=4" and r["ratios"][1] > 0
+               for r in document["comparison"])
+    assert "batch avg" in result.stdout and "side by side" in result.stdout

@@ -128,3 +128,24 @@ def test_bench_sweeps_triton_and_the_front_side_by_side(served, tmp_path) -> Non
     assert any(r["metric"] == "inputs/s" and r["level"] == "c=4" and r["ratios"][1] > 0
                for r in document["comparison"])
     assert "batch avg" in result.stdout and "side by side" in result.stdout
+
+
+def test_eval_finds_triton_the_front_and_the_cpu_encoder_alike(served, tmp_path) -> None:
+    """``eval embeddings``: Triton's vectors against the front's and the CPU encoder's in this process, then a golden
+    recording of Triton's gating the front's."""
+    server, front = served
+    triton, through_front = f"{MODEL}@{server.http_url}", f"{MODEL}@{front.base_url}"
+    result = cli("eval", "embeddings", "--reference", triton, "--candidate", through_front, "--candidate", "cpu",
+                 "-o", str(tmp_path), "-q")
+    assert result.exit_code == 0, result.output
+    summary = {row["path"]: row for row in json.loads((tmp_path / "eval_embeddings.json").read_text())["summary"]}
+    for name in (through_front, "cpu-fp32"):
+        row = summary[name]
+        assert row["dimension"] == 384 and row["min_cosine"] >= 0.9999 and row["top1_agreement"] == 1.0, row
+        assert row["spearman"] >= 0.99, row
+    golden = tmp_path / "golden.json"
+    assert cli("eval", "embeddings", "record", "--path", triton, "-o", str(golden), "-q").exit_code == 0
+    gated = cli("eval", "embeddings", "compare", str(golden), "--candidate", through_front, "--min-cosine", "0.9999",
+                "-q")
+    assert gated.exit_code == 0 and f"pass {through_front}" in gated.stdout, gated.output
+

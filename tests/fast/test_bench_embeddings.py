@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 from fake_server import FakeServer, embedding_info, fake_tokens
-from fake_upstream import FakeUpstream
+from fake_upstream import FakeUpstream, front_on
 from helpers import assert_one_line_error, cli
 
 from console.bench.server_view import batch_size
-from console.front.command import FrontServer
-from console.front.state import Front
 from console.metrics import Scrape
 from console.metrics.figures import Window
-from console.server import free_port
 
 SWEEP = ("--concurrency", "1,2", "--requests", "4", "--warmup", "1", "--input-tokens-mean", "6", "--plots", "html")
 
@@ -51,13 +48,9 @@ def test_a_sweep_sends_batches_of_texts_and_reports_inputs_per_second(fake_serve
 def test_compare_url_puts_an_openai_server_beside_with_ratios(fake_server: FakeServer, tmp_path: Path) -> None:
     fake_server.serve(embedding_info("minilm"))
     upstream = FakeUpstream(embedding_info("minilm"))
-    front = FrontServer(Front(upstream), "127.0.0.1", free_port())
-    front.start()
-    try:
+    with front_on(upstream) as front:
         result = cli("bench", "--endpoint", "embeddings", "--batch-size", "2", "--url", fake_server.url,
                      "--compare-url", front.base_url, *SWEEP, "-o", str(tmp_path))
-    finally:
-        front.stop()
     assert result.exit_code == 0, result.output
     assert len(upstream.embedded) == 1 + 1 + 4 + 4 and all(len(items) == 2 for items in upstream.embedded[1:])
     document = json.loads((tmp_path / "bench.json").read_text())

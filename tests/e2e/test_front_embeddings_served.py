@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from helpers import SERVER_START, cli
 
 from backend_model.embedding.source import embedded_folder
+from console.bench.front_report import aiperf_binary
 from repo_gen.samples import EMBEDDED_EMBEDDING, write_samples
 
 pytestmark = pytest.mark.server
@@ -149,3 +151,23 @@ def test_eval_finds_triton_the_front_and_the_cpu_encoder_alike(served, tmp_path)
                 "-q")
     assert gated.exit_code == 0 and f"pass {through_front}" in gated.stdout, gated.output
 
+
+@pytest.mark.skipif(aiperf_binary() is None,
+                    reason="AIPerf is not installed: pip install 'aiperf==0.13.*' into a venv and set QAIC_AIPERF")
+def test_aiperf_profiles_the_fronts_embeddings_endpoint(served, tmp_path) -> None:
+    """AIPerf's embeddings endpoint (``--endpoint-type embeddings``, four texts a request) against the front: every
+    request answered, its latency and throughput reported. AIPerf runs from $QAIC_AIPERF or the PATH (a venv of its
+    own: its pins fight the project's, see docs/benchmarks.md)."""
+    binary = aiperf_binary()
+    assert binary is not None
+    _, front = served
+    command = [binary, "profile", "--model", MODEL, "--url", front.base_url.removesuffix("/v1"), "--endpoint-type",
+               "embeddings", "--batch-size-text", "4", "--concurrency", "2", "--request-count", "8",
+               "--warmup-request-count", "1", "--synthetic-input-tokens-mean", "16", "--synthetic-input-tokens-stddev",
+               "0", "--tokenizer", str(embedded_folder()), "--artifact-dir", str(tmp_path), "--ui-type", "none"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    export = tmp_path / "profile_export_aiperf.json"
+    assert done.returncode == 0 and export.exists(), (done.stdout + done.stderr)[-3000:]
+    data = json.loads(export.read_text())
+    assert data["request_count"]["avg"] == 8 and not (data.get("error_request_count") or {}).get("avg"), data
+    assert data["request_latency"]["avg"] > 0 and data["request_throughput"]["avg"] > 0

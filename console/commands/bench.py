@@ -128,7 +128,8 @@ def _run(options: BenchOptions) -> int:
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.pass_context
 def bench_group(ctx: click.Context, **options: Any) -> None:
-    """Benchmark a served model: TTFT, ITL, latency and throughput per load level (genai-perf names).
+    """Benchmark a served model: TTFT, ITL, latency and throughput per load level (genai-perf names); with
+    --endpoint embeddings, an embedding model's latency, requests/s and inputs/s.
 
     Runs a concurrency sweep (or request rates) with synthetic or JSONL prompts, prints a table,
     and writes bench.json, bench_summary.csv, bench_requests.csv and plots. Exit code 1 when any

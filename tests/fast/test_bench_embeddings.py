@@ -50,7 +50,7 @@ def test_compare_url_puts_an_openai_server_beside_with_ratios(fake_server: FakeS
     upstream = FakeUpstream(embedding_info("minilm"))
     with front_on(upstream) as front:
         result = cli("bench", "--endpoint", "embeddings", "--batch-size", "2", "--url", fake_server.url,
-                     "--compare-url", front.base_url, *SWEEP, "-o", str(tmp_path))
+                     "--compare-url", front.base_url, *SWEEP, "--plots", "none", "-o", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert len(upstream.embedded) == 1 + 1 + 4 + 4 and all(len(items) == 2 for items in upstream.embedded[1:])
     document = json.loads((tmp_path / "bench.json").read_text())

@@ -437,9 +437,9 @@ class FakeAdapter(Adapter):
              timeouts: Timeouts) -> Call:
         return FakeCall(self.server, mode, info, framed, params, timeouts)
 
-    def embed(self, model: str, texts: Sequence[str], timeout: float | None) -> Vectors:
+    def embed(self, model: str, texts: Sequence[str], timeout: float | None, info: ModelInfo | None = None) -> Vectors:
         """:func:`fake_vector` of each text from an embedding model (kept in :attr:`FakeServer.embedded`)."""
-        embedding = EmbeddingModel.required(self.model_info(model))
+        embedding = EmbeddingModel.required(info or self.model_info(model))
         embedding.check(texts)
         self.server.embedded.append((model, list(texts)))
         counts = [fake_tokens(t) for t in texts] if embedding.tokens else None

@@ -16,7 +16,7 @@ import collections
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,3 +197,17 @@ def error(response: httpx.Response) -> tuple[int, str | None, str | None]:
     body = response.json()["error"]
     assert body["message"] and body["type"]
     return response.status_code, body["param"], body["code"]
+
+
+@contextlib.contextmanager
+def front_on(upstream: FakeUpstream) -> Iterator[Any]:
+    """The front on ``upstream``, served over loopback for the block (its ``base_url``: ``http://.../v1``)."""
+    from console.front.command import FrontServer
+    from console.server import free_port
+
+    front = FrontServer(Front(upstream), "127.0.0.1", free_port())
+    front.start()
+    try:
+        yield front
+    finally:
+        front.stop()

@@ -22,6 +22,8 @@ class BenchOptions:
     compare_url: tuple[str, ...] = ()
     compare_model: str | None = None
     model: str | None = None
+    endpoint: str = "generate"  # generate (the chat bench) or embeddings
+    batch_size: int = 1  # embeddings: texts a request
     adapters: str | None = None  # "a,b": the LoRA adapters (or the model itself) requests go to in turn
     mode: str = "stream"
     protocol: str = "http"

@@ -41,9 +41,12 @@ def settings(config: dict[str, Any]) -> list[tuple[str, str]]:
     """The run's settings in words, (setting, value) rows; what does not apply to the run is left out."""
     levels = ", ".join(_number(v) for v in config.get("levels", []))
     rate = config.get("request_rate")
+    texts = config.get("batch_size") or 1
+    how = (f"embeddings, {_count(texts, 'text')} a request" if config.get("endpoint") == "embeddings"
+           else config.get("mode", ""))
     rows = [("model", str(config.get("model", ""))),
             ("server", ", ".join(config.get("urls", []))),
-            ("mode", f"{config.get('mode', '')} over {PROTOCOLS.get(config.get('protocol', ''), '?')}"),
+            ("mode", f"{how} over {PROTOCOLS.get(config.get('protocol', ''), '?')}"),
             ("load", f"{levels} requests/s ({config.get('request_distribution')} gaps)" if rate
              else f"concurrency {levels}")]
     if config.get("duration"):
@@ -56,10 +59,12 @@ def settings(config: dict[str, Any]) -> list[tuple[str, str]]:
     else:
         rows.append(("prompts", f"synthetic, {config.get('input_tokens_mean', 0):g} ± "
                                 f"{config.get('input_tokens_stddev', 0):g} tokens"))
-    rows.append(("output tokens", f"{config.get('output_tokens_mean', 0):g} ± {config.get('output_tokens_stddev', 0):g}"
-                                  " (sent as max_tokens; a reply may end earlier)"))
-    params = config.get("params") or {}
-    rows.append(("generation controls", ", ".join(f"{k} {_number(v)}" for k, v in params.items()) or "defaults"))
+    if config.get("endpoint") != "embeddings":
+        rows.append(("output tokens", f"{config.get('output_tokens_mean', 0):g} ± "
+                                      f"{config.get('output_tokens_stddev', 0):g} (sent as max_tokens; a reply may end "
+                                      "earlier)"))
+        params = config.get("params") or {}
+        rows.append(("generation controls", ", ".join(f"{k} {_number(v)}" for k, v in params.items()) or "defaults"))
     timeouts = config.get("timeouts") or {}
     idle = f", idle {_seconds(timeouts['idle'])}" if config.get("mode") == "stream" and "idle" in timeouts else ""
     rows.append(("timeouts", f"network {_seconds(timeouts.get('network'))}{idle}"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .results import level_key, runs_of, value
+from .results import embeddings, level_key, runs_of, value
 from .server_table import breakdown_figure
 
 DISTRIBUTION_TITLES = {"time_to_first_token": "Time to first token", "inter_token_latency": "Inter-token latency",
@@ -40,7 +40,7 @@ def _throughput(document: dict[str, Any], path: Path) -> Path:
 
 
 def throughput_figure(document: dict[str, Any]) -> Any:
-    """Output tokens/s and requests/s against the load, each on its own plot."""
+    """Output tokens/s (an embeddings run: inputs/s) and requests/s against the load, each on its own plot."""
     import matplotlib.pyplot as plt  # matplotlib (the bench extra) is optional
 
     runs = runs_of(document)
@@ -48,15 +48,17 @@ def throughput_figure(document: dict[str, Any]) -> Any:
     # two plots, one axis each: with requests of similar lengths the two curves have the same shape and
     # would lie on top of each other on twin axes
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.6), sharex=True)
+    metric, unit = (("input_throughput", "inputs/s") if embeddings(document["levels"]) else
+                    ("output_token_throughput", "output tokens/s"))
     for i, (name, levels) in enumerate(runs):  # several servers: one line each, in the same colour on both
         colour = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")[i % 5] if name else None
-        tokens = [value(lv, "output_token_throughput") or 0.0 for lv in levels]
+        tokens = [value(lv, metric) or 0.0 for lv in levels]
         requests = [value(lv, "request_throughput") or 0.0 for lv in levels]
         top.plot(xs, tokens, "o-", color=colour or "tab:blue", label=name)
         bottom.plot(xs, requests, "s--", color=colour or "tab:orange", label=name)
     if len(runs) > 1:
         top.legend()
-    top.set_ylabel("output tokens/s")
+    top.set_ylabel(unit)
     bottom.set_ylabel("requests/s")
     bottom.set_xlabel(label)
     if label == "concurrency" and len(xs) > 1 and min(xs) > 0:

@@ -43,10 +43,12 @@ WORDS = tuple(_CORPUS.split())
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """One request of a run: its prompt and the output length asked for (None: the model's default)."""
+    """One request of a run: its prompt and the output length asked for (None: the model's default); an embeddings
+    request's texts (empty: its prompt alone)."""
 
     prompt: str
     max_tokens: int | None
+    texts: tuple[str, ...] = ()
 
 
 def _length(rng: random.Random, mean: float, stddev: float, low: int = 1) -> int:

@@ -38,6 +38,7 @@ DISTRIBUTIONS = {
 }
 STREAM_ONLY = ("time_to_first_token", "inter_token_latency")
 THROUGHPUTS = {"output_token_throughput": "tokens/sec", "request_throughput": "requests/sec"}
+INPUTS_PER_S = "inputs/sec"  # an embeddings level's throughput (AIPerf's embeddings endpoint: texts a request)
 # the columns of the console table and of the comparison: (metric, statistic, label)
 HEADLINE = (
     ("time_to_first_token", "avg", "TTFT avg ms"),
@@ -58,9 +59,26 @@ OPTIONAL = (
 )
 
 
+# an embeddings run's columns: no stream, no output tokens; its inputs a request and inputs/s
+EMBEDDINGS_HEADLINE = (
+    *(("request_latency", stat, f"latency {stat} ms") for stat in ("avg", "p50", "p90", "p99")),
+    ("input_sequence_length", "avg", "tokens/request"),
+    ("inputs_per_request", "", "inputs/request"),
+    ("input_throughput", "avg", "inputs/s"),
+    ("request_throughput", "avg", "req/s"),
+)
+
+
+def embeddings(levels: Sequence[dict[str, Any]]) -> bool:
+    """Whether these are the levels of an embeddings run."""
+    return any("input_throughput" in level for level in levels)
+
+
 def headline(levels: Sequence[dict[str, Any]]) -> tuple[tuple[str, str, str], ...]:
-    """The headline columns of these levels: the fixed ones, then the optional ones some level has."""
-    return (*HEADLINE, *(c for c in OPTIONAL if any(c[0] in level for level in levels)))
+    """The headline columns of these levels: the fixed ones (an embeddings run's own), then the optional ones some
+    level has."""
+    fixed = EMBEDDINGS_HEADLINE if embeddings(levels) else HEADLINE
+    return (*fixed, *(c for c in OPTIONAL if any(c[0] in level for level in levels)))
 
 
 def describe(values: Sequence[float]) -> dict[str, float]:
@@ -124,7 +142,10 @@ def level_key(level: dict[str, Any]) -> str:
 
 
 def value(level: dict[str, Any], metric: str, stat: str = "avg") -> float | None:
+    """A metric's statistic in a level's summary (``stat`` empty: a plain figure, e.g. ``inputs_per_request``)."""
     entry = level.get(metric)
+    if not stat:
+        return entry if isinstance(entry, (int, float)) else None
     return entry.get(stat) if isinstance(entry, dict) else None
 
 
@@ -189,6 +210,9 @@ def _summary_rows(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 row[f"{name}_{stat}{suffix}"] = value(level, name, stat)
         for name in THROUGHPUTS:
             row[name] = value(level, name)
+        if "input_throughput" in level:
+            row.update(inputs_per_request=level.get("inputs_per_request"), input_throughput=value(level,
+                                                                                                 "input_throughput"))
         rows.append({**row, **csv_columns(level)})
     return rows
 
@@ -227,11 +251,11 @@ def compare(documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             if level_key(level) not in keys:
                 keys.append(level_key(level))
     rows = []
+    columns = headline([level for document in documents for level in document["levels"]])
     for key in keys:
         levels = [next((lv for lv in d["levels"] if level_key(lv) == key), None) for d in documents]
-        for metric, stat, label in (*HEADLINE, *OPTIONAL, ("error_count", "", "errors")):
-            values = [None if lv is None else (lv.get(metric) if not stat else value(lv, metric, stat))
-                      for lv in levels]
+        for metric, stat, label in (*columns, ("error_count", "", "errors")):
+            values = [None if lv is None else value(lv, metric, stat) for lv in levels]
             if all(v is None for v in values):
                 continue
             base = values[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,14 @@ from console.core.adapters import Adapter, adapter_for
 from console.core.request import Settings, read_info
 from console.infra.extras import needs
 
+from . import embeddings
 from .display import ProgressBar, adapter_tables, compare_table, levels_table, server_table
 from .fleet_side import FleetSide
 from .load import LevelResult, Runner, Target
 from .options import BenchOptions
 from .page import FORMATS, write_plots
 from .plots import have_matplotlib
-from .prompts import SyntheticPrompts, load_tokenizer, read_jsonl
+from .prompts import BenchRequest, SyntheticPrompts, load_tokenizer, read_jsonl
 from .results import build_document, side_by_side, summarize, write_csv, write_json
 from .server_view import ServerSide
 from .workloads import Slo, check_turns
@@ -97,18 +99,34 @@ class BenchRun:
         if self.options.concurrency and self.options.request_rate:
             raise UsageError("give --concurrency or --request-rate, not both")
         check_turns(self.options.turns, self.options.request_rate)
-        Slo.parse(self.options.slo, self.options.mode)
+        embeddings.check(self.options.endpoint, self.options.batch_size, self.options.turns, self.options.adapters)
+        Slo.parse(self.options.slo, self.mode)
         if self.options.request_rate:
             return [(None, r) for r in parse_levels(self.options.request_rate, float)]
         return [(c, None) for c in parse_levels(self.options.concurrency or "1")]
 
+    @property
+    def embeddings(self) -> bool:
+        return self.options.endpoint == "embeddings"
+
+    @property
+    def mode(self) -> str:
+        """How the requests go: ``--mode``, or one answer a request for embeddings."""
+        return "batch" if self.embeddings else self.options.mode
+
     def requests(self, embedded: bool) -> Any:
+        """The run's requests (an embeddings run's: ``--batch-size`` prompts each, a word a token without
+        ``--tokenizer``: the embedded chat model's tokenizer is not an embedding model's)."""
+        prompts: Iterable[BenchRequest]
         if self.options.input_file:
-            return read_jsonl(self.options.input_file, self.options.output_tokens_mean)
-        tokenizer = load_tokenizer(self.options.tokenizer, embedded)
-        return SyntheticPrompts(self.options.input_tokens_mean, self.options.input_tokens_stddev,
-                                self.options.output_tokens_mean, self.options.output_tokens_stddev,
-                                self.options.seed, tokenizer, self.options.shared_prefix_tokens)
+            prompts = read_jsonl(self.options.input_file, self.options.output_tokens_mean)
+        else:
+            prompts = SyntheticPrompts(self.options.input_tokens_mean, self.options.input_tokens_stddev,
+                                       self.options.output_tokens_mean, self.options.output_tokens_stddev,
+                                       self.options.seed,
+                                       load_tokenizer(self.options.tokenizer, embedded and not self.embeddings),
+                                       self.options.shared_prefix_tokens)
+        return embeddings.in_batches(prompts, self.options.batch_size) if self.embeddings else prompts
 
     def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto",
                grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> Target:
@@ -125,6 +143,10 @@ class BenchRun:
         kinds = {s.label for s in servers}
         if len(kinds) > 1:
             raise UsageError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
+        if self.embeddings:  # one request a batch of texts, over HTTP
+            info = embeddings.embedding_info(servers[0], model, self.options.timeout)
+            settings = Settings(info.name, "batch", "http", params, self.options.timeout, None)
+            return embeddings.EmbeddingTarget(settings, info, servers, batch=self.options.batch_size)
         settings = Settings(model or servers[0].default_model(mode), mode, self.options.protocol, params,
                             self.options.timeout, self.options.idle_timeout or None)
         info = read_info(servers[0], settings)
@@ -151,7 +173,8 @@ class BenchRun:
         return [Side(name, target, given) for name, (target, given) in zip(names, targets)]
 
     def config(self, target: Target, urls: tuple[str, ...]) -> dict[str, Any]:
-        keys = ("concurrency", "request_rate", "request_distribution", "requests", "duration", "warmup",
+        keys = ("endpoint", "batch_size", "concurrency", "request_rate", "request_distribution", "requests", "duration",
+                "warmup",
                 "input_file", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
                 "output_tokens_stddev", "shared_prefix_tokens", "turns", "slo", "seed")
         settings, server = target.settings, target.servers[0]
@@ -177,7 +200,7 @@ class BenchRun:
         sides = self.sides(urls, grpc_url, metrics_urls)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
         runners = [Runner(side.target, self.requests(embedded), self.options.turns) for side in sides]
-        slo = Slo.parse(self.options.slo, self.options.mode)
+        slo = Slo.parse(self.options.slo, self.mode)
         views = [self.server_side(side.target, first=i == 0) for i, side in enumerate(sides)]
         for side, runner, view in zip(sides, runners, views):
             if self.options.warmup:
@@ -199,7 +222,9 @@ class BenchRun:
                                    self.options.request_distribution, self.options.seed)
                 if not self.quiet:
                     bar.close()
-                summary = summarize(level, side.target.mode, slo)
+                summary = (embeddings.summarize(level, side.target.batch, slo)
+                           if isinstance(side.target, embeddings.EmbeddingTarget) else
+                           summarize(level, side.target.mode, slo))
                 results.append((level, {**summary, **view.after(level, summary)}))
         document = build_document(self.config(sides[0].target, urls), done[0])
         if len(sides) > 1:

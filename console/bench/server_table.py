@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .results import level_key
+from .results import embeddings, level_key
 from .server_view import BREAKDOWN
 
 LEGEND = {"queue": "queue (Triton, a slot, the engine's step)", "network": "the rest: network, responses"}
@@ -18,15 +18,19 @@ LABELS = {  # the console's and the HTML page's table
     "tokens_by_instance": "tokens by instance",
 }
 
+# an embeddings run's: Triton's times and the batches its dynamic batching ran (no tokens are generated)
+EMBEDDINGS_LABELS = {"triton_queue_ms": "queue ms", "triton_compute_ms": "compute ms", "batch_size": "batch avg"}
+CARD = {"power_w": "card W", "tokens_per_joule": "tok/J"}
+
 
 def server_rows(levels: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """The server's side of each level as a table: header, rows (a level without metrics: its note)."""
-    header = ["level", *LABELS.values(), "card W", "tok/J"]
+    labels, card = (EMBEDDINGS_LABELS, {"power_w": CARD["power_w"]}) if embeddings(levels) else (LABELS, CARD)
+    header = ["level", *labels.values(), *card.values()]
     rows = []
     for level in levels:
-        server, card = level.get("server") or {}, level.get("card") or {}
-        rows.append([level_key(level), *(server.get(name) for name in LABELS), card.get("power_w"),
-                     card.get("tokens_per_joule")])
+        server, measured = level.get("server") or {}, level.get("card") or {}
+        rows.append([level_key(level), *(server.get(name) for name in labels), *(measured.get(name) for name in card)])
     return header, rows
 
 

@@ -31,7 +31,10 @@ FINISHED = (("qaic_request_success", "qaic_request_cancelled", "qaic_request_fai
             ("nv_inference_request_success", "nv_inference_request_failure"),
             ("vllm:request_success",))
 FIGURES = ("triton_queue_ms", "triton_compute_ms", "slot_wait_ms", "step_wait_ms", "ttft_ms", "prefill_ms",
-           "prefill_chunk_ms", "decode_step_ms", "tpot_ms", "mean_occupancy", "tokens_per_step", "tokens_per_s")
+           "prefill_chunk_ms", "decode_step_ms", "tpot_ms", "mean_occupancy", "tokens_per_step", "tokens_per_s",
+           "batch_size")
+# Triton's own counters of a model: its inputs (a batch's rows) and its executions (batches run)
+BATCHED = ("nv_inference_count", "nv_inference_exec_count")
 BREAKDOWN = ("queue", "prefill", "network")
 
 
@@ -114,7 +117,7 @@ class ServerSide:
         family = window.present(RATES["tokens_per_s"])
         generated = window.counter(family) if family else None
         where = f"metrics: {after.url}" + (f" ({self.guesses[after.url]})" if after.url in self.guesses else "")
-        out = level_figures(window.figures().values, generated, level.duration,
+        out = level_figures({**window.figures().values, "batch_size": batch_size(window)}, generated, level.duration,
                             "; ".join([where, *notes]), summary)
         split = window.instances(family) if family else {}  # a model of several instances: each one's tokens
         out["tokens_by_instance"] = " · ".join(f"{i}: {n:g}" for i, n in split.items()) or None
@@ -136,6 +139,13 @@ def level_figures(figures: dict[str, float | None], generated: float | None, dur
         out["ttft_breakdown_ms"] = {"queue": _round(queued), "prefill": _round(prefill),
                                     "network": _round(max(client - queued - prefill, 0.0))}
     return out
+
+
+def batch_size(window: Window) -> float | None:
+    """The mean batch Triton ran the model's requests in over the window (inputs per execution: its dynamic batching
+    at work); None when the page has not these counters or the model ran nothing."""
+    inputs, executions = (window.counter(family) for family in BATCHED)
+    return inputs / executions if inputs is not None and executions else None
 
 
 def _finished(window: Window) -> float | None:

@@ -18,6 +18,7 @@ import click
 from console.bench.breakdown import breakdown as measure
 from console.bench.breakdown import format_breakdown
 from console.bench.display import compare_table
+from console.bench.embeddings import ENDPOINTS
 from console.bench.load import DISTRIBUTIONS, MODES
 from console.bench.options import BenchOptions
 from console.bench.report import SECTIONS, ReportOptions, format_report, run_report
@@ -41,6 +42,8 @@ def _run(options: BenchOptions) -> int:
         plot_formats(options.plots)
         if options.api != "auto" and not options.url:
             raise UsageError(f"--api {options.api} needs --url (the server's address)")
+        if options.endpoint == "embeddings" and not options.url:
+            raise UsageError("--endpoint embeddings needs --url (a server with an embedding model)")
         if options.prometheus and not options.url:
             raise UsageError("--prometheus needs --url (the servers that Prometheus scrapes)")
         if options.url:
@@ -75,6 +78,11 @@ def _run(options: BenchOptions) -> int:
 @click.option("--adapters", default=None,
               help="Spread the requests over these LoRA adapters in turn, 'a,b' (name the model itself for its own "
                    "weights); each level is also reported per adapter.")
+@click.option("--endpoint", type=click.Choice(ENDPOINTS), default="generate", show_default=True,
+              help="generate: text from a language model; embeddings: vectors from an embedding model (AIPerf's "
+                   "embeddings endpoint: a request's latency, requests/s and inputs/s; needs --url).")
+@click.option("--batch-size", type=int, default=1, show_default=True,
+              help="Embeddings: texts a request (AIPerf's --batch-size-text).")
 @click.option("--mode", type=click.Choice(MODES), default="stream", show_default=True,
               help="stream: gRPC decoupled, one response per step; batch: one response per request.")
 @click.option("--protocol", type=click.Choice(("http", "grpc")), default="http", show_default=True,
@@ -120,7 +128,8 @@ def _run(options: BenchOptions) -> int:
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.pass_context
 def bench_group(ctx: click.Context, **options: Any) -> None:
-    """Benchmark a served model: TTFT, ITL, latency and throughput per load level (genai-perf names).
+    """Benchmark a served model: TTFT, ITL, latency and throughput per load level (genai-perf names); with
+    --endpoint embeddings, an embedding model's latency, requests/s and inputs/s.
 
     Runs a concurrency sweep (or request rates) with synthetic or JSONL prompts, prints a table,
     and writes bench.json, bench_summary.csv, bench_requests.csv and plots. Exit code 1 when any

@@ -63,14 +63,14 @@ def write(result: Evaluation, out_dir: Path) -> list[Path]:
     written = [out_dir / "eval.json", out_dir / "eval_summary.csv", out_dir / "eval_prompts.csv",
                out_dir / "eval.html"]
     written[0].write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    _csv(written[1], SUMMARY_FIELDS, document["summary"])
-    _csv(written[2], PROMPT_FIELDS, [{"candidate": name, "prompt": i, **c.to_json()}
+    write_csv(written[1], SUMMARY_FIELDS, document["summary"])
+    write_csv(written[2], PROMPT_FIELDS, [{"candidate": name, "prompt": i, **c.to_json()}
                                      for name, cs in result.comparisons.items() for i, c in enumerate(cs)])
     written[3].write_text(page(result), encoding="utf-8")
     return written
 
 
-def _csv(path: Path, fields: Sequence[str], records: Sequence[dict[str, Any]]) -> None:
+def write_csv(path: Path, fields: Sequence[str], records: Sequence[dict[str, Any]]) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fields, extrasaction="ignore")
         writer.writeheader()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from helpers import SERVER_START, cli
 
 from backend_model.embedding.source import embedded_folder
+from console.bench.front_report import aiperf_binary
 from repo_gen.samples import EMBEDDED_EMBEDDING, write_samples
 
 pytestmark = pytest.mark.server
@@ -105,3 +107,67 @@ def test_headless_embed_shows_the_matrix_from_triton_and_from_the_front(served, 
     expected = reference(["a cat", "a kitten", "stock prices"])
     assert [i["dimension"] for i in body["inputs"]] == [384] * 3
     assert np.allclose(matrix, expected @ expected.T, atol=1e-4) and matrix[0, 1] > matrix[0, 2]
+
+
+def test_bench_sweeps_triton_and_the_front_side_by_side(served, tmp_path) -> None:
+    """``bench --endpoint embeddings``: Triton's HTTP straight and the front before it, in one run, with ratios; one
+    client at a time runs batches of one, four let Triton's dynamic batching join them (its counters say so)."""
+    server, front = served
+    result = cli("bench", "--endpoint", "embeddings", "--url", server.http_url, "--metrics-url",
+                 server.handle.metrics_url, "--compare-url", front.base_url, "--model", MODEL, "--concurrency", "1,4",
+                 "--requests", "12", "--warmup", "1", "--input-tokens-mean", "16", "--plots", "none",
+                 "-o", str(tmp_path), "-q")
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "bench.json").read_text())
+    triton, through_front = document["targets"]
+    assert (triton["api"], through_front["api"]) == ("triton", "openai")
+    for target in (triton, through_front):
+        assert [(lv["request_count"], lv["error_count"]) for lv in target["levels"]] == [(12, 0), (12, 0)]
+        assert all(lv["input_throughput"]["avg"] > 0 for lv in target["levels"])
+    assert all(lv["input_sequence_length"]["avg"] > 8 for lv in triton["levels"])  # the backend counts the tokens
+    one, four = (lv["server"]["batch_size"] for lv in triton["levels"])
+    assert one == 1.0 and four > 1.0, (one, four)
+    assert any(r["metric"] == "inputs/s" and r["level"] == "c=4" and r["ratios"][1] > 0
+               for r in document["comparison"])
+    assert "batch avg" in result.stdout and "side by side" in result.stdout
+
+
+def test_eval_finds_triton_the_front_and_the_cpu_encoder_alike(served, tmp_path) -> None:
+    """``eval embeddings``: Triton's vectors against the front's and the CPU encoder's in this process, then a golden
+    recording of Triton's gating the front's."""
+    server, front = served
+    triton, through_front = f"{MODEL}@{server.http_url}", f"{MODEL}@{front.base_url}"
+    result = cli("eval", "embeddings", "--reference", triton, "--candidate", through_front, "--candidate", "cpu",
+                 "-o", str(tmp_path), "-q")
+    assert result.exit_code == 0, result.output
+    summary = {row["path"]: row for row in json.loads((tmp_path / "eval_embeddings.json").read_text())["summary"]}
+    for name in (through_front, "cpu-fp32"):
+        row = summary[name]
+        assert row["dimension"] == 384 and row["min_cosine"] >= 0.9999 and row["top1_agreement"] == 1.0, row
+        assert row["spearman"] >= 0.99, row
+    golden = tmp_path / "golden.json"
+    assert cli("eval", "embeddings", "record", "--path", triton, "-o", str(golden), "-q").exit_code == 0
+    gated = cli("eval", "embeddings", "compare", str(golden), "--candidate", through_front, "--min-cosine", "0.9999",
+                "-q")
+    assert gated.exit_code == 0 and f"pass {through_front}" in gated.stdout, gated.output
+
+
+@pytest.mark.skipif(aiperf_binary() is None,
+                    reason="AIPerf is not installed: pip install 'aiperf==0.13.*' into a venv and set QAIC_AIPERF")
+def test_aiperf_profiles_the_fronts_embeddings_endpoint(served, tmp_path) -> None:
+    """AIPerf's embeddings endpoint (``--endpoint-type embeddings``, four texts a request) against the front: every
+    request answered, its latency and throughput reported. AIPerf runs from $QAIC_AIPERF or the PATH (a venv of its
+    own: its pins fight the project's, see docs/benchmarks.md)."""
+    binary = aiperf_binary()
+    assert binary is not None
+    _, front = served
+    command = [binary, "profile", "--model", MODEL, "--url", front.base_url.removesuffix("/v1"), "--endpoint-type",
+               "embeddings", "--batch-size-text", "4", "--concurrency", "2", "--request-count", "8",
+               "--warmup-request-count", "1", "--synthetic-input-tokens-mean", "16", "--synthetic-input-tokens-stddev",
+               "0", "--tokenizer", str(embedded_folder()), "--artifact-dir", str(tmp_path), "--ui-type", "none"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    export = tmp_path / "profile_export_aiperf.json"
+    assert done.returncode == 0 and export.exists(), (done.stdout + done.stderr)[-3000:]
+    data = json.loads(export.read_text())
+    assert data["request_count"]["avg"] == 8 and not (data.get("error_request_count") or {}).get("avg"), data
+    assert data["request_latency"]["avg"] > 0 and data["request_throughput"]["avg"] > 0

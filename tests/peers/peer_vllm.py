@@ -10,6 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,11 @@ class VllmServer:
     """vLLM's OpenAI-compatible server (``python -m vllm.entrypoints.openai.api_server``: the wheel's ``vllm``
     script fails) on a free loopback port, its own process group; its output goes to ``log``."""
 
-    def __init__(self, venv: Path, model: Path, log: Path) -> None:
+    def __init__(self, venv: Path, model: Path, log: Path, args: Sequence[str] = ()) -> None:
+        """``args``: more of the server's flags (an embedding model's ``--runner pooling``)."""
         from console.server import free_port
 
-        self.venv, self.model, self.log = venv, model, log
+        self.venv, self.model, self.log, self.args = venv, model, log, list(args)
         self.port = free_port()
         self.root = f"http://127.0.0.1:{self.port}"
         self.base_url = f"{self.root}/v1"
@@ -41,7 +43,8 @@ class VllmServer:
     def start(self, timeout: float = 900.0) -> None:
         """Start it and wait until ``/v1/models`` answers; fails with the log's tail when it does not."""
         cmd = [str(self.venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model",
-               str(self.model), "--max-model-len", str(MAX_MODEL_LEN), "--host", "127.0.0.1", "--port", str(self.port)]
+               str(self.model), "--max-model-len", str(MAX_MODEL_LEN), "--host", "127.0.0.1", "--port", str(self.port),
+               *self.args]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                             env={**os.environ, **VLLM_ENV})

@@ -219,7 +219,8 @@ class Adapter(ABC):
         raise NotServed(f"{self.name} serves no embedding model (served: {', '.join(ready) or 'none'}): name one "
                         "with --model")
 
-    def embed(self, model: str, texts: Sequence[str], timeout: float | None) -> Vectors:
+    def embed(self, model: str, texts: Sequence[str], timeout: float | None, info: ModelInfo | None = None) -> Vectors:
         """The vectors of ``texts`` from the embedding model ``model`` (one row each) and each text's tokens (None:
-        not sent); ClientError (Refused: the model's refusal, e.g. a text over its length)."""
+        not sent); ``info``: the model's, already read (a bench's requests read it once); ClientError (Refused: the
+        model's refusal, e.g. a text over its length)."""
         raise BadRequest(f"{self.name} answers no embeddings here")

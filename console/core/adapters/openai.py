@@ -141,5 +141,5 @@ class OpenAIAdapter(Adapter):
                             "name its embedding model with --model")
         return served[0]
 
-    def embed(self, model: str, texts: Sequence[str], timeout: float | None) -> Vectors:
+    def embed(self, model: str, texts: Sequence[str], timeout: float | None, info: ModelInfo | None = None) -> Vectors:
         return openai_embed(self.base, model, texts, timeout)

@@ -220,9 +220,9 @@ class TritonAdapter(Adapter):
                 continue
         return preferred
 
-    def embed(self, model: str, texts: Sequence[str], timeout: float | None) -> Vectors:
+    def embed(self, model: str, texts: Sequence[str], timeout: float | None, info: ModelInfo | None = None) -> Vectors:
         """Over HTTP, the model's batch a request (:func:`~console.clients.embeddings.triton_embed`)."""
-        info = self.model_info(model, "batch", "http")
+        info = info or self.model_info(model, "batch", "http")
         return triton_embed(self.url("batch", "http")[0], EmbeddingModel.required(info), texts, timeout)
 
     def frame(self, prompts: Sequence[str], info: ModelInfo, *, chat: bool, system: str, tokenizer: str,

@@ -1,19 +1,26 @@
-"""Embedding models in a real tritonserver (one for the module): the embedded MiniLM sample against
-sentence-transformers' own ``encode`` on the same files, QEfficient's tiny-BERT export on the card's twin against its
-reference, bad inputs refused by name while the server keeps serving, and Triton's dynamic batching joining requests."""
+"""Embedding models in a real tritonserver (one for the module) and the OpenAI-compatible front before it: the embedded
+MiniLM sample against sentence-transformers' own ``encode`` on the same files, QEfficient's tiny-BERT export on the
+card's twin against its reference, bad inputs refused by name while the server keeps serving, and Triton's dynamic
+batching joining requests. Through the front, ``/v1/embeddings``: the ``openai`` SDK and LangChain get
+sentence-transformers' vectors, bad input is a 400 naming the field, and headless ``--embed`` reads the matrix from
+Triton and from the front. (Behaviour, one test each: fast/test_front_embeddings.py, fast/test_embed_consoles.py.)"""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import urllib.request
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from helpers import SERVER_START
+from helpers import SERVER_START, cli, computed_key, front_before, kept
 from tritonclient.utils import InferenceServerException
 
 from backend_model.embedding.source import embedded_folder
@@ -21,6 +28,7 @@ from repo_gen.samples import EMBEDDED_EMBEDDING, write_samples
 from repo_gen.writer import ModelSpec, write_model
 
 pytestmark = pytest.mark.server
+MODEL = EMBEDDED_EMBEDDING[0]
 TINY_BERT = Path("/work/shared/fixtures/qeff/tiny-bert")
 TEXTS = [f"{subject} is the subject of sentence {i}." for i, subject in enumerate(
     ("A cat on a mat", "Paris", "The QAIC card", "Retrieval", "A mountain lake", "Green tea", "Jazz music", "Rust code",
@@ -45,6 +53,36 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def front(server) -> Iterator:
+    """The OpenAI-compatible front (in this process, on a free loopback port, no key) before ``server``."""
+    with front_before(server) as started:
+        yield started
+
+
+@functools.cache
+def sentence_transformer() -> Any:
+    """sentence-transformers on the embedded MiniLM's files, loaded once a module."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(embedded_folder()), device="cpu")
+
+
+def reference(texts: list[str]) -> np.ndarray:
+    """sentence-transformers' own vectors of ``texts`` on the same files, kept in the console's cache under a key of
+    the files, the texts and sentence-transformers' version (``kept``): a later run loads no sentence-transformers."""
+    key = computed_key(embedded_folder().name, json.dumps(texts), version("sentence-transformers"))
+
+    def make(out: Path) -> None:
+        np.save(out / "vectors.npy", sentence_transformer().encode(texts, convert_to_numpy=True))
+
+    return np.load(kept("minilm-reference", key, make) / "vectors.npy")
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
 def embed(server, model: str, rows: list[str], name: str = "text") -> tuple[np.ndarray, np.ndarray]:
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
     try:
@@ -58,13 +96,10 @@ def embed(server, model: str, rows: list[str], name: str = "text") -> tuple[np.n
 
 
 def test_sixteen_strings_match_sentence_transformers(server) -> None:
-    from sentence_transformers import SentenceTransformer
-
     vectors, tokens = embed(server, "minilm_embedding", TEXTS)
-    reference = SentenceTransformer(str(embedded_folder()), device="cpu").encode(TEXTS, convert_to_numpy=True)
-    assert vectors.shape == (16, 384) == reference.shape
-    cosines = (vectors * reference).sum(axis=1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
-    assert cosines.min() >= 0.9999, cosines
+    expected = reference(TEXTS)
+    assert vectors.shape == (16, 384) == expected.shape
+    assert cosines(vectors, expected).min() >= 0.9999, cosines(vectors, expected)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)  # the model normalises (modules.json)
     assert tokens[:, 0].tolist() == [len(ids) for ids in _token_ids(TEXTS)]
 
@@ -129,3 +164,46 @@ def test_dynamic_batching_joins_concurrent_requests(server) -> None:
     after = _batches(server, "minilm_embedding")
     joined = {size: count - before.get(size, 0) for size, count in after.items() if size > 1}
     assert sum(size * count for size, count in joined.items()) > 0, after
+
+
+def test_the_sdk_and_langchain_get_sentence_transformers_vectors(front) -> None:
+    import openai
+    from langchain_openai import OpenAIEmbeddings
+
+    sdk = openai.OpenAI(base_url=front.base_url, api_key="none", max_retries=0)
+    answer = sdk.embeddings.create(model=MODEL, input=TEXTS)  # base64, the SDK's default
+    vectors = np.array([d.embedding for d in answer.data], dtype=np.float32)
+    assert vectors.shape == (16, 384) and cosines(vectors, reference(TEXTS)).min() >= 0.9999
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens > 16 * 5
+    lc = OpenAIEmbeddings(model=MODEL, base_url=front.base_url, api_key="none",  # type: ignore[arg-type]
+                          check_embedding_ctx_length=False, max_retries=0)
+    assert cosines(np.array(lc.embed_documents(TEXTS[:2])), vectors[:2]).min() >= 0.99999
+    card = httpx.get(f"{front.base_url}/models/{MODEL}", timeout=30).json()
+    assert card["max_model_len"] == 256 and card["controls"] == []
+
+
+@pytest.mark.parametrize(("body", "param", "words"), [
+    ({"input": ["fine", "word " * 300]}, "input", "input 1 is 302 tokens"),
+    ({"input": [list(range(1000, 1300))]}, "input", "300 tokens"),
+    ({"input": "x", "dimensions": 128}, "dimensions", "(384)"),
+    ({"input": "x", "encoding_format": "int8"}, "encoding_format", "float or base64"),
+])
+def test_bad_input_is_a_400_naming_the_field_and_the_server_keeps_serving(front, body: dict[str, Any], param: str,
+                                                                            words: str) -> None:
+    bad = httpx.post(f"{front.base_url}/embeddings", json={"model": MODEL, **body}, timeout=60)
+    error = bad.json()["error"]
+    assert (bad.status_code, error["param"]) == (400, param) and words in error["message"], bad.text
+    good = httpx.post(f"{front.base_url}/embeddings", json={"model": MODEL, "input": "still here"}, timeout=60)
+    assert good.status_code == 200 and len(good.json()["data"][0]["embedding"]) == 384
+
+
+@pytest.mark.parametrize("where", ["triton", "front"])
+def test_headless_embed_shows_the_matrix_from_triton_and_from_the_front(server, front, where: str) -> None:
+    url = server.http_url if where == "triton" else front.base_url
+    result = cli("--embed", "a cat|a kitten|stock prices", "--url", url, "--model", MODEL, "--json")
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    matrix = np.array(body["similarity"])
+    expected = reference(["a cat", "a kitten", "stock prices"])
+    assert [i["dimension"] for i in body["inputs"]] == [384] * 3
+    assert np.allclose(matrix, expected @ expected.T, atol=1e-4) and matrix[0, 1] > matrix[0, 2]

@@ -4,6 +4,7 @@ llama-server, ``make test-peers``) is collected only with ``--peers``."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import textwrap
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from fake_server import FakeServer, registered
-from helpers import SERVER_START, SESSION_MARK, LlamaServer, made_once, marked_servers, remove_shared
+from helpers import SERVER_START, SESSION_MARK, LlamaServer, computed_key, kept, marked_servers, remove_shared
 
 ECHO_CONFIG = """\
 backend: "python"
@@ -92,11 +93,18 @@ def embedded_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def lora_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two tiny real LoRA adapters (A, B) of the embedded model, trained once a run (tests/lora_adapters.py)."""
-    from lora_adapters import make_adapters
+def lora_folders() -> dict[str, Path]:
+    """Two tiny real LoRA adapters (A, B) of the embedded model (tests/lora_adapters.py), trained once and kept in
+    the console's cache under a key of the weights, the training code and peft's version (``kept``)."""
+    from importlib.metadata import version
 
-    return make_adapters(made_once(tmp_path_factory, "lora", make_adapters))
+    import lora_adapters
+
+    from backend_model.models import prepare_embedded
+
+    key = computed_key(prepare_embedded(progress=lambda message: None).name, inspect.getsource(lora_adapters),
+                       version("peft"))
+    return lora_adapters.make_adapters(kept("lora-adapters", key, lora_adapters.make_adapters))
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
+import hashlib
 import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -107,6 +109,21 @@ def tritonserver_pid(server) -> int | None:
         if server.pid else None
 
 
+@contextlib.contextmanager
+def front_before(server) -> Iterator:
+    """The OpenAI-compatible front before a :class:`~console.server.TritonServer` (in this process, on a free
+    loopback port, no key, the server's metrics page beside), stopped on leaving."""
+    from console.front import front_server
+    from console.server import free_port
+
+    front = front_server(server.grpc_url, "127.0.0.1", free_port(), None, (), server.handle.metrics_url)
+    front.start()
+    try:
+        yield front
+    finally:
+        front.stop()
+
+
 def cli(*args: str):
     """``qaic-console ARGS`` in this process (click's runner): its Result."""
     from click.testing import CliRunner
@@ -198,6 +215,40 @@ def made_once(factory: pytest.TempPathFactory, name: str, make: Callable[[Path],
             make(folder)
             done.touch()
     return folder
+
+
+def kept(name: str, key: str, make: Callable[[Path], None]) -> Path:
+    """The folder ``name-key`` in the console's cache, written by ``make(folder)`` once for every run that computes
+    the same ``key`` (:func:`computed_key`: everything that decides the folder's content), under a lock: the workers
+    of a run and later runs read the same files. A failed ``make`` leaves nothing."""
+    from backend_model.models import cache_root
+
+    root = cache_root() / "test-kept"
+    folder = root / f"{name}-{key}"
+    if not folder.is_dir():
+        root.mkdir(parents=True, exist_ok=True)
+        with open(root / f"{folder.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not folder.is_dir():
+                part = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", suffix=".part", dir=root))
+                try:
+                    make(part)
+                    os.replace(part, folder)
+                finally:
+                    shutil.rmtree(part, ignore_errors=True)
+    return folder
+
+
+def computed_key(*parts: str) -> str:
+    """A short hash of ``parts`` (the inputs, the code and any other library of a computation on the CPU) and of what
+    else decides its numbers: the versions of torch and transformers, torch's threads and the CPU's instruction sets."""
+    from importlib.metadata import version
+
+    import torch
+
+    cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    machine = [version("torch"), version("transformers"), str(torch.get_num_threads()), cpu]
+    return hashlib.sha256("\n".join([*parts, *machine]).encode()).hexdigest()[:16]
 
 
 def remove_shared(factory: pytest.TempPathFactory) -> None:

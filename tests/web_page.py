@@ -105,7 +105,8 @@ class Web:
 
     def model(self, name: str) -> None:
         self.page.locator("#qc-model input").click()
-        self.page.get_by_role("option", name=re.compile(f"^{re.escape(name)}")).click()
+        # the option that names the model (llava, not llava_next), whatever its label says after the name
+        self.page.get_by_role("option", name=re.compile(rf"^{re.escape(name)}(?!\w)")).click()
         self.page.wait_for_function("n => document.querySelector('#qc-model input').value.startsWith(n)", arg=name,
                                     timeout=WAIT_MS)
 

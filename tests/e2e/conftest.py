@@ -8,7 +8,6 @@ specializations.json of the dimensions a test wants, as a QPC of those dimension
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import os
@@ -18,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import made_once
+from helpers import computed_key, front_before, made_once
 from twin_data import CTX_LEN, PROMPTS, TOKENS
 
 from backend_model.contract import specializations
@@ -82,18 +81,12 @@ def compiled(graphs) -> Compile:
 
 def reference_key() -> str:
     """What decides the reference tokens: the embedded weights' folder (named by their content), the prompts, the
-    code that decodes, the versions of torch and transformers, their threads and the CPU's instruction sets."""
-    import torch
-    import transformers
-
+    code that decodes (and the machine: ``computed_key``)."""
     from backend_model.models import prepare_embedded
     from console.twin import agreement
 
-    cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
     weights = prepare_embedded(progress=lambda message: None).name
-    parts = [weights, json.dumps([PROMPTS, TOKENS]), inspect.getsource(agreement.hf_greedy),
-             torch.__version__, transformers.__version__, str(torch.get_num_threads()), cpu]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    return computed_key(weights, json.dumps([PROMPTS, TOKENS]), inspect.getsource(agreement.hf_greedy))
 
 
 @pytest.fixture(scope="session")
@@ -150,11 +143,5 @@ def llm_server(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def front(embedded_server):
     """The OpenAI-compatible front (in this process, on a free loopback port, no key) before ``embedded_server``."""
-    from console.front import front_server
-    from console.server import free_port
-
-    server = front_server(embedded_server.grpc_url, "127.0.0.1", free_port(), None, (),
-                          embedded_server.handle.metrics_url)
-    server.start()
-    yield server
-    server.stop()
+    with front_before(embedded_server) as started:
+        yield started

@@ -1,16 +1,24 @@
-"""Vision-language models served exactly: one tritonserver on QEfficient's tiny LLaVA export fixture and a tiny
-random-weight model of each family ``tests/tiny_vlms.py`` builds, written by the generator as image_text_to_text
-models (engine cpu, continuous batching of two slots, decoupled), and the embedded vision sample.
+"""Vision-language models served exactly: one tritonserver for the module on QEfficient's tiny LLaVA export fixture
+and a tiny random-weight model of each family ``tests/tiny_vlms.py`` builds, written by the generator as
+image_text_to_text models (engine cpu, continuous batching of two slots, decoupled), and the embedded vision sample;
+the OpenAI-compatible front before it.
 
 Every answer must be transformers' greedy one for the same image and prompt: the fixture's recorded
 ``hf_greedy.json``, else ``generate`` on the saved folder. Requests with different images go together on one
 stream, so two of them share the decode steps (a mixed-image batch), each asked as a stream and as one answer
 (``stream`` false). Bad images are refused with a message naming the input, and the server serves on (images to
 a text model: tests/fast/test_images.py).
+
+The consoles and the front ask the tiny LLaVA the same way, end to end: headless with ``--image``, the TUI (Ctrl+T),
+the web page (an upload, in Chromium) and the ``openai`` SDK with an ``image_url`` data URL. Their behaviours
+(limits, refusals, fetching) are the fast tier's: tests/fast/test_front_images.py, test_headless_fake.py,
+test_tui_fake.py, test_web_fake.py.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import io
 import json
 import queue
@@ -20,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 import tritonclient.grpc as grpcclient
+from helpers import cli, computed_key, front_before, kept
 from PIL import Image
 from tiny_vlms import FAMILIES, save_tiny_vlm
 from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
@@ -27,6 +36,7 @@ from triton_wire import Stream, joined
 
 from backend_model.models import prepare_embedded
 from backend_model.vision.embedded import prepare_embedded_vision
+from console.clients.images import data_url
 from repo_gen.samples import VISION_SAMPLES, write_samples
 from repo_gen.spec import generate as generate_model
 
@@ -36,6 +46,7 @@ FIXTURE_IMAGES = ["red.png", "noise.png", "gradient.png"]
 ASK = "Describe the image."
 TOKENS = 12
 TINY_COMPILE = {"prefill_seq_len": 8, "ctx_len": 256, "full_batch_size": 2}
+CONSOLES_FAMILY = "llava"  # the family the consoles and the front ask
 LLAVA_COMPILE = {"prefill_seq_len": 32, "ctx_len": 1024, "full_batch_size": 2}
 
 
@@ -81,6 +92,13 @@ def server(repo):
         yield started
 
 
+@pytest.fixture(scope="module")
+def front(server):
+    """The OpenAI-compatible front (in this process, on a free loopback port, no key) before ``server``."""
+    with front_before(server) as started:
+        yield started
+
+
 def ask(server, model: str, requests: dict[str, dict], stream: bool = True) -> dict[str, str]:
     """Every request's answer (id -> text, or "error: ..."), all sent at once on one gRPC stream."""
     wire = Stream(server)
@@ -95,17 +113,24 @@ def ask(server, model: str, requests: dict[str, dict], stream: bool = True) -> d
 
 
 def reference(folder: Path, images: list[bytes], messages: str = chat()) -> list[str]:
-    """transformers' greedy answer to the messages with each image, as text."""
-    processor = AutoProcessor.from_pretrained(folder)
-    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
-    text = processor.apply_chat_template(json.loads(messages), add_generation_prompt=True)
-    answers = []
-    for image in images:
-        inputs = processor(text=[text], images=[Image.open(io.BytesIO(image)).convert("RGB")], return_tensors="pt")
-        with torch.inference_mode():
-            out = model.generate(**inputs, max_new_tokens=TOKENS, do_sample=False)
-        answers.append(processor.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
-    return answers
+    """transformers' greedy answer to the messages with each image, as text (each computed once a module: the
+    consoles ask the tiny LLaVA what the families' test asked it)."""
+    missing = [image for image in images if (folder, image, messages) not in ANSWERS]
+    if missing:
+        processor = AutoProcessor.from_pretrained(folder)
+        model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+        text = processor.apply_chat_template(json.loads(messages), add_generation_prompt=True)
+        for image in missing:
+            inputs = processor(text=[text], images=[Image.open(io.BytesIO(image)).convert("RGB")],
+                               return_tensors="pt")
+            with torch.inference_mode():
+                out = model.generate(**inputs, max_new_tokens=TOKENS, do_sample=False)
+            ANSWERS[folder, image, messages] = processor.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :],
+                                                                          skip_special_tokens=True)
+    return [ANSWERS[folder, image, messages] for image in images]
+
+
+ANSWERS: dict[tuple[Path, bytes, str], str] = {}  # reference's answers by (folder, image, messages)
 
 
 def test_the_qefficient_llava_export_answers_what_transformers_recorded(server) -> None:
@@ -128,9 +153,21 @@ def test_each_family_answers_what_generate_does_for_each_image_in_one_batch(repo
     assert ask(server, family, requests, stream=False) == expected, "one answer"
 
 
+def kept_reference(folder: Path, images: list[bytes]) -> list[str]:
+    """``reference`` on a folder named by its content (the embedded vision sample: 135M parameters, the slow one),
+    kept in the console's cache under a key of the folder, the images, the prompt and this code (``kept``)."""
+    key = computed_key(folder.name, *(hashlib.sha256(image).hexdigest() for image in images), chat(), str(TOKENS),
+                       inspect.getsource(reference))
+
+    def make(out: Path) -> None:
+        (out / "answers.json").write_text(json.dumps(reference(folder, images)))
+
+    return json.loads((kept("vision-reference", key, make) / "answers.json").read_text())
+
+
 def test_the_vision_sample_answers_what_transformers_does(server) -> None:
     folder = prepare_embedded_vision(prepare_embedded(progress=lambda m: None), lambda m: None)
-    expected = dict(zip(("first", "second"), reference(folder, IMAGES)))
+    expected = dict(zip(("first", "second"), kept_reference(folder, IMAGES)))
     requests = {"first": {"messages": [chat()], "images": [IMAGES[0]]},
                 "second": {"messages": [chat()], "images": [IMAGES[1]]}}
     assert ask(server, "smollm2_vision", requests) == expected
@@ -183,3 +220,74 @@ def test_the_stream_reports_prompt_tokens_with_the_image_placeholders(server) ->
     finally:
         client.stop_stream()
         client.close()
+
+
+def test_headless_image_gets_the_transformers_answer(repo, server, tmp_path: Path) -> None:
+    folder = repo[0] / CONSOLES_FAMILY
+    image = tmp_path / "one.png"
+    image.write_bytes(IMAGES[0])
+    result = cli("--url", server.http_url, "--grpc-url", server.grpc_url, "--model", CONSOLES_FAMILY, "--image",
+                 str(image), "--prompt", ASK, "--max-tokens", str(TOKENS), "--json", "-q")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["text"] == reference(folder, [IMAGES[0]])[0]
+
+
+def test_the_sdks_image_url_gets_the_transformers_answer_and_counts_the_image_tokens(repo, front) -> None:
+    import openai
+
+    folder = repo[0] / CONSOLES_FAMILY
+    sdk = openai.OpenAI(base_url=front.base_url, api_key="none", max_retries=0)
+    answer = sdk.chat.completions.create(model=CONSOLES_FAMILY, max_tokens=TOKENS, temperature=0, messages=[
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(IMAGES[1])}},
+                                     {"type": "text", "text": ASK}]}])
+    assert answer.choices[0].message.content == reference(folder, [IMAGES[1]])[0]
+    assert answer.usage is not None and answer.usage.prompt_tokens > len(ASK.split()) + 8  # the image's tokens
+
+
+def test_the_tuis_attached_image_gets_the_transformers_answer(repo, server, tmp_path: Path) -> None:
+    from textual.widgets import Input, Select
+    from tui_pilot import run, say, stream_pane, until
+
+    folder = repo[0] / CONSOLES_FAMILY
+    image = tmp_path / "one.png"
+    image.write_bytes(IMAGES[0])
+
+    async def go() -> None:
+        async with stream_pane(server.http_url, server.grpc_url, tmp_path, TOKENS) as (app, pilot, stream):
+            stream.controls.query_one("#model", Select).value = CONSOLES_FAMILY
+            await until(pilot, lambda: stream.controls.settings().model == CONSOLES_FAMILY, 30, "the model picked")
+            await pilot.press("ctrl+t")
+            stream.query_one(".attach", Input).value = str(image)
+            await say(pilot, stream, ASK)
+            turn = stream.turns[0]
+            assert turn.failure is None and turn.images == [str(image)], turn.failure
+            assert turn.text(0) == reference(folder, [IMAGES[0]])[0]
+
+    run(go)
+
+
+@pytest.mark.browser
+def test_the_web_pages_uploaded_image_gets_the_transformers_answer(repo, server, tmp_path: Path) -> None:
+    from web_page import WAIT_MS, LogWatch, open_page
+
+    from console.core.controller import ServerController
+    from console.web.handlers import WebConsole
+
+    folder = repo[0] / CONSOLES_FAMILY
+    image = tmp_path / "upload.png"
+    image.write_bytes(IMAGES[1])
+    log = LogWatch()
+    controller = ServerController(on_log=log.add)
+    controller.connect(server.http_url, server.grpc_url)
+    try:
+        with open_page(WebConsole(controller), log, ready="connected") as web:
+            web.model(CONSOLES_FAMILY)
+            web.fill("max-tokens", str(TOKENS))
+            web.page.locator("#qc-input input[type=file]").set_input_files(str(image))
+            web.page.locator("#qc-input img").first.wait_for(timeout=WAIT_MS)
+            web.send(ASK)
+            expected = reference(folder, [IMAGES[1]])[0].strip()  # a bubble does not start with a space
+            assert web.answers()[-1].startswith(f"{expected}\n\n— length · {TOKENS} tokens")
+            assert web.page.locator("#qc-chat .message.user img").count() == 1
+    finally:
+        controller.stop()

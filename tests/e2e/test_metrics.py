@@ -55,7 +55,7 @@ def infer(server, prompts: list[str], max_tokens: int) -> dict[str, list[int]]:
         client.close()
 
 
-# a model without LoRA adapters publishes no adapter series (tests/e2e/test_lora_served.py reads them off a live page)
+# a model without LoRA adapters publishes no adapter series (tests/e2e/test_generated_served.py reads them live)
 SERVED = [spec for spec in METRICS if spec.name not in ("qaic_lora_requests_total", "qaic_max_loras")]
 
 

@@ -1,6 +1,6 @@
 """``POST /v1/embeddings`` on a fake upstream (vectors: :func:`fake_server.fake_vector`), driven by plain HTTP, the
 ``openai`` SDK and LangChain; :class:`~console.front.upstream.TritonUpstream`'s batching on a fake gRPC client.
-(Served: e2e/test_front_embeddings_served.py.)"""
+(Served: e2e/test_embedding_served.py.)"""
 
 from __future__ import annotations
 

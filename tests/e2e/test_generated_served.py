@@ -1,0 +1,197 @@
+"""What the generator writes beside the samples, served by one tritonserver for the module (and the OpenAI-compatible
+front before it): LoRA adapters of the embedded model, and a compile config's card features on the twin of its graph.
+
+LoRA: a model the generator writes with two adapters serves the base, A and B mixed in the same batches, and 64
+requests from 16 clients (base, A, B interleaved) each get the greedy answer of their merged model
+(``merge_and_unload()``) alone at fp32; an unknown adapter is a 400 naming the served ones; the backend's metrics count
+the requests per adapter; the front, headless and eval ask each adapter by its name.
+
+The card's features: one model samples on the card and attends compute-context lengths, the other samples on the host
+(as the card does) at the fixed length; a seeded request gives the same tokens on both, and greedy answers are exact.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from helpers import SERVER_START, computed_key, front_before, kept, wait_until
+from lora_adapters import PROMPT, base_model, merged_answers
+from triton_wire import generate
+from twin_data import CTX_LEN, events, generate_model, texts
+
+from backend_model.contract import compile_config, specializations
+from console.clients import GenerationParams
+from console.clients import generate as client_generate
+
+pytestmark = [pytest.mark.server]
+MODEL = "smollm2_lora"
+PROMPTS = (PROMPT, "Say one word:", "The answer is")
+NAMES = ("", "A", "B")  # the base, then the adapters
+TOKENS = 8
+CLIENTS, REQUESTS = 16, 64
+LORA_COMPILE = {"prefill_seq_len": 16, "ctx_len": 64, "full_batch_size": 8}
+
+CARD_PROMPTS = ["My name is", "Maroon bells are mountains in Colorado, and"]
+REGULAR = {"prefill_seq_len": 8, "ctx_len": CTX_LEN, "batch_size": 2}  # the shared regular graph's compile
+CCL = {"comp_ctx_lengths_prefill": [16, 40], "comp_ctx_lengths_decode": [32, CTX_LEN]}
+SAMPLER = {"include_sampler": True, "max_top_k_ids": 64}
+SAMPLED = GenerationParams(max_tokens=24, temperature=0.9, top_k=50, top_p=0.95, repetition_penalty=1.2, seed=5)
+GREEDY = GenerationParams(max_tokens=40)  # past the first decode length
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory, lora_folders: dict[str, Path], graphs) -> Path:
+    """Three models: ``smollm2_lora`` (the embedded model with adapters A and B, engine cpu), and two of the shared
+    regular graph on the twin: ``card`` (include_sampler and CCL) and ``host`` (neither)."""
+    from repo_gen.spec import generate as write
+
+    root = tmp_path_factory.mktemp("generated_features")
+    (root / "lora_compile.json").write_text(json.dumps(LORA_COMPILE))
+    write(MODEL, root / "repo", hf_model_name="embedded", engine="cpu", compile_config_path=root / "lora_compile.json",
+          lora_adapters=[f"{name}={folder}" for name, folder in lora_folders.items()])
+    graph = graphs["regular"] / "model.onnx"
+    compiled = root / "ccl"  # the graph beside the specializations a compile with the CCL lists writes
+    compiled.mkdir()
+    os.link(graph, compiled / "model.onnx")
+    specializations.write(compiled, specializations.of_config(compile_config.validate({**REGULAR, **CCL})))
+    generate_model(root / "repo", "card", {**REGULAR, **CCL, **SAMPLER, "onnx_path": str(compiled / "model.onnx")},
+                   "--engine", "onnx")
+    generate_model(root / "repo", "host", {**REGULAR, "max_top_k_ids": 64, "onnx_path": str(graph)}, "--engine", "onnx")
+    return root / "repo"
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path) -> Iterator:
+    """The tritonserver serving the three models."""
+    from console.server import TritonServer
+
+    with TritonServer(repo).start(timeout=SERVER_START) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def front(server) -> Iterator:
+    """The OpenAI-compatible front (in this process, on a free loopback port, no key) before ``server``."""
+    with front_before(server) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def expected(lora_folders: dict[str, Path]) -> dict[tuple[str, str], str]:
+    """Each (adapter, prompt)'s greedy answer by its merged model alone, as text; kept in the console's cache under a
+    key of the adapters' folder (named by what trained them), the prompts and the code (``kept``)."""
+    key = computed_key(lora_folders["A"].parent.name, json.dumps(PROMPTS), str(TOKENS),
+                       inspect.getsource(merged_answers))
+
+    def make(out: Path) -> None:
+        tokenizer = base_model()[1]
+        rows = [(name, prompt, tokenizer.decode(tokens, skip_special_tokens=True)) for name in NAMES
+                for prompt, tokens in zip(PROMPTS, merged_answers(lora_folders.get(name), list(PROMPTS), TOKENS))]
+        (out / "answers.json").write_text(json.dumps(rows))
+
+    rows = json.loads((kept("lora-reference", key, make) / "answers.json").read_text())
+    return {(name, prompt): text for name, prompt, text in rows}
+
+
+def ask(server, prompt: str, name: str, request_id: str) -> str:
+    body = {"text_input": prompt, "max_tokens": TOKENS, "exclude_input_in_output": True, "id": request_id}
+    if name:
+        body["lora_name"] = name
+    return generate(server, MODEL, body)["text_output"]
+
+
+def test_mixed_requests_each_get_their_merged_models_answer(server, expected):
+    jobs = [(PROMPTS[i % len(PROMPTS)], NAMES[(i // len(PROMPTS) + i) % len(NAMES)], f"r{i}") for i in range(REQUESTS)]
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        got = list(pool.map(lambda job: ask(server, *job), jobs))
+    assert {name for _, name, _ in jobs} == set(NAMES)
+    wrong = [(name, prompt, text) for (prompt, name, _), text in zip(jobs, got) if text != expected[(name, prompt)]]
+    assert not wrong, wrong
+    assert len({expected[(name, PROMPT)] for name in NAMES}) == 3  # base, A and B answer differently
+    counts = {name: sum(1 for _, n, _ in jobs if n == name) for name in ("A", "B")}
+    url = server.handle.metrics_url  # published as the sequences end: the last ones may be a moment behind
+    wait_until(lambda: lora_counts(url) == counts, 30.0, f"qaic_lora_requests_total {counts}",
+               lambda: f"the page says {lora_counts(url)}")
+
+
+def lora_counts(url: str) -> dict[str, int]:
+    """``qaic_lora_requests_total`` by adapter, as the server's metrics page says."""
+    page = urllib.request.urlopen(url, timeout=30).read().decode()
+    found = {}
+    for line in page.splitlines():
+        match = re.match(r'qaic_lora_requests_total\{.*lora_name="([^"]+)".*\} (\S+)$', line)
+        if match:
+            found[match.group(1)] = int(float(match.group(2)))
+    return found
+
+
+def test_an_unknown_adapter_is_a_400_naming_the_served_ones(server):
+    with pytest.raises(urllib.error.HTTPError) as error:
+        ask(server, PROMPT, "C", "bad")
+    assert error.value.code == 400
+    assert "unknown adapter 'C'; this model serves: A, B" in error.value.read().decode()
+
+
+def test_the_front_and_headless_ask_each_adapter_by_its_name(front, server, expected):
+    """The ``openai`` SDK with model="<adapter>" and headless ``--model <adapter>`` get the merged model's answer."""
+    import httpx
+    import openai
+    from helpers import cli, json_lines
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cards = httpx.get(f"{front.base_url}/models", timeout=30).json()["data"]
+    served = [("card", None), ("host", None), (MODEL, None), ("A", MODEL), ("B", MODEL)]  # the card features' beside
+    assert [(c["id"], c["parent"]) for c in cards] == served
+    sdk = openai.OpenAI(base_url=front.base_url, api_key="none", max_retries=0)
+    for name in NAMES:
+        answer = sdk.completions.create(model=name or MODEL, prompt=PROMPT, max_tokens=TOKENS)
+        assert (answer.model, answer.choices[0].text) == (name or MODEL, expected[(name, PROMPT)])
+    result = cli("--prompt", PROMPT, "--http-url", server.http_url, "--grpc-url", server.grpc_url, "--model",
+                 "B", "--max-tokens", str(TOKENS), "--raw", "--json", "-q")
+    assert result.exit_code == 0, result.output
+    assert json_lines(result)[0]["text"] == expected[("B", PROMPT)]
+    page = httpx.get(front.base_url.removesuffix("/v1") + "/metrics", timeout=30).text
+    [gauge] = [s for f in text_string_to_metric_families(page) for s in f.samples
+               if s.name == "vllm:lora_requests_info"]
+    assert gauge.labels == {"max_lora": "2", "running_lora_adapters": "A,B", "waiting_lora_adapters": ""}
+
+
+def test_eval_compares_an_adapter_with_another_path(front, server, tmp_path):
+    """The adapter straight from Triton against itself through the front (the same answers) and the other adapter."""
+    from helpers import cli
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n", encoding="utf-8")
+    triton = f"{server.http_url},{server.grpc_url}"  # both: the adapters are found over HTTP
+    reference, through_front, other = f"A@{triton}", f"A@{front.base_url}", f"B@{triton}"
+    result = cli("eval", "--reference", reference, "--candidate", through_front, "--candidate", other, "--prompts",
+                 str(prompts), "--max-tokens", str(TOKENS), "--no-likelihood", "-o", str(tmp_path / "eval"), "-q")
+    assert result.exit_code == 0, result.output
+    rows = {row["path"]: row for row in json.loads((tmp_path / "eval" / "eval.json").read_text())["summary"]}
+    assert rows[through_front]["exact"] == len(PROMPTS) and rows[other]["exact"] < len(PROMPTS)
+
+
+def answers(server, model: str, params: GenerationParams) -> list[str]:
+    return [texts(events(client_generate(server.http_url, model, [prompt], params)))[0] for prompt in CARD_PROMPTS]
+
+
+def test_a_seeded_request_gives_the_same_tokens_sampled_on_the_card_and_on_the_host(server):
+    on_card = answers(server, "card", SAMPLED)
+    assert on_card == answers(server, "host", SAMPLED)
+    assert on_card != answers(server, "host", GenerationParams(max_tokens=24))  # sampled, not greedy
+    log = "\n".join(server.log_tail(2000))
+    assert "sampler=card max_top_k_ids=64 comp_ctx_lengths={1: [32, 64], 8: [16, 40]}" in log
+    assert "sampler=host max_top_k_ids=64 graph=" in log
+
+
+def test_compute_context_lengths_serve_the_fixed_length_greedy_answers(server):
+    assert answers(server, "card", GREEDY) == answers(server, "host", GREEDY)

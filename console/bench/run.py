@@ -17,8 +17,11 @@ from console.core.adapters import Adapter, adapter_for
 from console.core.request import Settings, read_info
 from console.infra.extras import needs
 
-from .display import ProgressBar, adapter_tables, compare_table, levels_table, server_table
+from .display import ProgressBar, adapter_tables, compare_table, levels_table, server_table, table
 from .fleet_side import FleetSide
+from .images import IMAGES, TEXT, read_folder, section, section_rows, text_only, with_images
+from .images import NOTE as IMAGES_NOTE
+from .images import write_csv as write_images_csv
 from .load import LevelResult, Runner, Target
 from .options import BenchOptions
 from .page import FORMATS, write_plots
@@ -70,16 +73,20 @@ def short_name(model: str, width: int = 40) -> str:
 
 @dataclass(frozen=True)
 class Side:
-    """One server of a run: its name in the tables, the target loaded, the URLs given for it."""
+    """One server of a run: its name in the tables, the target loaded, the URLs given for it; in an images run, the
+    server's name and what this side sends (:data:`.images.IMAGES` or :data:`.images.TEXT`)."""
 
     name: str
     target: Target
     urls: tuple[str, ...]
+    server: str = ""
+    inputs: str = ""
 
     @property
     def config(self) -> dict[str, Any]:
         server = self.target.servers[0]
-        return {"name": self.name, "api": server.kind, "model": self.target.model, "urls": list(self.urls)}
+        return {"name": self.name, "api": server.kind, "model": self.target.model, "urls": list(self.urls),
+                **({"server": self.server, "inputs": self.inputs} if self.inputs else {})}
 
 
 class BenchRun:
@@ -88,6 +95,10 @@ class BenchRun:
     def __init__(self, options: BenchOptions) -> None:
         self.options = options
         self.quiet = options.quiet
+        self.images = read_folder(options.images) if options.images else ()  # bad inputs fail before any server
+        # an images run: --images, or an input file whose prompts bring images
+        self.with_images = bool(self.images) or bool(options.input_file and any(
+            r.images for r in read_jsonl(options.input_file)))
 
     def progress(self, message: str) -> None:
         if not self.quiet:
@@ -102,13 +113,18 @@ class BenchRun:
             return [(None, r) for r in parse_levels(self.options.request_rate, float)]
         return [(c, None) for c in parse_levels(self.options.concurrency or "1")]
 
-    def requests(self, embedded: bool) -> Any:
+    def requests(self, embedded: bool, inputs: str = "") -> Any:
+        """The prompts of a side: with their images (``inputs`` IMAGES), without (TEXT), or as they come."""
         if self.options.input_file:
-            return read_jsonl(self.options.input_file, self.options.output_tokens_mean)
-        tokenizer = load_tokenizer(self.options.tokenizer, embedded)
-        return SyntheticPrompts(self.options.input_tokens_mean, self.options.input_tokens_stddev,
-                                self.options.output_tokens_mean, self.options.output_tokens_stddev,
-                                self.options.seed, tokenizer, self.options.shared_prefix_tokens)
+            requests: Any = read_jsonl(self.options.input_file, self.options.output_tokens_mean)
+        else:
+            tokenizer = load_tokenizer(self.options.tokenizer, embedded)
+            requests = SyntheticPrompts(self.options.input_tokens_mean, self.options.input_tokens_stddev,
+                                        self.options.output_tokens_mean, self.options.output_tokens_stddev,
+                                        self.options.seed, tokenizer, self.options.shared_prefix_tokens)
+        if inputs == IMAGES:
+            return with_images(requests, self.images)
+        return text_only(requests) if inputs == TEXT else requests
 
     def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto",
                grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> Target:
@@ -126,10 +142,15 @@ class BenchRun:
         if len(kinds) > 1:
             raise UsageError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
         settings = Settings(model or servers[0].default_model(mode), mode, self.options.protocol, params,
-                            self.options.timeout, self.options.idle_timeout or None)
+                            self.options.timeout, self.options.idle_timeout or None,
+                            chat=None if self.with_images else False)  # images go in a chat where the model has one
         info = read_info(servers[0], settings)
         if mode != "stream":
             info.check_batch("use --mode stream")
+        chat = self.with_images and servers[0].has_chat_template(info, "")  # as prepare() decides
+        refusal = servers[0].image_refusal(info, mode, chat) if self.with_images else ""
+        if refusal:
+            raise UsageError(f"--images: {refusal}")
         return Target(settings, info, servers, self.picks(servers[0], settings))
 
     def picks(self, server: Adapter, settings: Settings) -> tuple[ModelInfo, ...]:
@@ -148,11 +169,14 @@ class BenchRun:
         names = [f"{t.servers[0].label} {short_name(t.model)}" for t, _ in targets]
         if len(set(names)) < len(names):
             names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
+        if self.with_images:  # each server with images, then with the same prompts as text only
+            return [Side(f"{name} {inputs}", target, given, name, inputs)
+                    for name, (target, given) in zip(names, targets) for inputs in (IMAGES, TEXT)]
         return [Side(name, target, given) for name, (target, given) in zip(names, targets)]
 
     def config(self, target: Target, urls: tuple[str, ...]) -> dict[str, Any]:
         keys = ("concurrency", "request_rate", "request_distribution", "requests", "duration", "warmup",
-                "input_file", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
+                "input_file", "images", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
                 "output_tokens_stddev", "shared_prefix_tokens", "turns", "slo", "seed")
         settings, server = target.settings, target.servers[0]
         timeouts = {"network": target.info.network_timeout(settings.timeout),
@@ -176,7 +200,7 @@ class BenchRun:
         levels = self.levels()
         sides = self.sides(urls, grpc_url, metrics_urls)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
-        runners = [Runner(side.target, self.requests(embedded), self.options.turns) for side in sides]
+        runners = [Runner(side.target, self.requests(embedded, side.inputs), self.options.turns) for side in sides]
         slo = Slo.parse(self.options.slo, self.options.mode)
         views = [self.server_side(side.target, first=i == 0) for i, side in enumerate(sides)]
         for side, runner, view in zip(sides, runners, views):
@@ -204,6 +228,8 @@ class BenchRun:
         document = build_document(self.config(sides[0].target, urls), done[0])
         if len(sides) > 1:
             side_by_side(document, [(side.config, results) for side, results in zip(sides, done)])
+        if self.with_images:
+            document["images"] = section(document["targets"])
         self.show(document, done)
         self.write(document)
         return 1 if any(s["error_count"] for results in done for _, s in results) else 0
@@ -218,6 +244,7 @@ class BenchRun:
                 "targets": [{**{k: v for k, v in t.items() if k != "levels"}, "levels": levels}
                             for t, levels in zip(targets, summaries)],
                 "comparison": document["comparison"]}
+            extra.update({"images": document["images"]} if document.get("images") else {})
             click.echo(json.dumps({"config": document["config"], "levels": summaries[0], **extra}, indent=2))
             return
         if not targets:
@@ -229,6 +256,8 @@ class BenchRun:
             click.echo(levels_table(levels) + "\n" + server_table(levels) + "\n")
         click.echo(f"side by side (ratios to {names[0]})")
         click.echo(compare_table(document["comparison"], names))
+        if document.get("images"):
+            click.echo(f"\nimages beside text only\n{table(*section_rows(document['images']))}\n  {IMAGES_NOTE}")
 
     def write(self, document: dict[str, Any]) -> None:
         out = self.options.output_dir
@@ -237,6 +266,8 @@ class BenchRun:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         paths = [write_json(document, out / "bench.json"), *write_csv(document, out)]
+        if document.get("images"):
+            paths.append(write_images_csv(document["images"], out))
         formats = plot_formats(self.options.plots)
         if formats:
             if "png" in formats and not have_matplotlib():

@@ -116,3 +116,20 @@ def test_the_web_pages_uploaded_image_gets_the_transformers_answer(served) -> No
             assert web.page.locator("#qc-chat .message.user img").count() == 1
     finally:
         controller.stop()
+
+
+def test_bench_images_reports_the_image_run_beside_text_with_the_servers_encoding(served, tmp_path: Path) -> None:
+    _, server, front = served
+    images = tmp_path / "images"
+    images.mkdir()
+    for i, data in enumerate(IMAGES):
+        (images / f"{i}.png").write_bytes(data)
+    result = cli("bench", "--url", front.base_url, "--metrics-url", server.handle.metrics_url or "", "--model", FAMILY,
+                 "--images", str(images), "--requests", "2", "--warmup", "0", "--output-tokens-mean", "4",
+                 "--input-tokens-mean", "6", "--plots", "none", "--json", "-q", "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)["images"]
+    assert row["vision_encode_ms"] > 0, "the backend's qaic_vision_encode_seconds, read from Triton's metrics page"
+    assert row["input_tokens_images"] > row["input_tokens_text"], "an image's placeholders are prompt tokens"
+    assert row["ttft_images_ms"] > row["vision_encode_ms"] and row["ttft_ratio"] is not None
+

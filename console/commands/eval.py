@@ -19,6 +19,8 @@ from backend_model.models import ModelSourceError
 from backend_model.sessions.protocol import SessionError
 from console.clients import ClientError
 from console.eval import golden, report
+from console.eval.images import PROMPTS as IMAGE_PROMPTS
+from console.eval.images import PromptImages, from_folder
 from console.eval.paths import SPEC_HELP, EvalPath, opened
 from console.eval.run import CORPUS, PROMPTS, Evaluation, evaluate, read_prompts
 
@@ -49,26 +51,38 @@ def scoring_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def prompt_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option("--images", "image_folder", type=click.Path(file_okay=False, exists=True, path_type=Path),
+                        default=None,
+                        help="A folder of image files: the n-th prompt takes the n-th (in name order, in turn); the "
+                             "prompts default to assets/eval/image_prompts.txt. Served paths, recordings and cpu: "
+                             "paths (--model a vision-language model; embedded: the vision sample smollm2_vision's)."
+                        )(func)
     func = click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
                         help="Greedy tokens per prompt (fewer where a path ends first).")(func)
     return click.option("--prompts", "prompt_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                        default=PROMPTS, show_default="assets/eval/prompts.txt",
+                        default=None, show_default="assets/eval/prompts.txt",
                         help="One prompt a line (# comments; \\n is a newline).")(func)
 
 
+def prompts_of(prompt_file: Path | None, image_folder: Path | None) -> tuple[list[str], list[PromptImages]]:
+    """The prompts (the default set for text, or for images) and, with ``image_folder``, each one's image."""
+    prompts = read_prompts(prompt_file or (IMAGE_PROMPTS if image_folder else PROMPTS))
+    return prompts, from_folder(image_folder, len(prompts)) if image_folder else []
+
+
 def run_eval(reference: str | EvalPath, candidates: Sequence[str], prompts: Sequence[str], max_tokens: int,
-         options: dict[str, Any]) -> Evaluation:
+             options: dict[str, Any], images: Sequence[PromptImages] = ()) -> Evaluation:
     """Open the paths (a recorded reference as given), run the eval under a progress bar."""
     note = (lambda _: None) if options["quiet"] else (lambda message: click.echo(message, err=True))
     specs = [reference] if isinstance(reference, str) else []
-    with opened([*specs, *candidates], options["source"], note) as paths:
+    with opened([*specs, *candidates], options["source"], note, images=bool(images)) as paths:
         if not isinstance(reference, str):
             paths.insert(0, reference)
-        scored = options["likelihood"]
+        scored = options["likelihood"] and not images
         total = len(prompts) * len(paths) + (len(prompts) + sum(p.engine is not None for p in paths) if scored else 0)
         with _bar(total, options["quiet"]) as advance:
-            return evaluate(paths[0], paths[1:], prompts, max_tokens, options["source"], scored,
-                            options["corpus"] if scored else None, advance, note)
+            return evaluate(paths[0], paths[1:], prompts, max_tokens, options["source"], options["likelihood"],
+                            options["corpus"] if scored else None, advance, note, images)
 
 
 @contextlib.contextmanager
@@ -88,8 +102,8 @@ def _bar(total: int, quiet: bool) -> Iterator[Callable[[int], None]]:
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("eval-report"),
               show_default=True, help="Where eval.json, eval_summary.csv, eval_prompts.csv and eval.html go.")
 @click.pass_context
-def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str, ...], prompt_file: Path,
-               max_tokens: int, output_dir: Path, **options: Any) -> None:
+def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str, ...], prompt_file: Path | None,
+               max_tokens: int, image_folder: Path | None, output_dir: Path, **options: Any) -> None:
     """Compare a reference and candidates on the same prompts: greedy agreement, likelihood, perplexity.
 
     Each path is a served model (MODEL@URL, any server kind) or an in-process engine (cpu:fp32, cpu:int8,
@@ -101,7 +115,8 @@ def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str,
     try:
         if not reference or not candidates:
             raise click.UsageError("give --reference and at least one --candidate (or a subcommand)")
-        result = run_eval(reference, candidates, read_prompts(prompt_file), max_tokens, options)
+        prompts, images = prompts_of(prompt_file, image_folder)
+        result = run_eval(reference, candidates, prompts, max_tokens, options, images)
         written = report.write(result, output_dir)
     except ERRORS as exc:
         _fail(exc)
@@ -115,10 +130,12 @@ def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str,
 @scoring_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="The golden file (JSON) to write.")
-def record(spec: str, prompt_file: Path, max_tokens: int, output: Path, **options: Any) -> None:
+def record(spec: str, prompt_file: Path | None, max_tokens: int, image_folder: Path | None, output: Path,
+           **options: Any) -> None:
     """Record one path's greedy answers and figures (its NLL and perplexity where in-process) in a golden file."""
     try:
-        result = run_eval(spec, (), read_prompts(prompt_file), max_tokens, options)
+        prompts, images = prompts_of(prompt_file, image_folder)
+        result = run_eval(spec, (), prompts, max_tokens, options, images)
         golden.write(result, output)
     except ERRORS as exc:
         _fail(exc)
@@ -143,7 +160,7 @@ def compare(golden_file: Path, candidates: tuple[str, ...], min_exact: float, ma
     """Check later runs against a golden file; exit 1 when any candidate is past a threshold (a CI gate)."""
     try:
         recorded = golden.read(golden_file)
-        result = run_eval(recorded.path, candidates, recorded.prompts, recorded.max_tokens, options)
+        result = run_eval(recorded.path, candidates, recorded.prompts, recorded.max_tokens, options, recorded.images)
         if output_dir is not None:
             report.write(result, output_dir)
     except ERRORS as exc:

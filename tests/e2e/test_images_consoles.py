@@ -133,3 +133,17 @@ def test_bench_images_reports_the_image_run_beside_text_with_the_servers_encodin
     assert row["input_tokens_images"] > row["input_tokens_text"], "an image's placeholders are prompt tokens"
     assert row["ttft_images_ms"] > row["vision_encode_ms"] and row["ttft_ratio"] is not None
 
+
+def test_eval_images_finds_the_served_answers_token_equal_to_the_cpu_engines(served, tmp_path: Path) -> None:
+    folder, server, _ = served
+    images = tmp_path / "images"
+    images.mkdir()
+    for i, data in enumerate(IMAGES):
+        (images / f"{i}.png").write_bytes(data)
+    result = cli("eval", "--reference", f"{FAMILY}@{server.http_url},{server.grpc_url}", "--candidate", "cpu:fp32",
+                 "--model", str(folder), "--images", str(images), "--max-tokens", str(TOKENS), "-q",
+                 "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "out" / "eval.json").read_text())
+    [row] = [r for r in document["summary"] if r["path"] == "cpu-fp32"]
+    assert (row["exact"], row["prompts"], row["units"]) == (4, 4, ["token"]), document["paths"]["cpu-fp32"]

@@ -99,6 +99,9 @@ class BenchRun:
         # an images run: --images, or an input file whose prompts bring images
         self.with_images = bool(self.images) or bool(options.input_file and any(
             r.images for r in read_jsonl(options.input_file)))
+        if self.with_images and options.turns > 1:
+            raise UsageError("images go with single requests: a conversation's later turns (--turns) carry its "
+                             "history as text, without its images")
 
     def progress(self, message: str) -> None:
         if not self.quiet:

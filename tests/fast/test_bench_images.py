@@ -89,6 +89,8 @@ def test_bad_image_inputs_fail_before_anything_is_sent(served: FakeServer, tmp_p
     folder = folder_of(tmp_path, "a.png")
     assert_one_line_error(cli("bench", "--url", served.url, "--model", "smollm2_decoupled", "--images", str(folder),
                               *RUN), "--images", "smollm2_decoupled")
+    assert_one_line_error(cli("bench", "--url", served.url, "--model", MODEL, "--images", str(folder), "--turns", "2",
+                              *RUN), "--turns", "without its images")
     assert not served.requests
 
 

@@ -1,7 +1,8 @@
 """``eval --images`` on two fake servers: each prompt goes alone with its image (the n-th image in turn), the answers
 are compared as the chat eval compares them (the first divergence shown), the report and a recording keep each
 prompt's image as its file and digest, ``eval compare`` sends the recorded images again and refuses one that
-changed; in-process paths, which take no images yet, are refused before anything is sent."""
+changed; twin paths, which take no images yet, are refused before anything is sent. The CPU engine's image answers
+(a cpu: path) are checked token for token against the served model's in tests/e2e/test_images_consoles.py."""
 
 from __future__ import annotations
 
@@ -85,29 +86,3 @@ def test_twin_paths_are_refused_before_anything_is_sent(servers, inputs) -> None
     assert result.exit_code == 2 and "twin paths take no images yet" in result.stderr, result.output
     assert not reference.requests
 
-
-def test_the_cpu_engine_of_a_vision_model_records_and_compares_its_image_answers(inputs, tmp_path: Path) -> None:
-    import io
-
-    import numpy as np
-    from PIL import Image
-    from tiny_vlms import save_tiny_vlm
-    from transformers import AutoTokenizer
-
-    from backend_model.models import prepare_embedded
-
-    for i, name in enumerate(("a.png", "b.png")):  # the CPU engine decodes them: real images
-        out = io.BytesIO()
-        Image.fromarray(np.random.default_rng(i).integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(out, "PNG")
-        (inputs[1] / name).write_bytes(out.getvalue())
-    tokenizer = AutoTokenizer.from_pretrained(str(prepare_embedded(progress=lambda m: None)))
-    folder = save_tiny_vlm("llava", tmp_path / "llava", tokenizer)
-    golden = tmp_path / "golden.json"
-    asked = ("--prompts", str(inputs[0]), "--images", str(inputs[1]), "--max-tokens", "6", "--model", str(folder))
-    recorded = cli("eval", "record", "--path", "cpu:fp32", *asked, "-q", "-o", str(golden))
-    assert recorded.exit_code == 0, recorded.output
-    answers = [a["tokens"] for a in json.loads(golden.read_text())["paths"]["cpu-fp32"]["answers"]]
-    assert len(answers) == 3 and all(len(tokens) == 6 for tokens in answers)
-    assert answers[0] != answers[1], "two images, two answers"
-    compared = cli("eval", "compare", str(golden), "--candidate", "cpu:fp32", "--model", str(folder), "-q")
-    assert compared.exit_code == 0 and "pass cpu-fp32: exact 3/3" in compared.stdout, compared.output

@@ -43,7 +43,7 @@ from console.clients import (
 )
 from console.clients.call import Arrived, Broke, Ended
 from console.clients.embeddings import EmbeddingModel, Vectors
-from console.core.adapters.base import Adapter, Framed, History, Progress, States, quiet
+from console.core.adapters.base import SERVER, Adapter, Framed, History, Progress, States, quiet
 from console.core.template import chat_messages, chat_prompts
 from console.server.embedded import EMBEDDED_DEFAULTS
 
@@ -427,7 +427,7 @@ class FakeAdapter(Adapter):
               history: History, progress: Progress = quiet, images: bool = False) -> Framed:
         if not chat:
             return Framed(list(prompts), list(prompts))
-        if self.server_template or images:
+        if self.template_side(info, tokenizer) == SERVER or images:  # as the Triton adapter decides
             messages = chat_messages(prompts, system=system or None, history=history)
             return Framed(list(prompts), [str(m) for m in messages], messages)
         return Framed(list(prompts), chat_prompts(prompts, info, system=system or None, history=history,

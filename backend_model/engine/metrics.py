@@ -79,6 +79,10 @@ METRICS = (
          "prefill).", REQUEST_BUCKETS),
     Spec("qaic_time_per_output_token_seconds", HISTOGRAM,
          "A sequence's mean time per output token after the first.", TOKEN_BUCKETS),
+    Spec("qaic_vision_encode_seconds", HISTOGRAM,
+         "A request's images decoded, preprocessed by the model's processor and encoded by its vision encoder, as "
+         "the request is read (before its prompt is queued: not in qaic_time_to_first_token_seconds).",
+         REQUEST_BUCKETS),
     Spec("qaic_prefill_chunk_seconds", HISTOGRAM, "One prefill chunk run on the session.", STEP_BUCKETS),
     Spec("qaic_decode_step_seconds", HISTOGRAM, "One decode step (every slot) run on the session.", STEP_BUCKETS),
 )
@@ -109,6 +113,9 @@ class Meter:
     def speculated(self, drafted: int, accepted: int) -> None:
         """A decode step fed ``drafted`` drafted tokens, of which the sequences chose ``accepted`` (tokens made
         beyond one a sequence)."""
+
+    def vision_encoded(self, seconds: float) -> None:
+        """A request's images were decoded, preprocessed and encoded in ``seconds``."""
 
     def finished(self, seq: Any) -> None:
         """A sequence ended (its ``finish_reason`` says how)."""
@@ -190,6 +197,10 @@ class Recorder(Meter):
             self._count("qaic_spec_decode_num_draft_tokens_total", drafted)
             self._count("qaic_spec_decode_num_accepted_tokens_total", accepted)
             self._count("qaic_generation_tokens_total", accepted)
+
+    def vision_encoded(self, seconds: float) -> None:
+        with self._lock:
+            self._observed.append(("qaic_vision_encode_seconds", seconds))
 
     def finished(self, seq: Any) -> None:
         if seq.filler:

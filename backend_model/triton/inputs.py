@@ -22,6 +22,7 @@ each value once, by its control's rule (integers before any cast). Free of
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -310,14 +311,17 @@ def _joined(content: str | list[dict[str, str]]) -> str:
 
 def image_prompt(engine: Any, inputs: Inputs) -> tuple[list[str], list[list[int]], list[Media]] | None:
     """(the prompt, its tokens, its Media) of a request with images, checked against the compile dimensions; None
-    for a request without images. BadRequest for images to a text model."""
+    for a request without images (the time its images took told to the engine's meter). BadRequest for images to a
+    text model."""
     chat = inputs.chats[0] if inputs.chats else None
     if not inputs.images and not (chat is not None and image_parts(chat)):
         return None
     if engine.images is None:
         raise BadRequest("this model reads text only: the input 'images' is for an image_text_to_text model "
                          "(its task parameter)")
+    started = time.perf_counter()
     text, ids, media = engine.images.prepare(None if chat else inputs.prompts[0], chat, inputs.images or [])
+    engine.meter.vision_encoded(time.perf_counter() - started)
     engine.check_prompt(ids)
     return [text], [ids], [media]
 

@@ -95,7 +95,7 @@ def in_batches(requests: Iterable[BenchRequest], size: int) -> Iterator[BenchReq
         texts = tuple(request.prompt for request in itertools.islice(source, size))
         if not texts:
             return
-        yield BenchRequest(texts[0], None, texts)
+        yield BenchRequest(texts[0], None, texts=texts)
 
 
 def summarize(level: LevelResult, batch: int, slo: Slo | None = None) -> dict[str, Any]:

@@ -55,8 +55,9 @@ class Target:
         return self.picks[index % len(self.picks)] if self.picks else self.info
 
     def call(self, index: int, request: BenchRequest) -> Call:
-        """The request through the console's one pipeline (raw prompt, new text only)."""
-        settings = replace(self.settings, params=self.settings.params.replace(max_tokens=request.max_tokens))
+        """The request through the console's one pipeline (raw prompt, new text only, its images)."""
+        settings = replace(self.settings, params=self.settings.params.replace(max_tokens=request.max_tokens),
+                           images=request.images)
         return prepare(self.servers[index % len(self.servers)], settings, [request.prompt], info=self.pick(index)).call
 
 

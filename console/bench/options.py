@@ -34,6 +34,7 @@ class BenchOptions:
     duration: float | None = None
     warmup: int = 2
     input_file: str | None = None
+    images: str | None = None  # a folder of image files: each request takes the next; the same prompts also as text
     input_tokens_mean: float = 64
     input_tokens_stddev: float = 0
     output_tokens_mean: int = 64

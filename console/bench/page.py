@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .display import cell, comparison_rows, level_rows
+from .images import NOTE as IMAGES_NOTE
+from .images import section_rows
 from .plots import DISTRIBUTION_TITLES, have_matplotlib, write_png
 from .results import runs_of
 from .server_table import notes, server_rows
@@ -54,6 +56,8 @@ def settings(config: dict[str, Any]) -> list[tuple[str, str]]:
     else:
         rows.append(("requests per level", str(config.get("requests") or "4 × concurrency, at least 8")))
     rows.append(("warm-up", f"{_count(config.get('warmup', 0), 'request')}, not measured"))
+    if config.get("images"):
+        rows.append(("images", f"from {config['images']}, one a request in turn; the same prompts also as text only"))
     if config.get("input_file"):
         rows.append(("prompts", f"from {config['input_file']}"))
     else:
@@ -91,6 +95,9 @@ def _results(document: dict[str, Any]) -> str:
         names = [str(name) for name, _ in runs]
         parts.append(f"<h2>Side by side (ratios to {html.escape(names[0])})</h2>"
                      + _table(*comparison_rows(document["comparison"], names)))
+    if document.get("images"):
+        parts.append("<h2>Images beside text only</h2>" + _table(*section_rows(document["images"]))
+                     + f"<p>{html.escape(IMAGES_NOTE)}.</p>")
     return "".join(parts)
 
 

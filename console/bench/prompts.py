@@ -19,6 +19,7 @@ from typing import Any
 
 from backend_model.models import embedded_prepared
 from console.clients import UsageError
+from console.core.attachments import read_images
 
 _CORPUS = (
     "the of and to in is was for on that with as by at from his her they this are be had have not but "
@@ -43,11 +44,12 @@ WORDS = tuple(_CORPUS.split())
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """One request of a run: its prompt and the output length asked for (None: the model's default); an embeddings
-    request's texts (empty: its prompt alone)."""
+    """One request of a run: its prompt, the output length asked for (None: the model's default) and its images
+    (each file's bytes); an embeddings request's texts (empty: its prompt alone)."""
 
     prompt: str
     max_tokens: int | None
+    images: tuple[bytes, ...] = ()
     texts: tuple[str, ...] = ()
 
 
@@ -114,9 +116,21 @@ class SyntheticPrompts:
             yield BenchRequest(prompt, out)
 
 
+def _images(item: dict[str, Any], folder: Path, where: str) -> tuple[bytes, ...]:
+    """The image files a line's ``images`` lists (paths relative to the file's folder), read."""
+    paths = item.get("images", [])
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+        raise UsageError(f"{where}: images must be a list of image file paths, got {paths!r}")
+    try:
+        return read_images([folder / Path(p).expanduser() for p in paths])
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
 def read_jsonl(path: str | Path, default_max_tokens: int | None = None) -> list[BenchRequest]:
     """Requests from a JSONL file: one object a line with ``text`` (or ``prompt`` / ``text_input``)
-    and optionally ``max_tokens`` (or ``output_tokens``); blank lines are skipped."""
+    and optionally ``max_tokens`` (or ``output_tokens``) and ``images`` (image files, relative to the file's
+    folder); blank lines are skipped."""
     requests = []
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -137,7 +151,7 @@ def read_jsonl(path: str | Path, default_max_tokens: int | None = None) -> list[
         limit = item.get("max_tokens", item.get("output_tokens", default_max_tokens))
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise UsageError(f"{path}:{number}: max_tokens must be a positive integer, got {limit!r}")
-        requests.append(BenchRequest(text, limit))
+        requests.append(BenchRequest(text, limit, _images(item, Path(path).parent, f"{path}:{number}")))
     if not requests:
         raise UsageError(f"{path}: no prompts")
     return requests

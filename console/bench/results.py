@@ -217,7 +217,8 @@ def _summary_rows(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+def write_rows(rows: list[dict[str, Any]], path: Path) -> Path:
+    """``rows`` as a CSV file, their keys its header."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         if rows:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -231,14 +232,14 @@ def write_csv(document: dict[str, Any], out_dir: Path) -> list[Path]:
     column for several servers, and then ``bench_comparison.csv`` (side by side, ratios to the first)."""
     requests = [{**({"target": name} if name is not None else {}), "level": level_key(level), **r}
                 for name, levels in runs_of(document) for level in levels for r in level["requests"]]
-    paths = [_write_csv(summary_rows(document), out_dir / "bench_summary.csv"),
-             _write_csv(requests, out_dir / "bench_requests.csv")]
+    paths = [write_rows(summary_rows(document), out_dir / "bench_summary.csv"),
+             write_rows(requests, out_dir / "bench_requests.csv")]
     if document.get("comparison"):
         names = [name for name, _ in runs_of(document)]
         rows = [{"level": r["level"], "metric": r["metric"], **dict(zip(names, r["values"])),
                  **{f"{n} / {names[0]}": ratio for n, ratio in zip(names[1:], r["ratios"][1:])}}
                 for r in document["comparison"]]
-        paths.append(_write_csv(rows, out_dir / "bench_comparison.csv"))
+        paths.append(write_rows(rows, out_dir / "bench_comparison.csv"))
     return paths
 
 

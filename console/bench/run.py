@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,16 @@ from console.core.request import Settings, read_info
 from console.infra.extras import needs
 
 from . import embeddings
-from .display import ProgressBar, adapter_tables, compare_table, levels_table, server_table
+from .display import ProgressBar, adapter_tables, compare_table, levels_table, server_table, table
 from .fleet_side import FleetSide
+from .images import IMAGES, TEXT, read_folder, section, section_rows, text_only, with_images
+from .images import NOTE as IMAGES_NOTE
+from .images import write_csv as write_images_csv
 from .load import LevelResult, Runner, Target
 from .options import BenchOptions
 from .page import FORMATS, write_plots
 from .plots import have_matplotlib
-from .prompts import BenchRequest, SyntheticPrompts, load_tokenizer, read_jsonl
+from .prompts import SyntheticPrompts, load_tokenizer, read_jsonl
 from .results import build_document, side_by_side, summarize, write_csv, write_json
 from .server_view import ServerSide
 from .workloads import Slo, check_turns
@@ -72,16 +74,20 @@ def short_name(model: str, width: int = 40) -> str:
 
 @dataclass(frozen=True)
 class Side:
-    """One server of a run: its name in the tables, the target loaded, the URLs given for it."""
+    """One server of a run: its name in the tables, the target loaded, the URLs given for it; in an images run, the
+    server's name and what this side sends (:data:`.images.IMAGES` or :data:`.images.TEXT`)."""
 
     name: str
     target: Target
     urls: tuple[str, ...]
+    server: str = ""
+    inputs: str = ""
 
     @property
     def config(self) -> dict[str, Any]:
         server = self.target.servers[0]
-        return {"name": self.name, "api": server.kind, "model": self.target.model, "urls": list(self.urls)}
+        return {"name": self.name, "api": server.kind, "model": self.target.model, "urls": list(self.urls),
+                **({"server": self.server, "inputs": self.inputs} if self.inputs else {})}
 
 
 class BenchRun:
@@ -90,6 +96,13 @@ class BenchRun:
     def __init__(self, options: BenchOptions) -> None:
         self.options = options
         self.quiet = options.quiet
+        self.images = read_folder(options.images) if options.images else ()  # bad inputs fail before any server
+        # an images run: --images, or an input file whose prompts bring images
+        self.with_images = bool(self.images) or bool(options.input_file and any(
+            r.images for r in read_jsonl(options.input_file)))
+        if self.with_images and options.turns > 1:
+            raise UsageError("images go with single requests: a conversation's later turns (--turns) carry its "
+                             "history as text, without its images")
 
     def progress(self, message: str) -> None:
         if not self.quiet:
@@ -114,19 +127,22 @@ class BenchRun:
         """How the requests go: ``--mode``, or one answer a request for embeddings."""
         return "batch" if self.embeddings else self.options.mode
 
-    def requests(self, embedded: bool) -> Any:
-        """The run's requests (an embeddings run's: ``--batch-size`` prompts each, a word a token without
-        ``--tokenizer``: the embedded chat model's tokenizer is not an embedding model's)."""
-        prompts: Iterable[BenchRequest]
+    def requests(self, embedded: bool, inputs: str = "") -> Any:
+        """The prompts of a side: with their images (``inputs`` IMAGES), without (TEXT), or as they come; an
+        embeddings run's: ``--batch-size`` prompts each, a word a token without ``--tokenizer`` (the embedded chat
+        model's tokenizer is not an embedding model's)."""
         if self.options.input_file:
-            prompts = read_jsonl(self.options.input_file, self.options.output_tokens_mean)
+            requests: Any = read_jsonl(self.options.input_file, self.options.output_tokens_mean)
         else:
-            prompts = SyntheticPrompts(self.options.input_tokens_mean, self.options.input_tokens_stddev,
-                                       self.options.output_tokens_mean, self.options.output_tokens_stddev,
-                                       self.options.seed,
-                                       load_tokenizer(self.options.tokenizer, embedded and not self.embeddings),
-                                       self.options.shared_prefix_tokens)
-        return embeddings.in_batches(prompts, self.options.batch_size) if self.embeddings else prompts
+            tokenizer = load_tokenizer(self.options.tokenizer, embedded and not self.embeddings)
+            requests = SyntheticPrompts(self.options.input_tokens_mean, self.options.input_tokens_stddev,
+                                        self.options.output_tokens_mean, self.options.output_tokens_stddev,
+                                        self.options.seed, tokenizer, self.options.shared_prefix_tokens)
+        if self.embeddings:
+            return embeddings.in_batches(requests, self.options.batch_size)
+        if inputs == IMAGES:
+            return with_images(requests, self.images)
+        return text_only(requests) if inputs == TEXT else requests
 
     def target(self, urls: tuple[str, ...], model: str | None, api: str = "auto",
                grpc_url: str | None = None, metrics_urls: tuple[str, ...] = ()) -> Target:
@@ -148,10 +164,15 @@ class BenchRun:
             settings = Settings(info.name, "batch", "http", params, self.options.timeout, None)
             return embeddings.EmbeddingTarget(settings, info, servers, batch=self.options.batch_size)
         settings = Settings(model or servers[0].default_model(mode), mode, self.options.protocol, params,
-                            self.options.timeout, self.options.idle_timeout or None)
+                            self.options.timeout, self.options.idle_timeout or None,
+                            chat=None if self.with_images else False)  # images go in a chat where the model has one
         info = read_info(servers[0], settings)
         if mode != "stream":
             info.check_batch("use --mode stream")
+        chat = self.with_images and servers[0].has_chat_template(info, "")  # as prepare() decides
+        refusal = servers[0].image_refusal(info, mode, chat) if self.with_images else ""
+        if refusal:
+            raise UsageError(f"--images: {refusal}")
         return Target(settings, info, servers, self.picks(servers[0], settings))
 
     def picks(self, server: Adapter, settings: Settings) -> tuple[ModelInfo, ...]:
@@ -170,12 +191,15 @@ class BenchRun:
         names = [f"{t.servers[0].label} {short_name(t.model)}" for t, _ in targets]
         if len(set(names)) < len(names):
             names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
+        if self.with_images:  # each server with images, then with the same prompts as text only
+            return [Side(f"{name} {inputs}", target, given, name, inputs)
+                    for name, (target, given) in zip(names, targets) for inputs in (IMAGES, TEXT)]
         return [Side(name, target, given) for name, (target, given) in zip(names, targets)]
 
     def config(self, target: Target, urls: tuple[str, ...]) -> dict[str, Any]:
         keys = ("endpoint", "batch_size", "concurrency", "request_rate", "request_distribution", "requests", "duration",
                 "warmup",
-                "input_file", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
+                "input_file", "images", "input_tokens_mean", "input_tokens_stddev", "output_tokens_mean",
                 "output_tokens_stddev", "shared_prefix_tokens", "turns", "slo", "seed")
         settings, server = target.settings, target.servers[0]
         timeouts = {"network": target.info.network_timeout(settings.timeout),
@@ -199,7 +223,7 @@ class BenchRun:
         levels = self.levels()
         sides = self.sides(urls, grpc_url, metrics_urls)
         embedded = any(side.target.info.embedded for side in sides)  # the same prompts for every server
-        runners = [Runner(side.target, self.requests(embedded), self.options.turns) for side in sides]
+        runners = [Runner(side.target, self.requests(embedded, side.inputs), self.options.turns) for side in sides]
         slo = Slo.parse(self.options.slo, self.mode)
         views = [self.server_side(side.target, first=i == 0) for i, side in enumerate(sides)]
         for side, runner, view in zip(sides, runners, views):
@@ -229,6 +253,8 @@ class BenchRun:
         document = build_document(self.config(sides[0].target, urls), done[0])
         if len(sides) > 1:
             side_by_side(document, [(side.config, results) for side, results in zip(sides, done)])
+        if self.with_images:
+            document["images"] = section(document["targets"])
         self.show(document, done)
         self.write(document)
         return 1 if any(s["error_count"] for results in done for _, s in results) else 0
@@ -243,6 +269,7 @@ class BenchRun:
                 "targets": [{**{k: v for k, v in t.items() if k != "levels"}, "levels": levels}
                             for t, levels in zip(targets, summaries)],
                 "comparison": document["comparison"]}
+            extra.update({"images": document["images"]} if document.get("images") else {})
             click.echo(json.dumps({"config": document["config"], "levels": summaries[0], **extra}, indent=2))
             return
         if not targets:
@@ -254,6 +281,8 @@ class BenchRun:
             click.echo(levels_table(levels) + "\n" + server_table(levels) + "\n")
         click.echo(f"side by side (ratios to {names[0]})")
         click.echo(compare_table(document["comparison"], names))
+        if document.get("images"):
+            click.echo(f"\nimages beside text only\n{table(*section_rows(document['images']))}\n  {IMAGES_NOTE}")
 
     def write(self, document: dict[str, Any]) -> None:
         out = self.options.output_dir
@@ -262,6 +291,8 @@ class BenchRun:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         paths = [write_json(document, out / "bench.json"), *write_csv(document, out)]
+        if document.get("images"):
+            paths.append(write_images_csv(document["images"], out))
         formats = plot_formats(self.options.plots)
         if formats:
             if "png" in formats and not have_matplotlib():

@@ -9,7 +9,8 @@ from typing import Any
 from .results import embeddings, level_key
 from .server_view import BREAKDOWN
 
-LEGEND = {"queue": "queue (Triton, a slot, the engine's step)", "network": "the rest: network, responses"}
+LEGEND = {"queue": "queue (Triton, a slot, the engine's step)", "vision": "images encoded",
+          "network": "the rest: network, responses"}
 LABELS = {  # the console's and the HTML page's table
     "triton_queue_ms": "queue ms", "triton_compute_ms": "compute ms", "slot_wait_ms": "slot wait ms",
     "step_wait_ms": "step wait ms",
@@ -17,6 +18,7 @@ LABELS = {  # the console's and the HTML page's table
     "mean_occupancy": "occupancy", "tokens_per_step": "tok/step", "tokens_per_s": "tok/s",
     "tokens_by_instance": "tokens by instance",
 }
+OPTIONAL = {"vision_encode_ms": "images ms"}  # shown when some level has it (a vision-language model's)
 
 # an embeddings run's: Triton's times and the batches its dynamic batching ran (no tokens are generated)
 EMBEDDINGS_LABELS = {"triton_queue_ms": "queue ms", "triton_compute_ms": "compute ms", "batch_size": "batch avg"}
@@ -25,7 +27,10 @@ CARD = {"power_w": "card W", "tokens_per_joule": "tok/J"}
 
 def server_rows(levels: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """The server's side of each level as a table: header, rows (a level without metrics: its note)."""
-    labels, card = (EMBEDDINGS_LABELS, {"power_w": CARD["power_w"]}) if embeddings(levels) else (LABELS, CARD)
+    shown = {name: label for name, label in OPTIONAL.items()
+             if any((level.get("server") or {}).get(name) is not None for level in levels)}
+    labels, card = ((EMBEDDINGS_LABELS, {"power_w": CARD["power_w"]}) if embeddings(levels)
+                    else ({**LABELS, **shown}, CARD))
     header = ["level", *labels.values(), *card.values()]
     rows = []
     for level in levels:
@@ -54,8 +59,10 @@ def breakdown_figure(levels: Sequence[dict[str, Any]], title: str) -> Any | None
 
     fig, axis = plt.subplots(figsize=(7, 4.2))
     bottoms = [0.0] * len(shown)
-    for part, colour in zip(BREAKDOWN, ("tab:orange", "tab:blue", "tab:gray")):
-        heights = [parts[part] or 0.0 for _, parts in shown]
+    for part, colour in zip(BREAKDOWN, ("tab:orange", "tab:purple", "tab:blue", "tab:gray")):
+        if not any(part in parts for _, parts in shown):  # "vision": a vision-language model's only
+            continue
+        heights = [parts.get(part) or 0.0 for _, parts in shown]
         axis.bar([key for key, _ in shown], heights, bottom=bottoms, color=colour, label=LEGEND.get(part, part))
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     axis.set_ylabel("ms (mean)")

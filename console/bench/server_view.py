@@ -5,10 +5,11 @@ Each level's summary gets ``server``: Triton's queue and compute time per reques
 taken) and step wait (a slot free, the engine busy with its current step), time to first token, prefill (TTFT less
 both waits: the prompt's own prefill), prefill chunk, decode step and time per output token, the mean slot occupancy
 of a decode step and its tokens, the tokens/s the server counted (and, for a model of several instances, its tokens by
-instance: ``tokens_by_instance``, from the metrics' ``instance`` label); for a
-streamed level, where the client's TTFT went (``ttft_breakdown_ms``: queue, prefill, and the rest: network, reading
-and tokenising the request, responses). ``note`` says where the figures come from, or why there are none. And
-``card``: qaic-util's mean power, peak temperature, NSP and memory use, and tokens per joule when power is known
+instance: ``tokens_by_instance``, from the metrics' ``instance`` label); for a streamed level, where the client's TTFT
+went (``ttft_breakdown_ms``: queue, a vision-language model's images (``vision_encode_ms``: decoded, preprocessed and
+encoded as the request is read), prefill, and the rest: network, reading and tokenising the request, responses).
+``note`` says where the figures come from, or why there are none. And ``card``: qaic-util's mean power, peak
+temperature, NSP and memory use, and tokens per joule when power is known
 ("no card" here).
 """
 
@@ -32,10 +33,10 @@ FINISHED = (("qaic_request_success", "qaic_request_cancelled", "qaic_request_fai
             ("vllm:request_success",))
 FIGURES = ("triton_queue_ms", "triton_compute_ms", "slot_wait_ms", "step_wait_ms", "ttft_ms", "prefill_ms",
            "prefill_chunk_ms", "decode_step_ms", "tpot_ms", "mean_occupancy", "tokens_per_step", "tokens_per_s",
-           "batch_size")
+           "batch_size", "vision_encode_ms")
 # Triton's own counters of a model: its inputs (a batch's rows) and its executions (batches run)
 BATCHED = ("nv_inference_count", "nv_inference_exec_count")
-BREAKDOWN = ("queue", "prefill", "network")
+BREAKDOWN = ("queue", "vision", "prefill", "network")  # "vision": a request's images encoded, where the server says
 
 
 def _same_place(url: str) -> tuple[str, str]:
@@ -135,9 +136,10 @@ def level_figures(figures: dict[str, float | None], generated: float | None, dur
     client = summary.get("time_to_first_token", {}).get("avg")
     if client is not None and ttft is not None:
         queued = (figures.get("triton_queue_ms") or 0.0) + (queue or 0.0)
-        prefill = values["prefill_ms"] or 0.0
-        out["ttft_breakdown_ms"] = {"queue": _round(queued), "prefill": _round(prefill),
-                                    "network": _round(max(client - queued - prefill, 0.0))}
+        prefill, vision = values["prefill_ms"] or 0.0, figures.get("vision_encode_ms")
+        out["ttft_breakdown_ms"] = {"queue": _round(queued), **({"vision": _round(vision)} if vision else {}),
+                                    "prefill": _round(prefill),
+                                    "network": _round(max(client - queued - (vision or 0.0) - prefill, 0.0))}
     return out
 
 

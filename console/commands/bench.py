@@ -31,13 +31,14 @@ from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP
 from console.infra.signals import INTERRUPTED
 from console.server import ServerError
 from console.server.embedded import EMBEDDED_DEFAULTS, embedded_server
+from repo_gen.samples import VISION_SAMPLES
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
 def _run(options: BenchOptions) -> int:
-    bench = BenchRun(options)
     try:
+        bench = BenchRun(options)
         bench.levels()  # bad options fail before any server starts
         plot_formats(options.plots)
         if options.api != "auto" and not options.url:
@@ -48,7 +49,7 @@ def _run(options: BenchOptions) -> int:
             raise UsageError("--prometheus needs --url (the servers that Prometheus scrapes)")
         if options.url:
             return bench.execute(options.url, metrics_urls=options.metrics_url)
-        model = options.model or EMBEDDED_DEFAULTS[options.mode]
+        model = options.model or (VISION_SAMPLES[0] if bench.with_images else EMBEDDED_DEFAULTS[options.mode])
         with embedded_server(model, bench.progress) as server:
             return bench.execute((server.http_url,), grpc_url=server.grpc_url,
                                  metrics_urls=(server.handle.metrics_url or "",))
@@ -67,7 +68,7 @@ def _run(options: BenchOptions) -> int:
 @click.group(name="bench", invoke_without_command=True, context_settings=CONTEXT_SETTINGS)
 @click.option("--url", multiple=True,
               help=URL_HELP + "; repeat to spread the load round-robin over servers of one kind. Without it the "
-                   "embedded model is served for the run.")
+                   "embedded model (with --images, the vision sample smollm2_vision) is served for the run.")
 @server_options("--api", "--metrics-url", "--prometheus", per_url=True)
 @click.option("--compare-url", multiple=True,
               help="Another server (Triton host:port or http://host:port/v1) loaded with the same requests at each "
@@ -97,6 +98,10 @@ def _run(options: BenchOptions) -> int:
 @click.option("--warmup", type=int, default=2, show_default=True, help="Unmeasured requests before the first level.")
 @click.option("--input-file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="JSONL prompts ({\"text\": ..., \"max_tokens\": ...} a line) instead of synthetic ones.")
+@click.option("--images", type=click.Path(file_okay=False, exists=True), default=None,
+              help="A folder of image files: each request takes the next one (in name order), and the same prompts "
+                   "are also sent as text only, reported beside with ratios and the server's image encoding time. "
+                   "A --input-file line's \"images\" (a list of files) does the same per prompt.")
 @click.option("--input-tokens-mean", type=float, default=64, show_default=True, help="Synthetic prompt length.")
 @click.option("--input-tokens-stddev", type=float, default=0, show_default=True)
 @click.option("--output-tokens-mean", type=int, default=64, show_default=True,

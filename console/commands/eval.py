@@ -21,6 +21,8 @@ from backend_model.sessions.protocol import SessionError
 from console.clients import ClientError
 from console.eval import embeddings as vectors
 from console.eval import golden, report
+from console.eval.images import PROMPTS as IMAGE_PROMPTS
+from console.eval.images import PromptImages, from_folder
 from console.eval.paths import SPEC_HELP, EvalPath, opened
 from console.eval.run import CORPUS, PROMPTS, Evaluation, evaluate, read_prompts
 
@@ -104,26 +106,38 @@ def scoring_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def prompt_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option("--images", "image_folder", type=click.Path(file_okay=False, exists=True, path_type=Path),
+                        default=None,
+                        help="A folder of image files: the n-th prompt takes the n-th (in name order, in turn); the "
+                             "prompts default to assets/eval/image_prompts.txt. Served paths, recordings and cpu: "
+                             "paths (--model a vision-language model; embedded: the vision sample smollm2_vision's)."
+                        )(func)
     func = click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
                         help="Greedy tokens per prompt (fewer where a path ends first).")(func)
     return click.option("--prompts", "prompt_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                        default=PROMPTS, show_default="assets/eval/prompts.txt",
+                        default=None, show_default="assets/eval/prompts.txt",
                         help="One prompt a line (# comments; \\n is a newline).")(func)
 
 
-def run_eval(reference: str | EvalPath, candidates: Sequence[str], prompts: Sequence[str], max_tokens: int,
-         options: dict[str, Any]) -> Evaluation:
+def prompts_of(prompt_file: Path | None, image_folder: Path | None) -> tuple[list[str], list[PromptImages]]:
+    """The prompts (the default set for text, or for images) and, with ``image_folder``, each one's image."""
+    prompts = read_prompts(prompt_file or (IMAGE_PROMPTS if image_folder else PROMPTS))
+    return prompts, from_folder(image_folder, len(prompts)) if image_folder else []
+
+
+def run_eval(reference: str | EvalPath, candidates: Sequence[str], prompts: Sequence[str],
+             images: Sequence[PromptImages], max_tokens: int, options: dict[str, Any]) -> Evaluation:
     """Open the paths (a recorded reference as given), run the eval under a progress bar."""
     note = (lambda _: None) if options["quiet"] else (lambda message: click.echo(message, err=True))
     specs = [reference] if isinstance(reference, str) else []
-    with opened([*specs, *candidates], options["source"], note) as paths:
+    with opened([*specs, *candidates], options["source"], note, images=bool(images)) as paths:
         if not isinstance(reference, str):
             paths.insert(0, reference)
-        scored = options["likelihood"]
+        scored = options["likelihood"] and not images
         total = len(prompts) * len(paths) + (len(prompts) + sum(p.engine is not None for p in paths) if scored else 0)
         with _bar(total, options["quiet"]) as advance:
-            return evaluate(paths[0], paths[1:], prompts, max_tokens, options["source"], scored,
-                            options["corpus"] if scored else None, advance, note)
+            return evaluate(paths[0], paths[1:], prompts, max_tokens, options["source"], options["likelihood"],
+                            options["corpus"] if scored else None, advance, note, images)
 
 
 @contextlib.contextmanager
@@ -152,8 +166,8 @@ def run_options(spec_help: str, written: str) -> Callable[[Callable[..., Any]], 
 @prompt_options
 @scoring_options
 @click.pass_context
-def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str, ...], prompt_file: Path,
-               max_tokens: int, output_dir: Path, **options: Any) -> None:
+def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str, ...], prompt_file: Path | None,
+               max_tokens: int, image_folder: Path | None, output_dir: Path, **options: Any) -> None:
     """Compare a reference and candidates on the same prompts: greedy agreement, likelihood, perplexity.
 
     Each path is a served model (MODEL@URL, any server kind) or an in-process engine (cpu:fp32, cpu:int8,
@@ -163,8 +177,8 @@ def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str,
     if ctx.invoked_subcommand is not None:
         return
     spec = _reference(reference, candidates)
-    result = _shown(lambda: run_eval(spec, candidates, read_prompts(prompt_file), max_tokens, options),
-                    report.table)
+    result = _shown(lambda: run_eval(spec, candidates, *prompts_of(prompt_file, image_folder), max_tokens,
+                                     options), report.table)
     _written(lambda: report.write(result, output_dir))
 
 
@@ -172,9 +186,11 @@ def eval_group(ctx: click.Context, reference: str | None, candidates: tuple[str,
 @record_options(SPEC_HELP)
 @prompt_options
 @scoring_options
-def record(spec: str, prompt_file: Path, max_tokens: int, output: Path, **options: Any) -> None:
+def record(spec: str, prompt_file: Path | None, max_tokens: int, image_folder: Path | None, output: Path,
+           **options: Any) -> None:
     """Record one path's greedy answers and figures (its NLL and perplexity where in-process) in a golden file."""
-    result = _shown(lambda: run_eval(spec, (), read_prompts(prompt_file), max_tokens, options), report.table)
+    result = _shown(lambda: run_eval(spec, (), *prompts_of(prompt_file, image_folder), max_tokens,
+                                     options), report.table)
     _written(lambda: golden.write(result, output))
     click.echo(f"recorded {len(result.prompts)} answers of {result.reference} in {output}", err=True)
 
@@ -194,7 +210,7 @@ def compare(golden_file: Path, candidates: tuple[str, ...], min_exact: float, ma
     """Check later runs against a golden file; exit 1 when any candidate is past a threshold (a CI gate)."""
     def run() -> Evaluation:
         recorded = golden.read(golden_file)
-        result = run_eval(recorded.path, candidates, recorded.prompts, recorded.max_tokens, options)
+        result = run_eval(recorded.path, candidates, recorded.prompts, recorded.images, recorded.max_tokens, options)
         if output_dir is not None:
             report.write(result, output_dir)
         return result

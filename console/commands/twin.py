@@ -155,7 +155,7 @@ def _predict(config: Path, source: str, graph: Path | None, prompt: str, max_tok
             return
         reference, candidates = predict.specs(asked, str(graph) if graph else None)
         options = {"source": source, "likelihood": True, "corpus": CORPUS, "quiet": False}
-        result = run_eval(reference, candidates, split_prompts(prompt), max_tokens, options)
+        result = run_eval(reference, candidates, split_prompts(prompt), (), max_tokens, options)
     except ERRORS as exc:
         _fail(exc)
     click.echo(report.table(result))

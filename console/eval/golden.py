@@ -5,10 +5,11 @@ the reference for later runs and says whether each candidate stays within the th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .images import PromptImages, from_record
 from .paths import Answer, EvalPath
 from .run import FORMAT, Evaluation
 
@@ -29,6 +30,7 @@ class Golden:
     prompts: list[str]
     max_tokens: int
     path: EvalPath
+    images: list[PromptImages] = field(default_factory=list)  # each prompt's, read again (none: text prompts)
 
 
 def read(file: Path) -> Golden:
@@ -42,15 +44,19 @@ def read(file: Path) -> Golden:
         answers = [Answer.of(a) for a in recorded["answers"]]
         figures = recorded.get("likelihood") or {}
         prompts, max_tokens = [str(p) for p in data["prompts"]], int(data["max_tokens"])
+        entries = data.get("images") or []
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, GoldenError):
             raise
         raise GoldenError(f"{file} is not a qaic-console eval record: {type(exc).__name__} {exc}") from None
     if len(answers) != len(prompts):
         raise GoldenError(f"{file} holds {len(answers)} answers for {len(prompts)} prompts")
+    images = from_record(entries)  # a recorded image gone or changed: a UsageError naming it
+    if images and len(images) != len(prompts):
+        raise GoldenError(f"{file} holds images for {len(images)} of its {len(prompts)} prompts")
     kept = {f"recorded_{k}": figures.get(k) for k in ("mean_nll", "perplexity") if figures.get(k) is not None}
     path = EvalPath(f"golden:{name}", str(file), answers=answers, recorded={"recorded": recorded["spec"], **kept})
-    return Golden(prompts, max_tokens, path)
+    return Golden(prompts, max_tokens, path, images)
 
 
 def verdicts(result: Evaluation, min_exact: float, max_nll_increase: float | None) -> list[tuple[str, bool, str]]:

@@ -8,7 +8,8 @@ without a graph one is exported for the run, once for every twin path). Either e
 formats, as a compile config's ``mxfp6_matmul`` / ``mxint8_kv_cache`` ask: ``+mxfp6``, ``+mxint8kv`` (``cpu:mxfp6``,
 ``cpu:bf16+mxfp6``, ``twin:mxfp6+mxint8kv``, ``twin:GRAPH+mxfp6``). Every path answers greedily; in-process
 paths and the bundled backend (its ``logprobs`` output) also give tokens; in-process paths can score a
-continuation (:mod:`console.eval.likelihood`).
+continuation (:mod:`console.eval.likelihood`). Prompts with images go to served paths as a chat each, and to the
+CPU engine of a vision-language model (``--model``) as the backend reads that chat.
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from typing import Any
 
 from backend_model.build import BackendSettings, build_engine
 from backend_model.contract import compile_config
-from backend_model.contract.parameters import PRECISIONS
+from backend_model.contract.parameters import IMAGE_TEXT_TO_TEXT, PRECISIONS
 from backend_model.engine.loop import Engine
 from backend_model.engine.sampling import SamplingParams
+from backend_model.models import EMBEDDED, EMBEDDED_VISION
 from backend_model.mx_formats import NO_MX, TERMS, Mx
 from console.clients import Failure, GenerationParams, ModelInfo, Reply
+from console.clients.images import placed
 from console.core.adapters import Adapter, adapter_for
 from console.core.request import Settings, prepare, read_info
+from console.core.template import chat_messages
 
 DIMS = {"prefill_seq_len": 32, "ctx_len": 512, "full_batch_size": 8}  # the embedded KV samples' (repo_gen.samples)
 REQUEST_PROMPTS = 8  # prompts per served request (the samples' full_batch_size)
@@ -39,6 +43,8 @@ SPEC_HELP = ("MODEL@URL (served: a tritonserver's HTTP or gRPC address, both as 
              "cpu:mxfp6, twin:mxfp6+mxint8kv)")
 Progress = Callable[[str], None]
 Advance = Callable[[int], None]  # prompts done
+NO_IMAGES = "the twin paths take no images yet: compare served paths (MODEL@URL), cpu: paths or a recording"
+MAX_IMAGES = 8  # images an in-process vision-language model takes with a prompt
 
 
 class SpecError(ValueError):
@@ -96,30 +102,38 @@ class EvalPath:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer if self.engine is not None else None
 
-    def generate(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
-        """Greedy answers to every prompt, at most ``max_tokens`` each; ``advance(n)`` as prompts finish."""
+    def generate(self, prompts: Sequence[str], max_tokens: int, advance: Advance,
+                 images: Sequence[tuple[bytes, ...]] = ()) -> list[Answer]:
+        """Greedy answers to every prompt (``images``: each one's), at most ``max_tokens`` each; ``advance(n)`` as
+        prompts finish."""
         if self.answers is not None:
             if len(self.answers) != len(prompts):
                 raise SpecError(f"{self.name} recorded {len(self.answers)} answers for {len(prompts)} prompts")
             advance(len(prompts))
             return self.answers
         if self.engine is not None:
-            return self._in_process(self.engine, prompts, max_tokens, advance)
-        return self._served(prompts, max_tokens, advance)
+            return self._in_process(self.engine, prompts, max_tokens, advance, images)
+        return self._served(prompts, max_tokens, advance, images)
 
-    def _in_process(self, engine: Engine, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
-        seqs: list[Any] = []
+    def _in_process(self, engine: Engine, prompts: Sequence[str], max_tokens: int, advance: Advance,
+                    images: Sequence[tuple[bytes, ...]] = ()) -> list[Answer]:
+        params = SamplingParams(max_tokens=max_tokens)
+        seqs = [_with_images(engine, prompt, images[i], params) if images else
+                engine.prepare(engine.encode(prompt), params) for i, prompt in enumerate(prompts)]
+        engine.enqueue(seqs)
         done = 0
-        for update in engine.stream(list(prompts), SamplingParams(max_tokens=max_tokens), seqs):
-            if update.finished:
-                done += 1
-                advance(1)
+        while not all(s.finished for s in seqs):
+            for update in engine.step():
+                if update.finished:
+                    done += 1
+                    advance(1)
         advance(len(prompts) - done)
         return [Answer(s.text, list(s.tokens), s.finish_reason or "") for s in seqs]
 
-    def _served(self, prompts: Sequence[str], max_tokens: int, advance: Advance) -> list[Answer]:
+    def _served(self, prompts: Sequence[str], max_tokens: int, advance: Advance,
+                images: Sequence[tuple[bytes, ...]] = ()) -> list[Answer]:
         params = GenerationParams(max_tokens=max_tokens, temperature=0.0, logprobs=0)
-        return [Answer(r.text, _ids(r), r.finish_reason) for r in self._ask(prompts, params, advance)]
+        return [Answer(r.text, _ids(r), r.finish_reason) for r in self._ask(prompts, params, advance, images)]
 
     @property
     def scores(self) -> bool:
@@ -133,18 +147,23 @@ class EvalPath:
         params = GenerationParams(logprobs=0, continuations=tuple(continuations))
         return [[-float(e["logprob"]) for e in r.logprobs or ()] for r in self._ask(prompts, params, lambda n: None)]
 
-    def _ask(self, prompts: Sequence[str], params: GenerationParams, advance: Advance) -> list[Reply]:
+    def _ask(self, prompts: Sequence[str], params: GenerationParams, advance: Advance,
+             images: Sequence[tuple[bytes, ...]] = ()) -> list[Reply]:
         """Every prompt's reply, :data:`REQUEST_PROMPTS` a request (a continuation each, when ``params`` has them);
-        raw prompts, streamed where the model streams, else one response."""
+        raw prompts, streamed where the model streams, else one response. With ``images`` (each prompt's), a
+        request a prompt, as a chat's user message where the model has a chat template (an OpenAI-compatible server
+        takes images in chat requests only)."""
         info = self.served_info()
         assert self.server is not None, "a served path"
         mode = "stream" if "stream" in info.modes and "stream" in self.server.modes else "batch"
         replies: list[Reply] = []
-        for start in range(0, len(prompts), REQUEST_PROMPTS):
-            group = list(prompts[start:start + REQUEST_PROMPTS])
+        size = 1 if images else REQUEST_PROMPTS
+        for start in range(0, len(prompts), size):
+            group = list(prompts[start:start + size])
             part = params if params.continuations is None else \
                 params.replace(continuations=params.continuations[start:start + len(group)])
-            settings = Settings(self.model, mode=mode, params=part)
+            settings = Settings(self.model, mode=mode, params=part, chat=None if images else False,
+                                images=images[start] if images else ())
             got: dict[int, Reply] = {}
             with contextlib.closing(iter(prepare(self.server, settings, group, info=info).call)) as events:
                 for event in events:
@@ -168,6 +187,17 @@ class EvalPath:
         return self.info
 
 
+def _with_images(engine: Engine, prompt: str, images: tuple[bytes, ...], params: SamplingParams) -> Any:
+    """The sequence of a prompt with its images, as a served model gets a chat with them: the user's message, the
+    image parts before its text, rendered and encoded by the backend's own processor and vision encoder."""
+    if engine.images is None:
+        raise SpecError("the in-process model reads text only: give --model a vision-language model's folder "
+                        f"(or {EMBEDDED_VISION}, the vision sample's)")
+    chat = placed(chat_messages([prompt])[0], [{"type": "image"}] * len(images))
+    _, ids, media = engine.images.prepare(None, chat, list(images))
+    return engine.prepare(ids, params, media=media)
+
+
 def _ids(reply: Reply) -> list[int] | None:
     """The reply's token ids, from its log-probability entries (the bundled backend's); None without them."""
     entries = reply.logprobs
@@ -177,23 +207,29 @@ def _ids(reply: Reply) -> list[int] | None:
 
 
 def in_process(precision: str, source: str, progress: Progress, graph: str | Path | None = None,
-               mx: Mx = NO_MX) -> Engine:
+               mx: Mx = NO_MX, images: bool = False) -> Engine:
     """The CPU engine at ``precision`` (or, with ``graph``, the ONNX twin) on the samples' dimensions, computing the
-    card's MX formats ``mx`` as the compile config's keys ask."""
+    card's MX formats ``mx`` as the compile config's keys ask; ``images``: ``source`` as a vision-language model (the
+    embedded one: the vision sample's)."""
     formats = {"mxfp6_matmul": mx.mxfp6_matmul, "mxint8_kv_cache": mx.mxint8_kv_cache}
     dims = compile_config.validate({**DIMS, **formats, **({"onnx_path": str(graph)} if graph else {})}, "eval")
+    if images:
+        source = EMBEDDED_VISION if source == EMBEDDED else source
     settings = BackendSettings(engine="onnx" if graph else "cpu", hf_model_name=source, precision=precision,
-                               compile=dims)
+                               compile=dims, task=IMAGE_TEXT_TO_TEXT if images else "", max_images=MAX_IMAGES)
     engine, described = build_engine(settings, progress)
     progress(described)
     return engine
 
 
 @contextlib.contextmanager
-def opened(specs: Sequence[str], source: str, progress: Progress) -> Iterator[list[EvalPath]]:
+def opened(specs: Sequence[str], source: str, progress: Progress, images: bool = False) -> Iterator[list[EvalPath]]:
     """The paths ``specs`` name, in order: every spec parsed and every served model's config read before any engine
-    loads; temporary graphs are removed on exit."""
+    loads (``images``: the prompts bring images, which only served paths take); temporary graphs are removed on
+    exit."""
     parsed = [parse(spec) for spec in specs]
+    if images and any(kind == "twin" for kind, _ in parsed):
+        raise SpecError(NO_IMAGES)
     names: set[str] = set()
     labels = [unique(spec if kind == "served" else f"cpu-{arg.label}" if kind == "cpu"
                      else "twin" + (f"-{arg.mx.label}" if arg.mx else ""), names)
@@ -211,7 +247,7 @@ def opened(specs: Sequence[str], source: str, progress: Progress) -> Iterator[li
             if kind == "served":
                 paths.append(served[i])
             elif kind == "cpu":
-                engine = in_process(arg.precision, source, progress, mx=arg.mx)
+                engine = in_process(arg.precision, source, progress, mx=arg.mx, images=images)
                 paths.append(EvalPath(labels[i], specs[i], engine=engine))
             else:
                 if arg.graph is None and exported is None:

@@ -15,6 +15,7 @@ from backend_model.models import load_tokenizer
 
 from . import greedy
 from . import likelihood as scoring
+from .images import PromptImages, payloads
 from .paths import Answer, EvalPath
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "eval"
@@ -46,6 +47,7 @@ class Evaluation:
     comparisons: dict[str, list[greedy.Comparison]] = field(default_factory=dict)
     scores: dict[str, scoring.Likelihood] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    images: list[PromptImages] = field(default_factory=list)  # each prompt's images (none: text prompts)
 
     @property
     def candidates(self) -> list[str]:
@@ -65,6 +67,7 @@ class Evaluation:
         return {
             "format": FORMAT, "prompts": self.prompts, "max_tokens": self.max_tokens, "reference": self.reference,
             "notes": self.notes,
+            **({"images": [[image.to_json() for image in prompt] for prompt in self.images]} if self.images else {}),
             "summary": [self.summary(name) for name in self.paths],
             "paths": {name: {**self.paths[name],
                              "answers": [a.to_json() for a in self.answers[name]],
@@ -75,13 +78,15 @@ class Evaluation:
 
 
 def evaluate(reference: EvalPath, candidates: Sequence[EvalPath], prompts: Sequence[str], max_tokens: int,
-             source: str, scored: bool, corpus: Path | None, advance: Advance, progress: Progress) -> Evaluation:
-    """Run every path, then compare and (``scored``) score; ``advance(n)`` as prompts are done."""
+             source: str, scored: bool, corpus: Path | None, advance: Advance, progress: Progress,
+             images: Sequence[PromptImages] = ()) -> Evaluation:
+    """Run every path (``images``: each prompt's), then compare and (``scored``, text prompts) score; ``advance(n)``
+    as prompts are done."""
     paths = [reference, *candidates]
-    result = Evaluation(list(prompts), max_tokens, reference.name)
+    result = Evaluation(list(prompts), max_tokens, reference.name, images=list(images))
     for path in paths:
         started = time.perf_counter()
-        result.answers[path.name] = path.generate(prompts, max_tokens, advance)
+        result.answers[path.name] = path.generate(prompts, max_tokens, advance, payloads(images))
         result.paths[path.name] = {"spec": path.spec, "kind": path.kind,
                                    "seconds": round(time.perf_counter() - started, 3), **path.recorded}
     tokenizer = next((p.tokenizer for p in paths if p.tokenizer is not None), None)
@@ -91,7 +96,9 @@ def evaluate(reference: EvalPath, candidates: Sequence[EvalPath], prompts: Seque
     for path in candidates:
         result.comparisons[path.name] = [greedy.compare(r, c, tokenizer)
                                          for r, c in zip(ref_answers, result.answers[path.name])]
-    if scored:
+    if scored and images:
+        result.notes.append("likelihood: not measured on image prompts (the paths score text only)")
+    elif scored:
         _score(result, paths, reference, corpus, advance)
     return result
 

@@ -101,6 +101,8 @@ FIGURES = {f.name: f for f in (
     Figure("tpot_ms", mean("qaic_time_per_output_token_seconds", "* 1000"), "ms", "Mean time per output token."),
     Figure("prefill_chunk_ms", mean("qaic_prefill_chunk_seconds", "* 1000"), "ms", "Mean prefill chunk."),
     Figure("decode_step_ms", mean("qaic_decode_step_seconds", "* 1000"), "ms", "Mean decode step."),
+    Figure("vision_encode_ms", mean("qaic_vision_encode_seconds", "* 1000"), "ms",
+           "Mean time to decode, preprocess and encode a request's images (a vision-language model's)."),
     Figure("ttft_p50_s", quantile(0.5, "qaic_time_to_first_token_seconds"), "s", "Median time to first token."),
     Figure("ttft_p99_s", quantile(0.99, "qaic_time_to_first_token_seconds"), "s", "p99 time to first token."),
     Figure("slot_wait_p99_s", quantile(0.99, "qaic_request_slot_wait_seconds"), "s", "p99 wait for a slot."),

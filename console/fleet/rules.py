@@ -32,7 +32,8 @@ PANELS = {
     "Time to first token (backend: arrival at the engine to first token)": (
         "ttft_p50_s", "ttft_p99_s", "slot_wait_p99_s", "step_wait_p99_s", "queue_p99_s"),
     "Time per output token (backend)": ("tpot_p50_s", "tpot_p99_s"),
-    "Session runs: prefill chunk and decode step (mean)": ("prefill_chunk_ms", "decode_step_ms"),
+    "Session runs: prefill chunk and decode step; a request's images encoded (mean)": (
+        "prefill_chunk_ms", "decode_step_ms", "vision_encode_ms"),
     "Decode batch: sequences per step and slot occupancy": ("tokens_per_step", "occupancy"),
     "KV cache in use (backend)": ("kv_usage",),
     "KV cache positions in use (backend)": ("kv_positions",),

@@ -27,6 +27,7 @@ MEANS_MS = {  # histogram means over the window, in ms
                 "vllm:inter_token_latency_seconds"),
     "prefill_chunk_ms": ("qaic_prefill_chunk_seconds",),
     "decode_step_ms": ("qaic_decode_step_seconds",),
+    "vision_encode_ms": ("qaic_vision_encode_seconds",),  # a request's images, as it is read (before the queue)
 }
 GAUGES = {  # the value at the later scrape
     "running": ("qaic_num_requests_running", "vllm:num_requests_running"),

@@ -42,37 +42,41 @@ def _fingerprint() -> str:
     return digest.hexdigest()
 
 
-def embedded_repo(progress: Progress) -> Path:
-    """``<cache>/llm_model_dir`` with the embedded samples, (re)written when missing or stale."""
-    from repo_gen.samples import EMBEDDED_ALL, write_samples
+def embedded_repo(progress: Progress, vision: bool = False) -> Path:
+    """``<cache>/llm_model_dir`` with the embedded samples (``vision``: ``<cache>/llm_model_dir_vision`` with the
+    vision sample, apart so the consoles' repository stays text), (re)written when missing or stale."""
+    from repo_gen.samples import EMBEDDED_ALL, VISION_SAMPLES, write_samples
 
-    repo = cache_root() / "llm_model_dir"
-    stamp = cache_root() / "llm_model_dir.stamp"
+    names = VISION_SAMPLES if vision else EMBEDDED_ALL
+    repo = cache_root() / ("llm_model_dir_vision" if vision else "llm_model_dir")
+    stamp = repo.with_name(f"{repo.name}.stamp")
     fingerprint = _fingerprint()
     fresh = stamp.is_file() and stamp.read_text().strip() == fingerprint
-    if fresh and all((repo / name / "config.pbtxt").is_file() for name in EMBEDDED_ALL):
+    if fresh and all((repo / name / "config.pbtxt").is_file() for name in names):
         return repo
     progress(f"writing the embedded model repository {repo} ...")
-    write_samples(EMBEDDED_ALL, repo, force=True)
+    write_samples(names, repo, force=True)
     stamp.write_text(fingerprint + "\n")
     return repo
 
 
 def check_embedded(model: str) -> None:
-    """ValueError unless ``model`` is one of the embedded samples."""
-    from repo_gen.samples import EMBEDDED_SAMPLES
+    """ValueError unless ``model`` is one of the embedded samples (or the vision sample)."""
+    from repo_gen.samples import EMBEDDED_SAMPLES, VISION_SAMPLES
 
-    if model not in EMBEDDED_SAMPLES:
-        raise ValueError(f"model {model!r} is not an embedded sample ({', '.join(EMBEDDED_SAMPLES)}): "
+    if model not in EMBEDDED_SAMPLES + VISION_SAMPLES:
+        raise ValueError(f"model {model!r} is not an embedded sample ({', '.join(EMBEDDED_SAMPLES + VISION_SAMPLES)}): "
                          "pass --url to use a running tritonserver")
 
 
 @contextlib.contextmanager
 def embedded_server(model: str, progress: Progress) -> Iterator[TritonServer]:
     """A tritonserver on the cached embedded repository, loading only ``model``; stopped on exit."""
+    from repo_gen.samples import VISION_SAMPLES
+
     check_embedded(model)
     progress(SERVE_TIP)
-    repo = embedded_repo(progress)
+    repo = embedded_repo(progress, vision=model in VISION_SAMPLES)
     server = TritonServer(repo, models=(model,))
     starting = [True]
 

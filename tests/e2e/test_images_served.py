@@ -10,9 +10,11 @@ stream, so two of them share the decode steps (a mixed-image batch), each asked 
 a text model: tests/fast/test_images.py).
 
 The consoles and the front ask the tiny LLaVA the same way, end to end: headless with ``--image``, the TUI (Ctrl+T),
-the web page (an upload, in Chromium) and the ``openai`` SDK with an ``image_url`` data URL. Their behaviours
-(limits, refusals, fetching) are the fast tier's: tests/fast/test_front_images.py, test_headless_fake.py,
-test_tui_fake.py, test_web_fake.py.
+the web page (an upload, in Chromium), the ``openai`` SDK and LangChain's ``ChatOpenAI`` with an ``image_url`` data
+URL. ``bench --images`` through the front reads the backend's encoding time, and ``eval --images`` finds the served
+answers token-equal to the CPU engine's. Their behaviours (limits, refusals, fetching, the bench's and eval's sides)
+are the fast tier's: tests/fast/test_front_images.py, test_headless_fake.py, test_tui_fake.py, test_web_fake.py,
+test_bench_images.py, test_eval_images.py; AIPerf's images are the peer tier's (tests/peers/test_images_aiperf.py).
 """
 
 from __future__ import annotations
@@ -244,6 +246,19 @@ def test_the_sdks_image_url_gets_the_transformers_answer_and_counts_the_image_to
     assert answer.usage is not None and answer.usage.prompt_tokens > len(ASK.split()) + 8  # the image's tokens
 
 
+def test_langchains_image_url_message_gets_the_transformers_answer(repo, front) -> None:
+    from langchain_core.messages import HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    folder = repo[0] / CONSOLES_FAMILY
+    llm = ChatOpenAI(model=CONSOLES_FAMILY, base_url=front.base_url, api_key="none", max_retries=0, temperature=0,
+                     max_tokens=TOKENS)
+    said = llm.invoke([HumanMessage(content=[{"type": "image_url", "image_url": {"url": data_url(IMAGES[0])}},
+                                             {"type": "text", "text": ASK}])])
+    assert said.content == reference(folder, [IMAGES[0]])[0]
+    assert said.usage_metadata is not None and said.usage_metadata["input_tokens"] > len(ASK.split()) + 8
+
+
 def test_the_tuis_attached_image_gets_the_transformers_answer(repo, server, tmp_path: Path) -> None:
     from textual.widgets import Input, Select
     from tui_pilot import run, say, stream_pane, until
@@ -291,3 +306,37 @@ def test_the_web_pages_uploaded_image_gets_the_transformers_answer(repo, server,
             assert web.page.locator("#qc-chat .message.user img").count() == 1
     finally:
         controller.stop()
+
+
+def image_folder(tmp_path: Path) -> Path:
+    """A folder of the test images, as bench --images and eval --images take them."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i, data in enumerate(IMAGES):
+        (folder / f"{i}.png").write_bytes(data)
+    return folder
+
+
+def test_bench_images_reports_the_image_run_beside_text_with_the_servers_encoding(server, front,
+                                                                                   tmp_path: Path) -> None:
+    images = image_folder(tmp_path)
+    result = cli("bench", "--url", front.base_url, "--metrics-url", server.handle.metrics_url or "", "--model",
+                 CONSOLES_FAMILY, "--images", str(images), "--requests", "2", "--warmup", "0", "--output-tokens-mean",
+                 "4", "--input-tokens-mean", "6", "--plots", "none", "--json", "-q", "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)["images"]
+    assert row["vision_encode_ms"] > 0, "the backend's qaic_vision_encode_seconds, read from Triton's metrics page"
+    assert row["input_tokens_images"] > row["input_tokens_text"], "an image's placeholders are prompt tokens"
+    assert row["ttft_images_ms"] > row["vision_encode_ms"] and row["ttft_ratio"] is not None
+
+
+def test_eval_images_finds_the_served_answers_token_equal_to_the_cpu_engines(repo, server, tmp_path: Path) -> None:
+    folder = repo[0] / CONSOLES_FAMILY
+    images = image_folder(tmp_path)
+    result = cli("eval", "--reference", f"{CONSOLES_FAMILY}@{server.http_url},{server.grpc_url}", "--candidate",
+                 "cpu:fp32", "--model", str(folder), "--images", str(images), "--max-tokens", str(TOKENS), "-q",
+                 "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "out" / "eval.json").read_text())
+    [row] = [r for r in document["summary"] if r["path"] == "cpu-fp32"]
+    assert (row["exact"], row["prompts"], row["units"]) == (4, 4, ["token"]), document["paths"]["cpu-fp32"]

@@ -180,7 +180,7 @@ def test_twin_paths_share_one_export_and_carry_their_mx_formats(monkeypatch: pyt
 
     exports, built = [], []
     monkeypatch.setattr(paths, "_export", lambda source, scratch, progress: exports.append(source) or "g.onnx")
-    monkeypatch.setattr(paths, "in_process", lambda precision, source, progress, graph=None, mx=None:
+    monkeypatch.setattr(paths, "in_process", lambda precision, source, progress, graph=None, mx=None, images=False:
                         built.append((precision, graph, mx)) or object())
     with paths.opened(["twin", "twin:mxfp6+mxint8kv", "cpu:bf16+mxfp6"], "embedded", lambda m: None) as opened:
         assert [p.name for p in opened] == ["twin", "twin-mxfp6+mxint8kv", "cpu-bf16+mxfp6"]

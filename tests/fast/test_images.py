@@ -116,3 +116,16 @@ def test_the_generator_writes_what_the_backend_reads_and_refuses_what_it_would(f
         with pytest.raises(RepoError, match=needle):
             write_model(ModelSpec("bad", "image_text_to_text", hf_model_name=str(folder), engine=engine,
                                   compile=compiled), tmp_path)
+
+
+def test_the_meter_is_told_how_long_each_requests_images_took(folder: Path) -> None:
+    from backend_model.engine.metrics import Recorder
+
+    engine = engine_on(folder)
+    engine.meter = recorder = Recorder()
+    image_prompt(engine, Inputs(prompts=["Look."], images=[png(1), png(2)]))
+    image_prompt(engine, Inputs(prompts=["Only text."]))
+    with pytest.raises(BadRequest):
+        image_prompt(engine, Inputs(prompts=["Look."], images=[b"not an image"]))
+    observed = [(name, seconds) for name, seconds in recorder.take()[1] if name == "qaic_vision_encode_seconds"]
+    assert len(observed) == 1 and observed[0][1] > 0, "one request with images encoded; text and refusals are not"

@@ -215,7 +215,8 @@ def test_bench_sweeps_triton_and_the_front_side_by_side(server, front, tmp_path)
     """``bench --endpoint embeddings``: Triton's HTTP straight and the front before it, in one run, with ratios; one
     client at a time runs batches of one, four let Triton's dynamic batching join them (its counters say so)."""
     result = cli("bench", "--endpoint", "embeddings", "--url", server.http_url, "--metrics-url",
-                 server.handle.metrics_url, "--compare-url", front.base_url, "--model", MODEL, "--concurrency", "1,4",
+                 server.handle.metrics_url, "--compare-url", front.base_url, "--compare-model", MODEL, "--model", MODEL,
+                 "--concurrency", "1,4",
                  "--requests", "12", "--warmup", "1", "--input-tokens-mean", "16", "--plots", "none",
                  "-o", str(tmp_path), "-q")
     assert result.exit_code == 0, result.output

@@ -3,7 +3,10 @@ MiniLM sample against sentence-transformers' own ``encode`` on the same files, Q
 card's twin against its reference, bad inputs refused by name while the server keeps serving, and Triton's dynamic
 batching joining requests. Through the front, ``/v1/embeddings``: the ``openai`` SDK and LangChain get
 sentence-transformers' vectors, bad input is a 400 naming the field, and headless ``--embed`` reads the matrix from
-Triton and from the front. (Behaviour, one test each: fast/test_front_embeddings.py, fast/test_embed_consoles.py.)"""
+Triton and from the front; the TUI's Embeddings pane and the web page's tab (in Chromium) show sentence-transformers'
+similarities; ``bench --endpoint embeddings`` and ``eval embeddings`` run on both. (Behaviour, one test each:
+fast/test_front_embeddings.py, fast/test_embed_consoles.py, fast/test_bench_embeddings.py,
+fast/test_eval_embeddings.py.)"""
 
 from __future__ import annotations
 
@@ -271,3 +274,58 @@ def test_aiperf_profiles_the_fronts_embeddings_endpoint(server, front, tmp_path)
     data = json.loads(export.read_text())
     assert data["request_count"]["avg"] == 8 and not (data.get("error_request_count") or {}).get("avg"), data
     assert data["request_latency"]["avg"] > 0 and data["request_throughput"]["avg"] > 0
+
+
+CONSOLE_TEXTS = ["a cat", "a kitten", "stock prices"]
+
+
+def test_the_tuis_embeddings_pane_shows_sentence_transformers_similarities(server) -> None:
+    from textual.widgets import DataTable, Input, Select
+    from tui_pilot import SIZE, run, table_rows, until
+
+    from console.tui.app import QaicConsoleApp
+
+    expected = reference(CONSOLE_TEXTS)
+    expected = expected @ expected.T
+
+    async def go() -> None:
+        app = QaicConsoleApp(http_url=server.http_url, grpc_url=server.grpc_url)
+        async with app.run_test(size=SIZE) as pilot:
+            pane = app.embed_pane
+            await until(pilot, lambda: pane.server is not None, 60, "the connection")
+            await pilot.press("f10")
+            pane.query_one("#embed-model", Select).value = MODEL
+            pane.query_one("#embed-input", Input).value = "|".join(CONSOLE_TEXTS)
+            await pilot.press("enter")
+            await until(pilot, lambda: pane.found is not None, 60, "the vectors")
+            inputs = list(table_rows(pane.query_one("#embed-inputs", DataTable)).values())
+            assert [row[1:3] for row in inputs] == [("384", "1.0000")] * 3
+            matrix = list(table_rows(pane.query_one("#embed-matrix", DataTable)).values())
+            assert [[float(cell) for cell in row[1:]] for row in matrix] == pytest.approx(expected, abs=1e-4)
+
+    run(go)
+
+
+def test_the_web_pages_embeddings_tab_shows_sentence_transformers_similarities(server) -> None:
+    from web_page import LogWatch, open_page
+
+    from console.core.controller import ServerController
+    from console.web.handlers import WebConsole
+
+    expected = reference(CONSOLE_TEXTS)
+    expected = expected @ expected.T
+    log = LogWatch()
+    controller = ServerController(on_log=log.add)
+    controller.connect(server.http_url, server.grpc_url)
+    try:
+        with open_page(WebConsole(controller), log, ready="connected") as web:
+            web.tab("Embeddings")
+            web.page.locator("#qc-embed-input textarea").fill("|".join(CONSOLE_TEXTS))
+            web.page.locator("#qc-embed-model textarea, #qc-embed-model input").first.fill(MODEL)
+            web.page.locator("#qc-embed-send").click()
+            web.wait_text("#qc-embed-heat", "cosine similarity")
+            assert f"3 vectors from {MODEL}" in web.text("#qc-embed-status")
+            cells = [float(t) for t in web.page.locator("#qc-embed-heat td").all_inner_texts()]
+            assert cells == pytest.approx(expected.ravel(), abs=1e-4)
+    finally:
+        controller.stop()

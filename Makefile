@@ -29,13 +29,13 @@ test-fast:
 	@$(MYPY)
 	@$(PYTEST) tests/fast $(PYTEST_ARGS)
 
-# The peer tier, outside `make test`: real vLLM in its own venv (built once by scripts/setup-vllm.sh) and llama.cpp's
-# llama-server (built once by scripts/setup-llama-server.sh).
+# The peer tier, outside `make test`: real vLLM in its own venv (built once by scripts/setup-vllm.sh), llama.cpp's
+# llama-server (built once by scripts/setup-llama-server.sh) and AIPerf (scripts/setup-aiperf.sh).
 test-peers:
 	@scripts/setup.sh --tools
 	@.venv/bin/ruff check .
 	@VLLM_VENV="$$(scripts/setup-vllm.sh)" QAIC_LLAMA_SERVER="$$(PYTHON=.venv/bin/python scripts/setup-llama-server.sh)" \
-	  .venv/bin/python -m pytest -q --peers tests/peers $(PYTEST_ARGS)
+	  QAIC_AIPERF="$$(scripts/setup-aiperf.sh)/bin/aiperf" .venv/bin/python -m pytest -q --peers tests/peers $(PYTEST_ARGS)
 
 lint:
 	@.venv/bin/ruff check .

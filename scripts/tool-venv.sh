@@ -1,4 +1,4 @@
-# Sourced by the setup scripts of the tools that get a venv of their own (scripts/setup-vllm.sh,
+# Sourced by the setup scripts of the tools that get a venv of their own (scripts/setup-vllm.sh, setup-aiperf.sh,
 # scripts/setup-lm-eval.sh), with VENV (the folder) and TAG (the tool's short name) set: prints the folder and exits
 # when the venv was built by this version of the calling script; otherwise starts a quiet log beside it and defines
 # `step COMMAND...`, which runs a command into the log and names the log when it fails.

@@ -1,12 +1,14 @@
 """LoRA adapters through a real tritonserver: a repository the generator writes with two adapters serves the base,
 A and B mixed in the same batches, and 64 requests from 16 clients (base, A, B interleaved) each get the greedy
 answer of their merged model (``merge_and_unload()``) alone at fp32; an unknown adapter is a 400 naming the
-served ones; the backend's metrics count the requests per adapter."""
+served ones; the backend's metrics count the requests per adapter. A second model of the same server has its
+adapters changed through the front while it serves (vLLM's runtime LoRA routes): the last test, as it changes them."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +21,9 @@ from triton_wire import generate
 
 pytestmark = [pytest.mark.server]
 MODEL = "smollm2_lora"
+RUNTIME = "smollm2_lora_runtime"  # streams; serves C (A's weights) at first, D (B's, put in its folder) is loaded
+LONG = 40  # tokens of the answer that runs while its adapter is unloaded
+RELOAD = 600  # s a reload of a model (its base loads again) may take here
 PROMPTS = (PROMPT, "Say one word:", "The answer is")
 NAMES = ("", "A", "B")  # the base, then the adapters
 TOKENS = 8
@@ -35,6 +40,9 @@ def lora_server(tmp_path_factory: pytest.TempPathFactory, lora_folders: dict[str
     compiled.write_text(json.dumps({"prefill_seq_len": 16, "ctx_len": 64, "full_batch_size": 8}))
     write(MODEL, repo, hf_model_name="embedded", engine="cpu", compile_config_path=compiled,
           lora_adapters=[f"{name}={folder}" for name, folder in lora_folders.items()])
+    write(RUNTIME, repo, hf_model_name="embedded", engine="cpu", compile_config_path=compiled, decoupled=True,
+          lora_adapters=[f"C={lora_folders['A']}"])
+    shutil.copytree(lora_folders["B"], repo / RUNTIME / "adapters" / "D")  # as an operator puts an adapter there
     server = TritonServer(repo)
     server.start(timeout=SERVER_START)
     yield server
@@ -71,12 +79,12 @@ def test_mixed_requests_each_get_their_merged_models_answer(lora_server, expecte
 
 
 def lora_counts(url: str) -> dict[str, int]:
-    """``qaic_lora_requests_total`` by adapter, as the server's metrics page says."""
+    """``qaic_lora_requests_total`` of MODEL by adapter, as the server's metrics page says."""
     page = urllib.request.urlopen(url, timeout=30).read().decode()
     found = {}
     for line in page.splitlines():
         match = re.match(r'qaic_lora_requests_total\{.*lora_name="([^"]+)".*\} (\S+)$', line)
-        if match:
+        if match and f'model="{MODEL}"' in line:
             found[match.group(1)] = int(float(match.group(2)))
     return found
 
@@ -90,11 +98,15 @@ def test_an_unknown_adapter_is_a_400_naming_the_served_ones(lora_server):
 
 @pytest.fixture(scope="module")
 def lora_front(lora_server):
-    """The OpenAI-compatible front before ``lora_server`` (loopback, no key)."""
+    """The OpenAI-compatible front before ``lora_server`` (loopback, no key), with the runtime LoRA routes and the
+    server's repository key."""
     from console.front import front_server
     from console.server import free_port
 
-    server = front_server(lora_server.grpc_url, "127.0.0.1", free_port(), None, (), lora_server.handle.metrics_url)
+    with pytest.MonkeyPatch.context() as env:  # vLLM's switch of the runtime LoRA routes
+        env.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "true")
+        server = front_server(lora_server.grpc_url, "127.0.0.1", free_port(), None, (), lora_server.handle.metrics_url,
+                              triton_key=lambda: lora_server.handle.key)
     server.start()
     yield server
     server.stop()
@@ -108,7 +120,8 @@ def test_the_front_and_headless_ask_each_adapter_by_its_name(lora_front, lora_se
     from prometheus_client.parser import text_string_to_metric_families
 
     cards = httpx.get(f"{lora_front.base_url}/models", timeout=30).json()["data"]
-    assert [(c["id"], c["parent"]) for c in cards] == [(MODEL, None), ("A", MODEL), ("B", MODEL)]
+    assert [(c["id"], c["parent"]) for c in cards if MODEL in (c["id"], c["parent"])] == [
+        (MODEL, None), ("A", MODEL), ("B", MODEL)]
     sdk = openai.OpenAI(base_url=lora_front.base_url, api_key="none", max_retries=0)
     for name in NAMES:
         answer = sdk.completions.create(model=name or MODEL, prompt=PROMPT, max_tokens=TOKENS)
@@ -120,7 +133,7 @@ def test_the_front_and_headless_ask_each_adapter_by_its_name(lora_front, lora_se
     page = httpx.get(lora_front.base_url.removesuffix("/v1") + "/metrics", timeout=30).text
     [gauge] = [s for f in text_string_to_metric_families(page) for s in f.samples
                if s.name == "vllm:lora_requests_info"]
-    assert gauge.labels == {"max_lora": "2", "running_lora_adapters": "A,B", "waiting_lora_adapters": ""}
+    assert gauge.labels == {"max_lora": "3", "running_lora_adapters": "A,B,C", "waiting_lora_adapters": ""}
 
 
 def test_eval_compares_an_adapter_with_another_path(lora_front, lora_server, tmp_path):
@@ -136,3 +149,40 @@ def test_eval_compares_an_adapter_with_another_path(lora_front, lora_server, tmp
     assert result.exit_code == 0, result.output
     rows = {row["path"]: row for row in json.loads((tmp_path / "eval" / "eval.json").read_text())["summary"]}
     assert rows[through_front]["exact"] == len(PROMPTS) and rows[other]["exact"] < len(PROMPTS)
+
+
+def test_adapters_are_loaded_and_unloaded_while_the_model_serves(lora_front, lora_folders, expected):
+    """Through the front: D is loaded while C is served and answers as its merged model; a folder outside the model's
+    is refused and D still answers; C is unloaded while a long answer of C streams, which ends whole, and C is then
+    a 404 naming what is served."""
+    import httpx
+    import openai
+
+    tokenizer = base_model()[1]
+    long_answer = tokenizer.decode(merged_answers(lora_folders["A"], [PROMPT], LONG)[0], skip_special_tokens=True)
+    base = lora_front.base_url
+    sdk = openai.OpenAI(base_url=base, api_key="none", max_retries=0)
+
+    def answer_of_d() -> str:
+        return sdk.completions.create(model="D", prompt=PROMPT, max_tokens=TOKENS).choices[0].text
+
+    def change(route: str, **body: str) -> httpx.Response:
+        return httpx.post(f"{base}/{route}", json=body, timeout=RELOAD)
+
+    loaded = change("load_lora_adapter", lora_name="D", lora_path="adapters/D", base_model_name=RUNTIME)
+    assert (loaded.status_code, loaded.text) == (200, "Success: LoRA adapter 'D' added successfully.")
+    assert answer_of_d() == expected[("B", PROMPT)]
+    refused = change("load_lora_adapter", lora_name="E", lora_path=str(lora_folders["A"]), base_model_name=RUNTIME)
+    assert refused.status_code == 400 and "is not inside the model's folder" in refused.json()["error"]["message"]
+    assert answer_of_d() == expected[("B", PROMPT)]
+
+    chunks = iter(sdk.completions.create(model="C", prompt=PROMPT, max_tokens=LONG, stream=True))
+    text = next(chunks).choices[0].text  # C's answer has begun
+    with ThreadPoolExecutor(1) as pool:
+        unloading = pool.submit(change, "unload_lora_adapter", lora_name="C")
+        text += "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
+        unloaded = unloading.result()
+    assert text == long_answer
+    assert (unloaded.status_code, unloaded.text) == (200, "Success: LoRA adapter 'C' removed successfully.")
+    gone = httpx.post(f"{base}/completions", json={"model": "C", "prompt": PROMPT, "max_tokens": 2}, timeout=60)
+    assert gone.status_code == 404 and f"(served: {MODEL}, A, B, {RUNTIME}, D)" in gone.json()["error"]["message"]

@@ -1,7 +1,8 @@
 """LoRA adapters through a real tritonserver: a repository the generator writes with two adapters serves the base,
 A and B mixed in the same batches, and 64 requests from 16 clients (base, A, B interleaved) each get the greedy
 answer of their merged model (``merge_and_unload()``) alone at fp32; an unknown adapter is a 400 naming the
-served ones; the backend's metrics count the requests per adapter. A second model of the same server has its
+served ones; the backend's metrics count the requests per adapter; the web page's picker lists the adapters
+under their base. A second model of the same server has its
 adapters changed through the front while it serves (vLLM's runtime LoRA routes): the last test, as it changes them."""
 
 from __future__ import annotations
@@ -149,6 +150,37 @@ def test_eval_compares_an_adapter_with_another_path(lora_front, lora_server, tmp
     assert result.exit_code == 0, result.output
     rows = {row["path"]: row for row in json.loads((tmp_path / "eval" / "eval.json").read_text())["summary"]}
     assert rows[through_front]["exact"] == len(PROMPTS) and rows[other]["exact"] < len(PROMPTS)
+
+
+def test_the_web_pages_picker_lists_the_adapters_under_their_base(lora_server, expected):
+    """The web page's model picker lists each adapter under its base model, and a picked adapter answers as its
+    merged model."""
+    from web_page import WAIT_MS, LogWatch, open_page
+
+    from console.core.controller import ServerController
+    from console.web.handlers import WebConsole
+
+    log = LogWatch()
+    controller = ServerController(on_log=log.add)
+    controller.connect(lora_server.http_url, lora_server.grpc_url)
+    try:
+        with open_page(WebConsole(controller), log, ready="connected") as web:
+            web.mode("batch")  # the model answers once
+            web.page.locator("#qc-model input").click()
+            web.page.get_by_role("option", name=f"B · LoRA adapter of {MODEL}").wait_for(timeout=WAIT_MS)
+            labels = [option.inner_text().strip() for option in web.page.get_by_role("option").all()]
+            start = labels.index(f"A · LoRA adapter of {MODEL}") - 1
+            assert labels[start].endswith(MODEL) and labels[start + 2] == f"B · LoRA adapter of {MODEL}", labels
+            web.page.get_by_role("option", name=f"B · LoRA adapter of {MODEL}").click()  # the list is open
+            web.page.wait_for_function("() => document.querySelector('#qc-model input').value.startsWith('B')",
+                                       timeout=WAIT_MS)
+            web.page.locator("#qc-chat-template input").uncheck()  # the prompt as it is, as the merged model got it
+            web.fill("max-tokens", str(TOKENS))
+            web.send(PROMPT)
+            answer = expected[("B", PROMPT)].strip()  # a bubble does not start with a space
+            assert web.answers()[-1].startswith(f"{answer}\n\n— length · {TOKENS} tokens")
+    finally:
+        controller.stop()
 
 
 def test_adapters_are_loaded_and_unloaded_while_the_model_serves(lora_front, lora_folders, expected):

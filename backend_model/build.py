@@ -104,6 +104,7 @@ class BackendSettings:
         try:
             folders = lora.parse_adapters(parameters.get(lora.PARAMETER, ""))
             max_loras = lora.parse_max_loras(parameters.get(lora.MAX_PARAMETER, ""), len(folders))
+            adapters = {name: lora.folder_in(Path(model_dir), folder) for name, folder in folders.items()}
         except lora.AdapterError as exc:
             raise SessionError(str(exc)) from None
         return cls(
@@ -120,7 +121,7 @@ class BackendSettings:
             task=task,
             max_images=int(images),
             vision_binary_dir=parameters.get("vision_binary_dir", "").strip(),
-            adapters={name: Path(model_dir) / folder for name, folder in folders.items()},
+            adapters=adapters,
             max_loras=max_loras,
             compile=compiled,
         )

@@ -4,7 +4,8 @@ lengths and a metrics page, and scripted responses played through the front's re
 
 A model may serve LoRA adapters (:func:`fake_server.with_adapters`). A test queues what the next request gets
 (:meth:`FakeUpstream.enqueue`: responses' outputs, a model's error after them, a hang) and reads what it was sent
-(:attr:`FakeUpstream.sent`: the prompts and controls, whether the request was closed before its end). Without a script a
+(:attr:`FakeUpstream.sent`: the prompts and controls, whether the request was closed before its end) and the adapters it
+was told to serve (:attr:`FakeUpstream.changes`). Without a script a
 request gets :func:`answer` ("Hello world", ``length``, 3 + 2 tokens). :func:`client` drives an app through
 ``httpx.ASGITransport``, its lifespan included.
 """
@@ -88,6 +89,8 @@ class FakeUpstream:
         self.closed = False
         self.embedded: list[list[str | list[int]]] = []  # each embed call's items
         self.refusal: Exception | None = None  # what the next embed call raises
+        self.changes: list[tuple[str, dict[str, str]]] = []  # each set_adapters call's model and adapters
+        self.reload_refusal: APIError | None = None  # what the next set_adapters call raises
 
     def enqueue(self, *scripts: list[Step]) -> None:
         self.scripts.extend(scripts)
@@ -150,6 +153,18 @@ class FakeUpstream:
         return np.array([fake_vector(item) for item in items], dtype=np.float32), counts
 
 
+    async def set_adapters(self, model: str, adapters: dict[str, str]) -> None:
+        """``model`` serves ``adapters`` from now on (recorded in :attr:`changes`), or the queued
+        :attr:`reload_refusal` is raised and nothing changes."""
+        self.changes.append((model, dict(adapters)))
+        refusal, self.reload_refusal = self.reload_refusal, None
+        if refusal is not None:
+            raise refusal
+        info = self.infos[model]
+        self.infos[model] = dataclasses.replace(info, parameters={**info.parameters,
+                                                                  "lora_adapters": json.dumps(adapters)})
+
+
 def hang(*pieces: str) -> list[Step]:
     """Responses for ``pieces``, then a wait that only a cancel ends."""
     return [*({"text_output": [p]} for p in pieces), asyncio.Event()]
@@ -164,7 +179,7 @@ def failure(message: str, *pieces: str) -> list[Step]:
 async def client(upstream: FakeUpstream, api_key: str | None = None, tokenizers: Sequence[str] = (),
                  **front: Any) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client of the front's app on ``upstream`` (the app's lifespan runs around it); ``front``: the other
-    fields of its :class:`Front` (``media``, ``fetcher``)."""
+    fields of its :class:`Front` (``media``, ``fetcher``, ``runtime_lora``)."""
     app = create_app(Front(upstream, api_key, Tokenizers(tokenizers), **front))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -110,13 +111,13 @@ def tritonserver_pid(server) -> int | None:
 
 
 @contextlib.contextmanager
-def front_before(server) -> Iterator:
+def front_before(server, **options: Any) -> Iterator:
     """The OpenAI-compatible front before a :class:`~console.server.TritonServer` (in this process, on a free
-    loopback port, no key, the server's metrics page beside), stopped on leaving."""
+    loopback port, no key, the server's metrics page beside; ``options``: front_server's), stopped on leaving."""
     from console.front import front_server
     from console.server import free_port
 
-    front = front_server(server.grpc_url, "127.0.0.1", free_port(), None, (), server.handle.metrics_url)
+    front = front_server(server.grpc_url, "127.0.0.1", free_port(), None, (), server.handle.metrics_url, **options)
     front.start()
     try:
         yield front

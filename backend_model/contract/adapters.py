@@ -1,7 +1,8 @@
 """LoRA adapters: a PEFT adapter folder as the generator checks it and the backend serves it.
 
 A model serves the adapters its ``config.pbtxt`` names in ``lora_adapters``, a JSON object {adapter name: its
-folder relative to the model's folder} (the generator copies each into ``adapters/<name>/``); ``max_loras`` is how
+folder, inside the model's folder (relative to it, or absolute)} (the generator copies each into
+``adapters/<name>/``); ``max_loras`` is how
 many one batch mixes. A folder holds ``adapter_config.json`` and ``adapter_model.safetensors``, as PEFT's
 ``save_pretrained`` writes them. The rules are QEfficient's finite LoRAX (``QEffAutoLoraModelForCausalLM``): every
 adapter of a model has the same rank and target modules, and the targets are attention projections; adapter id 0
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -196,10 +198,23 @@ def parse_adapters(text: str) -> dict[str, str]:
     for name, folder in raw.items():
         check_name(name)
         parts = PurePosixPath(folder).parts if isinstance(folder, str) else ("..",)
-        if not parts or PurePosixPath(folder).is_absolute() or ".." in parts:
-            raise AdapterError(f"parameter {PARAMETER}: adapter {name}'s folder must be relative to the model's "
+        if not parts or ".." in parts:
+            raise AdapterError(f"parameter {PARAMETER}: adapter {name}'s folder must be a path inside the model's "
                                f"folder, got {folder!r}")
     return dict(raw)
+
+
+def folder_in(model_dir: Path, folder: str) -> Path:
+    """An adapter's folder (relative to the model's folder ``model_dir``, or absolute) as it is read: AdapterError
+    when it is not inside the model's folder, symbolic links followed. The model's folder is the one root adapters
+    are served from: the operator puts them there (the generator in ``adapters/``), and a folder named at run time
+    (the repository API's config, the front's ``/v1/load_lora_adapter``) is found there or nowhere."""
+    root = Path(os.path.realpath(model_dir))
+    found = Path(os.path.realpath(model_dir / folder))
+    if root not in found.parents:
+        raise AdapterError(f"adapter folder {folder!r} is not inside the model's folder {model_dir}: adapters are "
+                           f"served from there (put it in {model_dir / FOLDER})")
+    return found
 
 
 def parse_max_loras(text: str, count: int) -> int:

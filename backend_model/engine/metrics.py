@@ -324,15 +324,14 @@ class Publisher:
                 self._last[name] = value
 
     def stop(self) -> None:
-        """Publish what is left and let the metrics go (each before its family, as the API asks)."""
+        """Publish what is left. The series are not deleted: when a model is reloaded (its config changed, e.g.
+        its adapters), its new instances start beside the old ones with the same labels and Triton hands them the
+        same series, so deleting them as the old ones finalize would free what the new ones still update (the
+        server then crashes)."""
         self._stopping = True
         self.recorder.ended.set()
         self._thread.join(timeout=10.0)
-        try:
-            self.flush()
-        finally:
-            self._metrics.clear()
-            self._families.clear()
+        self.flush()
 
 
 def publish(pb_utils: Any, engine: Any, labels: dict[str, str], log: Log) -> Publisher | None:

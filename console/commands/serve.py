@@ -131,7 +131,8 @@ def serve(model_repository: Path | None, models: tuple[str, ...], http_port: int
             _print_ready(controller)
             server = controller.server
             assert server is not None  # it started: the snapshot says so
-            beside.start(server.grpc_url, click.echo, server.handle.metrics_url)
+            beside.start(server.grpc_url, click.echo, server.handle.metrics_url,
+                         lambda: controller.server.handle.key if controller.server else "")  # a restart's too
             click.echo("press Ctrl-C to stop")  # last: what comes after it is the log
             fail(supervisor.run())
     except ClientError as exc:  # the OpenAI-compatible API cannot listen

@@ -1,7 +1,7 @@
 """The OpenAI-compatible app (FastAPI) in front of one upstream: :func:`create_app` wires the route families of
 :mod:`.routes` (``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/v1/responses``,
-``/v1/embeddings``, vLLM's tokenizer routes, ``/metrics``, ``/health``, ``/version``), the API key's check, the
-error shape and the front's counters.
+``/v1/embeddings``, vLLM's tokenizer routes and runtime LoRA routes, ``/metrics``, ``/health``, ``/version``), the API
+key's check, the error shape and the front's counters.
 What a route does is its module's; what a request becomes is :mod:`.mapping`'s; its answer :mod:`.answer`'s.
 """
 
@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 
 from .errors import APIError
 from .metrics_route import Measured
-from .routes import chat, completions, embeddings, metrics, models, responses, server, tokenize
+from .routes import chat, completions, embeddings, lora, metrics, models, responses, server, tokenize
 from .state import Front
 
 
@@ -65,4 +65,6 @@ def create_app(front: Front) -> FastAPI:
     app.include_router(metrics.router(front))
     for family in (tokenize, models, completions, chat, responses, embeddings):
         app.include_router(family.router(front), dependencies=keyed)
+    if front.runtime_lora:
+        app.include_router(lora.router(front), dependencies=keyed)
     return app

@@ -15,7 +15,7 @@ import click
 
 from console.clients import ClientError, UsageError
 from console.commands.options import server_options
-from console.server.keys import FRONT_KEY_ENV
+from console.server.keys import FRONT_KEY_ENV, key_for
 
 from .media import MB, MediaRules
 from .toolcalls import PARSERS
@@ -148,13 +148,17 @@ class FrontServer:
 
 def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
                  tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None,
-                 drain: int = DRAIN, media: MediaRules | None = None) -> FrontServer:
+                 drain: int = DRAIN, media: MediaRules | None = None,
+                 triton_key: Callable[[], str] = str) -> FrontServer:
+    """The front before the tritonserver at ``triton_grpc``; ``triton_key()``: the key of its repository API ('':
+    none known), which the runtime LoRA routes need (served with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``, as vLLM's)."""
+    from .routes import lora
     from .state import Front
     from .tokenizers import Tokenizers
     from .upstream import TritonUpstream
 
-    front = Front(TritonUpstream(triton_grpc, metrics_url), api_key, Tokenizers(tokenizers), tool_parser,
-                  media or MediaRules())
+    front = Front(TritonUpstream(triton_grpc, metrics_url, triton_key), api_key, Tokenizers(tokenizers), tool_parser,
+                  media or MediaRules(), runtime_lora=lora.enabled())
     return FrontServer(front, host, port, drain)
 
 
@@ -173,10 +177,11 @@ class Beside:
             raise UsageError(f"--openai-port {port} is in use: give a free port")
         self.server: FrontServer | None = None
 
-    def start(self, triton_grpc: str, say: Callable[[str], None], metrics_url: str | None = None) -> None:
+    def start(self, triton_grpc: str, say: Callable[[str], None], metrics_url: str | None = None,
+              triton_key: Callable[[], str] = str) -> None:
         if self.port is not None:
             self.server = front_server(triton_grpc, self.host, self.port, self.key, self.tokenizers, metrics_url,
-                                       self.tool_parser, media=self.media)
+                                       self.tool_parser, media=self.media, triton_key=triton_key)
             self.server.start()
             say(f"  OpenAI  {self.server.base_url}")
 
@@ -216,7 +221,8 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
         triton.metrics_url = metrics_endpoint(metrics_url) if metrics_url else None
         grpc, _ = triton.url("stream")
         page, _ = triton.metrics()
-        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser, drain, media)  # its libraries first
+        server = front_server(grpc, host, port, key, tokenizers, page, tool_parser, drain, media,  # its libraries first
+                              functools.partial(key_for, triton.http_url or ""))  # a console's server here
         click.echo(triton.connect())
     except ClientError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -67,6 +67,10 @@ class Upstream(Protocol):
         """An embedding model's vectors for ``items`` (all texts or all token ids; one float32 row each) and each
         item's token count (None: the model sent none)."""
 
+    async def set_adapters(self, model: str, adapters: dict[str, str]) -> None:
+        """Serve ``adapters`` ({name: folder}, in order) on ``model`` from now on, the requests it holds finished as
+        they began; APIError saying why not (the model then serves what it did)."""
+
 
 class Request(BaseModel):
     """A request body: each typed field's JSON type taken as it is; the fields named in :attr:`TAKEN` are taken
@@ -175,6 +179,21 @@ class DetokenizeRequest(Request):
 
 class DetokenizeResponse(BaseModel):
     prompt: str
+
+
+class LoadLoRAAdapterRequest(Request):
+    """vLLM's ``POST /v1/load_lora_adapter``; ``base_model_name`` names the model that gets it where several could."""
+
+    lora_name: str = Field("", description="an adapter name")
+    lora_path: str = Field("", description="the adapter's folder")
+    load_inplace: bool = Field(False, description=SWITCH)
+    base_model_name: str | None = Field(None, description=MODEL_NAME)
+
+
+class UnloadLoRAAdapterRequest(Request):
+    """vLLM's ``POST /v1/unload_lora_adapter``."""
+
+    lora_name: str = Field("", description="an adapter name")
 
 
 class ModelCard(BaseModel):

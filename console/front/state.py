@@ -16,7 +16,7 @@ class Front:
     """The models behind the front (a :class:`~.upstream.TritonUpstream`; a test's fake), the API key clients bring
     (None: none asked), the tokenizers, the format of every model's tool calls (``--tool-call-parser``; None: each
     template's), the names it serves (models and their adapters), the rules of the images requests bring and their
-    fetcher, and the front's own counters."""
+    fetcher, whether adapters are loaded and unloaded at run time, and the front's own counters."""
 
     upstream: Upstream
     api_key: str | None = None
@@ -24,6 +24,7 @@ class Front:
     tool_parser: str | None = None
     media: MediaRules = field(default_factory=MediaRules)
     fetcher: Fetcher = field(default_factory=Fetcher)
+    runtime_lora: bool = False  # vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter are served
     metrics: FrontMetrics = field(init=False, default_factory=FrontMetrics)
     served: Served = field(init=False)
 

@@ -13,15 +13,17 @@ Triton cancels the request: the bundled backend frees its slot at the next step.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter as Tally
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from tritonclient.grpc import aio
 from tritonclient.utils import InferenceServerException
 
+from backend_model.contract.adapters import MAX_PARAMETER, PARAMETER
 from console.clients import (
     ClientError,
     GenerationParams,
@@ -37,6 +39,7 @@ from console.clients.failures import error_class, error_message
 from console.clients.interfaces import Outputs
 from console.clients.stream import Collected
 from console.clients.wire import MAX_NAME
+from console.server.health import GRPC_KEY_HEADER
 
 from .errors import APIError, ModelError, from_client_error, upstream_error
 from .metrics_route import gauge_by_model, triton_page
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from .protocol import Upstream
 
 REREAD_S = 10.0  # a model the metrics page lacks is looked for again at most this often
+RELOAD_TIMEOUT = 600.0  # s a model's reload with other adapters may take (its base loads again)
 
 
 class Lengths:
@@ -68,12 +72,26 @@ class Lengths:
         return self.known.get(model)
 
 
+def with_adapters(config: dict[str, Any], adapters: dict[str, str]) -> dict[str, Any]:
+    """A model's Triton config (JSON) serving ``adapters``: its ``max_loras`` follows their count where it was all
+    of them, and is cut to it where it was more."""
+    parameters = dict(config.get("parameters") or {})
+    before = len(json.loads(parameters.get(PARAMETER, {}).get("string_value") or "{}"))
+    limit = str(parameters.get(MAX_PARAMETER, {}).get("string_value", "")).strip()
+    parameters[PARAMETER] = {"string_value": json.dumps(adapters)}
+    if limit.isdigit():
+        mixed = len(adapters) if int(limit) >= before else min(int(limit), len(adapters))
+        parameters[MAX_PARAMETER] = {"string_value": str(max(mixed, 1))}
+    return {**config, "parameters": parameters}
+
+
 class TritonUpstream:
     """A tritonserver at its gRPC endpoint ``url`` (``host:port``) and its metrics page (``metrics_url``, None: not
-    known); made and used inside one event loop."""
+    known); made and used inside one event loop. ``key()``: the key of its repository API ('': none known), which
+    changing a model's adapters needs."""
 
-    def __init__(self, url: str, metrics_url: str | None = None) -> None:
-        self.url, self.metrics_url = url, metrics_url
+    def __init__(self, url: str, metrics_url: str | None = None, key: Callable[[], str] = str) -> None:
+        self.url, self.metrics_url, self.key = url, metrics_url, key
         self.lengths = Lengths(metrics_url)
         self._client: aio.InferenceServerClient | None = None
         self._infos: dict[str, ModelInfo] = {}
@@ -163,6 +181,28 @@ class TritonUpstream:
                 from None
         info = self._infos[model] = info_from_config(model, config)
         return info
+
+    async def set_adapters(self, model: str, adapters: dict[str, str]) -> None:
+        """Reload ``model`` with ``adapters`` through the repository API, its config given with the load: Triton
+        starts new instances (the base model loads again), serves the old ones until those are ready, and lets the
+        old ones finish their requests. APIError 403 without the API's key, 400 with Triton's reason when the
+        model cannot load so (Triton keeps the old instances serving)."""
+        key = self.key()
+        try:
+            config = (await self.client.get_model_config(model, as_json=True, client_timeout=30))["config"]
+            await self.client.load_model(model, headers={GRPC_KEY_HEADER: key} if key else None,
+                                         config=json.dumps(with_adapters(config, adapters)),
+                                         client_timeout=RELOAD_TIMEOUT)
+        except InferenceServerException as exc:
+            if error_class(exc) is Unreachable and "restricted" not in str(exc).lower():
+                raise self._unreachable(exc) from None
+            if not key or "restricted" in str(exc).lower():
+                raise APIError(403, "changing a model's adapters needs the tritonserver's repository API key: run "
+                                    "the front with serve --openai-port, or on the machine of the console that "
+                                    "started the server") from None
+            raise APIError(400, f"{model} cannot serve these adapters: {exc.message()}") from None
+        finally:
+            self._infos.pop(model, None)
 
     async def responses(self, info: ModelInfo, prompts: list[str], params: GenerationParams,
                         timeout: float | None) -> AsyncGenerator[Outputs, None]:

@@ -15,6 +15,7 @@ FAILED = "FAILED"  # a model Triton could not load (it says UNAVAILABLE, the rea
 UNLOADED = "unloaded"  # Triton's reason for a model UNAVAILABLE because it was unloaded
 RELOAD_PARAMETER = "qaic_console_reload"  # changed to make Triton load a model again
 KEY_HEADER = "qaic-console-key"  # the header (gRPC: triton-grpc-protocol-<it>) of the restricted APIs' key
+GRPC_KEY_HEADER = f"triton-grpc-protocol-{KEY_HEADER}"  # the same on gRPC
 RESTRICTED = 403  # what Triton answers a restricted API's request without the key
 SENDER_FOR_BATCH = (2, 47)  # Triton 24.06: a non-decoupled Python model may answer through its response sender
 

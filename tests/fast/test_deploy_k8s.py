@@ -1,12 +1,13 @@
 """``qaic-console deploy k8s``: the manifests it writes for the embedded samples validate offline, the built-in kinds
 against the Kubernetes API schemas (kubernetes-validate, strict: no unknown field) and the custom ones against their
 CRDs' published OpenAPI schemas (tests/fixtures/crds, SOURCE.md) with jsonschema (and no field the API server would
-prune), the InferencePool against its CRD's constraints as written out below. Each pod is locked down as ``serve`` is
+prune), the endpoint picker's configuration against its Go types. Each pod is locked down as ``serve`` is
 (tests/e2e/test_fleet.py runs one), sized from its models, and drains when stopped."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,33 +30,43 @@ from repo_gen.writer import ModelSpec
 CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds"
 KUBERNETES = "1.30.0"
 CRD_FILES = {"ScaledObject": "keda.sh_scaledobjects.yaml", "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
-             "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml"}
+             "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
+             "InferencePool": "inference.networking.k8s.io_inferencepools.yaml"}
 
 
-# The InferencePool CRD's v1 schema (its spec) as written from kubernetes-sigs/gateway-api-inference-extension,
-# config/crd/bases/inference.networking.k8s.io_inferencepools.yaml at commit 80e21c3c7c60 (read, not copied: the
-# constraints of each field the manifests may set; any other field refused, as the API server would drop it)
-def closed(required: list[str], **properties: Any) -> dict[str, Any]:
-    """An object of these properties only."""
-    return {"type": "object", "additionalProperties": False, "required": required, "properties": properties}
+# The endpoint picker's EndpointPickerConfig has no published schema: it is Go types, decoded strictly (an unknown
+# field is an error), in llm-d/llm-d-router at v0.9.0 (commit 5f4e762f341a): apix/config/v1alpha1/
+# endpointpickerconfig_types.go, and the parameters of the plugins the manifests name (pkg/epp/framework/plugins/
+# datalayer/source/metrics/datasource.go, datalayer/extractor/metrics/factories.go). Their fields, read (not copied):
+def closed(*required: str, **properties: Any) -> dict[str, Any]:
+    """An object of these fields only, as Go's strict decoder reads a struct."""
+    return {"type": "object", "additionalProperties": False, "required": list(required), "properties": properties}
 
 
-PORT = closed(["number"], number={"type": "integer", "minimum": 1, "maximum": 65535})
-LABEL_VALUE = {"type": "string", "maxLength": 63, "pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"}
-PICKER = closed(["name"], group={"type": "string", "maxLength": 253},
-                kind={"type": "string", "pattern": "^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"},
-                name={"type": "string", "minLength": 1, "maxLength": 253}, port=PORT,
-                failureMode={"enum": ["FailOpen", "FailClose"]})
-POOL_SPEC = closed(["selector", "targetPorts"], appProtocol={"enum": ["http", "kubernetes.io/h2c"]},
-                   selector=closed(["matchLabels"], matchLabels={"type": "object", "minProperties": 1,
-                                                                 "maxProperties": 64,
-                                                                 "additionalProperties": LABEL_VALUE}),
-                   targetPorts={"type": "array", "minItems": 1, "maxItems": 8, "items": PORT},
-                   endpointPickerRef=PICKER)
-INFERENCE_POOL = {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
-                  "properties": {"apiVersion": {"const": "inference.networking.k8s.io/v1"},
-                                 "kind": {"const": "InferencePool"}, "metadata": {"type": "object"},
-                                 "spec": POOL_SPEC}}
+TEXT, REF = {"type": "string"}, closed("pluginRef", pluginRef={"type": "string"})
+ENGINE = closed("name", name=TEXT, queuedRequestsSpec=TEXT, runningRequestsSpec=TEXT, kvUsageSpec=TEXT, loraSpec=TEXT,
+                cacheInfoSpec=TEXT, cacheBlockSizeLabelName=TEXT, cacheNumBlocksLabelName=TEXT,
+                cacheBlockSizeSpec=TEXT, cacheNumBlocksSpec=TEXT,
+                customMetrics={"type": "array", "items": closed("attributeKey", "metricSpec", attributeKey=TEXT,
+                                                                 metricSpec=TEXT)})
+PARAMETERS = {"metrics-data-source": closed(scheme={"enum": ["http", "https"]}, path=TEXT,
+                                            insecureSkipVerify={"type": "boolean"}),
+              "core-metrics-extractor": closed(engineLabelKey=TEXT, defaultEngine=TEXT,
+                                               engineConfigs={"type": "array", "items": ENGINE})}
+PLUGIN_TYPES = [*PARAMETERS, "queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer",
+                "lora-affinity-scorer", "max-score-picker"]  # the registered types the manifests use
+PLUGIN = {"allOf": [closed("type", name=TEXT, type={"enum": PLUGIN_TYPES}, parameters={"type": "object"}),
+                    *({"if": {"properties": {"type": {"const": kind}}}, "then": {"properties": {"parameters": schema}}}
+                      for kind, schema in PARAMETERS.items())]}
+PICKER_CONFIG = closed(
+    "apiVersion", "kind", "plugins", "schedulingProfiles", apiVersion={"const": "llm-d.ai/v1alpha1"},
+    kind={"const": "EndpointPickerConfig"}, featureGates={"type": "array", "items": TEXT},
+    plugins={"type": "array", "items": PLUGIN},
+    schedulingProfiles={"type": "array", "items": closed("name", "plugins", name=TEXT, plugins={
+        "type": "array", "items": closed("pluginRef", pluginRef=TEXT, weight={"type": "number"})})},
+    dataLayer=closed(injectDefaults={"type": "boolean"}, discovery=REF, sources={"type": "array", "items": closed(
+        "pluginRef", pluginRef=TEXT, extractors={"type": "array", "items": REF})}),
+    flowControl={"type": "object"}, requestHandler={"type": "object"}, saturationDetector=REF, parser=REF)
 
 
 def crd_schema(kind: str, api_version: str) -> dict[str, Any]:
@@ -65,30 +76,60 @@ def crd_schema(kind: str, api_version: str) -> dict[str, Any]:
     return next(v["schema"]["openAPIV3Schema"] for v in crd["spec"]["versions"] if v["name"] == version)
 
 
-def pruned(document: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """The fields of ``document`` that ``schema`` does not know (the API server would drop them silently)."""
+def fields(document: Any, schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, Any, dict[str, Any] | None]]:
+    """Each value of ``document`` with its path and its schema (None where ``schema`` does not know the field)."""
+    yield path, document, schema
     if schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
+        return
     if isinstance(document, dict) and "properties" in schema:
-        out = [f"{path}.{k}" for k in document if k not in schema["properties"]]
-        return out + [p for k, v in document.items() if k in schema["properties"]
-                      for p in pruned(v, schema["properties"][k], f"{path}.{k}")]
-    if isinstance(document, list) and "items" in schema:
-        return [p for i, v in enumerate(document) for p in pruned(v, schema["items"], f"{path}[{i}]")]
-    return []
+        for key, value in document.items():
+            if key in schema["properties"]:
+                yield from fields(value, schema["properties"][key], f"{path}.{key}")
+            else:
+                yield f"{path}.{key}", value, None
+    elif isinstance(document, list) and "items" in schema:
+        for i, value in enumerate(document):
+            yield from fields(value, schema["items"], f"{path}[{i}]")
+
+
+# The CRDs' CEL rules (x-kubernetes-validations, which jsonschema does not read), each as Python; a rule missing
+# here fails the check, so a CRD updated with a new rule says so
+CEL_RULES: dict[str, Callable[[Any], bool]] = {
+    "self.kind != 'Service' || has(self.port)": lambda ref: ref.get("kind", "Service") != "Service" or "port" in ref,
+    "self.all(p1, self.exists_one(p2, p1.number==p2.number))":
+        lambda ports: len({p["number"] for p in ports}) == len(ports),
+    "!has(self.minReplicaCount) || self.minReplicaCount <= (has(self.maxReplicaCount) ? self.maxReplicaCount : 100)":
+        lambda spec: spec.get("minReplicaCount", 0) <= spec.get("maxReplicaCount", 100)}
+
+
+def crd_problems(document: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """The fields the API server would drop silently, and the CEL rules it would refuse ``document`` by."""
+    out = []
+    for path, value, known in fields(document, schema):
+        if known is None:
+            out.append(f"{path}: unknown")
+        for rule in (known or {}).get("x-kubernetes-validations", ()):
+            if not CEL_RULES[rule["rule"]](value):
+                out.append(f"{path}: {rule['message']}")
+    return out
 
 
 def validate(document: dict[str, Any]) -> None:
     kind = document["kind"]
-    if kind == "InferencePool":
-        jsonschema.Draft7Validator(INFERENCE_POOL).validate(document)
-    elif kind in CRD_FILES:
+    if kind in CRD_FILES:
         schema = crd_schema(kind, document["apiVersion"])
         # OpenAPI's schema read as JSON Schema (not checked as one: its patterns are Go's, e.g. a (?i) mid-pattern)
         jsonschema.Draft7Validator(schema).validate(document)
-        assert pruned(document, schema) == [], kind
+        assert crd_problems(document, schema) == [], kind
     else:
         kubernetes_validate.validate(document, KUBERNETES, strict=True)
+
+
+def picker_config(written: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The endpoint picker's configuration in the ConfigMap ``deploy k8s`` wrote, checked against its Go types."""
+    config = yaml.safe_load(written["epp-config.yaml"]["data"][pool.CONFIG_FILE])
+    jsonschema.Draft7Validator(PICKER_CONFIG).validate(config)
+    return config  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +378,7 @@ def test_an_inference_pool_routes_to_the_fronts_through_a_picker_reading_their_m
     assert [p["number"] for p in pool_["spec"]["targetPorts"]] == [p["containerPort"] for p in front["ports"]]
     assert pool_["spec"]["endpointPickerRef"]["name"] == "qaic-triton-epp"
     assert config["metadata"]["name"] == "qaic-triton-epp-config"
-    picker = yaml.safe_load(config["data"][pool.CONFIG_FILE])
+    picker = picker_config(written)
     assert picker["kind"] == "EndpointPickerConfig" and picker["apiVersion"] == "llm-d.ai/v1alpha1"
     extractor = next(p["parameters"] for p in picker["plugins"] if p["type"] == "core-metrics-extractor")
     [engine] = extractor["engineConfigs"]
@@ -350,7 +391,8 @@ def test_an_inference_pool_routes_to_the_fronts_through_a_picker_reading_their_m
 
 def test_with_adapters_the_picker_reads_the_lora_gauge_and_scores_affinity(repository: Path, tmp_path: Path) -> None:
     written = deploy(with_adapters(repository, tmp_path), tmp_path / "k8s")
-    picker = yaml.safe_load(written["epp-config.yaml"]["data"][pool.CONFIG_FILE])
+    validate(written["inferencepool.yaml"])
+    picker = picker_config(written)
     [engine] = next(p for p in picker["plugins"] if p["type"] == "core-metrics-extractor")["parameters"][
         "engineConfigs"]
     assert engine["loraSpec"] == "vllm:lora_requests_info"
@@ -358,10 +400,28 @@ def test_with_adapters_the_picker_reads_the_lora_gauge_and_scores_affinity(repos
 
 
 def test_the_pool_check_catches_what_the_crd_refuses(repository: Path, tmp_path: Path) -> None:
-    pool_ = deploy(repository, tmp_path / "k8s")["inferencepool.yaml"]
+    written = deploy(repository, tmp_path / "k8s")
+    pool_ = written["inferencepool.yaml"]
+    spec, ref = pool_["spec"], pool_["spec"]["endpointPickerRef"]
     with pytest.raises(jsonschema.ValidationError):
-        validate({**pool_, "spec": {**pool_["spec"], "targetPorts": []}})
+        validate({**pool_, "spec": {**spec, "targetPorts": []}})
     with pytest.raises(jsonschema.ValidationError):
-        validate({**pool_, "spec": {**pool_["spec"], "endpointPickerRef": {"name": "x", "failureMode": "Open"}}})
-    with pytest.raises(jsonschema.ValidationError):
-        validate({**pool_, "spec": {**pool_["spec"], "selectors": {}}})
+        validate({**pool_, "spec": {**spec, "endpointPickerRef": {"name": "x", "failureMode": "Open"}}})
+    for wrong, said in (({**spec, "selectors": {}}, ".spec.selectors: unknown"),
+                        ({**spec, "endpointPickerRef": {k: v for k, v in ref.items() if k != "port"}},
+                         "port is required when kind is 'Service'"),
+                        ({**spec, "targetPorts": spec["targetPorts"] * 2}, "port number must be unique")):
+        with pytest.raises(AssertionError, match=said):
+            validate({**pool_, "spec": wrong})
+
+
+def test_the_picker_check_catches_what_its_strict_decoder_refuses(repository: Path, tmp_path: Path) -> None:
+    written = deploy(repository, tmp_path / "k8s")
+    config = picker_config(written)
+    extractor = next(p for p in config["plugins"] if p["type"] == "core-metrics-extractor")
+    engine = extractor["parameters"]["engineConfigs"][0]
+    for wrong in ({**config, "schedulingProfile": []}, {**config, "plugins": [{"type": "queue-scorers"}]},
+                  {**config, "plugins": [{**extractor, "parameters": {"engineConfigs": [{**engine, "loRASpec": ""}]}}]},
+                  {**config, "plugins": [{"type": "metrics-data-source", "parameters": {"port": 8000}}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.Draft7Validator(PICKER_CONFIG).validate(wrong)

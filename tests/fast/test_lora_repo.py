@@ -95,12 +95,24 @@ def test_bad_lora_flags_are_named(tmp_path: Path, base: Path, entries: list[str]
 
 @pytest.mark.parametrize(("params", "message"), [
     ({"lora_adapters": "[1]"}, "must be a JSON object"),
-    ({"lora_adapters": '{"a": "../elsewhere"}'}, "must be relative to the model's folder"),
+    ({"lora_adapters": '{"a": "../elsewhere"}'}, "must be a path inside the model's folder"),
+    ({"lora_adapters": '{"a": "/etc"}'}, "adapter folder '/etc' is not inside the model's folder"),
     ({"lora_adapters": '{"a": "adapters/a"}', "max_loras": "2"}, "max_loras must be an integer from 1 to 1"),
 ])
 def test_the_backend_refuses_bad_adapter_parameters(tmp_path: Path, params: dict, message: str):
     with pytest.raises(SessionError, match=message):
         BackendSettings.from_model_dir(tmp_path, params)
+
+
+def test_adapters_are_read_from_inside_the_models_folder_only(tmp_path: Path):
+    """A folder named absolute is served when it is inside the model's folder; a link out of it is not."""
+    (tmp_path / "adapters" / "a").mkdir(parents=True)
+    (tmp_path / "adapters" / "out").symlink_to(tmp_path.parent)
+    inside = json.dumps({"a": str(tmp_path / "adapters" / "a"), "b": "adapters/a"})
+    settings = BackendSettings.from_model_dir(tmp_path, {"lora_adapters": inside})
+    assert settings.adapters == {"a": tmp_path.resolve() / "adapters" / "a", "b": tmp_path.resolve() / "adapters" / "a"}
+    with pytest.raises(SessionError, match="adapter folder 'adapters/out' is not inside the model's folder"):
+        BackendSettings.from_model_dir(tmp_path, {"lora_adapters": '{"a": "adapters/out"}'})
 
 
 def test_a_model_without_adapters_writes_no_adapter_parameters(tmp_path: Path, base: Path):

@@ -79,13 +79,14 @@ async def say(pilot, pane, text: str, timeout: float = 120.0) -> None:
 
 @asynccontextmanager
 async def stream_pane(http_url: str, grpc_url: str | None, export_dir: Path, max_tokens: int,
-                      chat: bool = True) -> AsyncIterator[tuple]:
-    """(app, pilot, its Stream pane) connected to the server at ``http_url`` (and ``grpc_url``), ready to send."""
+                      chat: bool = True, mode: str = "stream") -> AsyncIterator[tuple]:
+    """(app, pilot, its Stream pane, or ``mode``'s) connected to the server at ``http_url`` (and ``grpc_url``), ready
+    to send."""
     from console.tui.app import QaicConsoleApp
 
     app = QaicConsoleApp(http_url=http_url, grpc_url=grpc_url, export_dir=export_dir)
     async with app.run_test(size=SIZE) as pilot:
-        stream = app.chat("stream")
+        stream = app.chat(mode)
         await ready(pilot, stream, max_tokens, chat)
         yield app, pilot, stream
 

@@ -212,6 +212,24 @@ def test_compute_context_lengths_serve_the_fixed_length_greedy_answers(server):
     assert answers(server, "card", GREEDY) == answers(server, "host", GREEDY)
 
 
+def test_the_tuis_picker_asks_the_base_and_each_adapter_for_its_merged_models_answer(server, expected, tmp_path):
+    """The TUI's Batch pane (the model answers once): the base, then A, then B picked in its model list, each answer
+    its merged model's."""
+    from textual.widgets import Select
+    from tui_pilot import run, say, stream_pane, until
+
+    async def go() -> None:
+        async with stream_pane(server.http_url, server.grpc_url, tmp_path, TOKENS, chat=False, mode="batch") as (
+                _, pilot, pane):
+            for picked in (name or MODEL for name in NAMES):
+                pane.controls.query_one("#model", Select).value = picked
+                await until(pilot, lambda m=picked: pane.controls.settings().model == m, 30, "the model picked")
+                await say(pilot, pane, PROMPT)
+            assert [turn.text(0) for turn in pane.turns] == [expected[(name, PROMPT)] for name in NAMES]
+
+    run(go)
+
+
 def test_the_web_pages_picker_lists_the_adapters_under_their_base(server, expected):
     """The web page's model picker lists each adapter under its base model, and a picked adapter answers as its
     merged model."""

@@ -66,14 +66,6 @@ class EmbeddingTarget(Target):
                              self.info.network_timeout(self.settings.timeout))
 
 
-def embedding_info(server: Adapter, model: str | None, timeout: float | None) -> ModelInfo:
-    """The embedding model a run loads (``model``, else the server's first one), read once and asked for one vector
-    (a model that answers none fails here, before the run, with the server's reason)."""
-    info = server.model_info(model or server.embedding_model(), "batch", "http")
-    server.embed(info.name, ["probe"], info.network_timeout(timeout), info)
-    return info
-
-
 def check(endpoint: str, batch_size: int, turns: int, adapters: str | None) -> None:
     """UsageError for what an embeddings run cannot do (and a batch size without one)."""
     if batch_size < 1:

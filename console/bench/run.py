@@ -14,6 +14,7 @@ import click
 
 from console.clients import ModelInfo, UsageError
 from console.core.adapters import Adapter, adapter_for
+from console.core.embeddings import probed
 from console.core.request import Settings, read_info
 from console.infra.extras import needs
 
@@ -160,7 +161,7 @@ class BenchRun:
         if len(kinds) > 1:
             raise UsageError(MIXED_KINDS.format(" and ".join(sorted(kinds))))
         if self.embeddings:  # one request a batch of texts, over HTTP
-            info = embeddings.embedding_info(servers[0], model, self.options.timeout)
+            info = probed(servers[0], model, self.options.timeout)
             settings = Settings(info.name, "batch", "http", params, self.options.timeout, None)
             return embeddings.EmbeddingTarget(settings, info, servers, batch=self.options.batch_size)
         settings = Settings(model or servers[0].default_model(mode), mode, self.options.protocol, params,

@@ -13,11 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from console.clients import BadRequest
+from console.clients import BadRequest, ModelInfo
 
 from .adapters import Adapter
 
 LABEL = 16  # characters of an input shown as a row or column label
+
+
+def unit(vectors: np.ndarray) -> np.ndarray:
+    """Each row scaled to length 1 (a zero row stays zero)."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 @dataclass(frozen=True)
@@ -37,8 +42,8 @@ class Embeddings:
     @property
     def similarity(self) -> np.ndarray:
         """The cosine similarity of every pair of inputs (a zero vector's: 0)."""
-        unit = self.vectors / np.maximum(np.linalg.norm(self.vectors, axis=1, keepdims=True), 1e-12)
-        return np.clip(unit @ unit.T, -1.0, 1.0)
+        rows = unit(self.vectors)
+        return np.clip(rows @ rows.T, -1.0, 1.0)
 
     def labels(self) -> list[str]:
         """Each input as a short label: its number and its start."""
@@ -75,3 +80,11 @@ def embed(server: Adapter, model: str | None, texts: Sequence[str], timeout: flo
     started = time.perf_counter()
     vectors, tokens = server.embed(name, texts, timeout)
     return Embeddings(name, texts, vectors, tokens, time.perf_counter() - started)
+
+
+def probed(server: Adapter, model: str | None, timeout: float | None = None) -> ModelInfo:
+    """The embedding model a run asks (``model``, else the server's first one), read once and asked for one vector:
+    a model not served there, or one that answers none, fails here with the server's reason, before any run."""
+    info = server.model_info(model or server.embedding_model(), "batch", "http")
+    server.embed(info.name, ["probe"], info.network_timeout(timeout), info)
+    return info

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from console.core.adapters import adapter_for
+from console.core.embeddings import probed, unit
 
 from .paths import SpecError, parse, unique
-from .report import write_csv
+from .report import aligned, figure, write_csv
 from .run import ASSETS
 
 TEXTS = ASSETS / "embeddings.json"
@@ -98,12 +99,11 @@ class VectorPath:
 
 
 def _served(model: str, url: str) -> Callable[[list[str]], np.ndarray]:
-    """The vectors of a served model (read now and asked for one vector: a model not served there, or not an
-    embedding model, fails before any path runs)."""
+    """The vectors of a served model (:func:`~console.core.embeddings.probed` first: a model not served there, or
+    not an embedding model, fails before any path runs)."""
     http, _, grpc = url.partition(",")
     server = adapter_for(http, grpc_url=grpc or None)
-    info = server.model_info(model, "batch", "http")
-    server.embed(model, ["probe"], None, info)
+    info = probed(server, model)
     return lambda inputs: server.embed(model, inputs, None, info)[0]
 
 
@@ -139,16 +139,9 @@ def opened(specs: Sequence[str], source: str, progress: Progress) -> list[Vector
             for i, (spec, kind) in enumerate(zip(specs, kinds))]
 
 
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-
-
 def _ranks(scores: np.ndarray) -> np.ndarray:
     """Each row's ranks (0: the highest score), ties broken by position."""
-    order = np.argsort(-scores, axis=1, kind="stable")
-    ranks = np.empty_like(order)
-    np.put_along_axis(ranks, order, np.arange(scores.shape[1])[None, :].repeat(len(scores), axis=0), axis=1)
-    return ranks
+    return np.argsort(np.argsort(-scores, axis=1, kind="stable"), axis=1, kind="stable")
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -162,14 +155,14 @@ def compare(texts: TextSet, reference: np.ndarray, candidate: np.ndarray) -> dic
     the retrieval's top-1 agreement and mean Spearman correlation (None without a retrieval set)."""
     if reference.shape != candidate.shape:
         raise ValueError(f"vectors of {reference.shape[1]} and {candidate.shape[1]} dimensions cannot be compared")
-    cosines = (_unit(reference) * _unit(candidate)).sum(axis=1)
+    cosines = (unit(reference) * unit(candidate)).sum(axis=1)
     worst = int(np.argmin(cosines))
     out: dict[str, Any] = {"mean_cosine": round(float(cosines.mean()), 6), "min_cosine": round(float(cosines[worst]),
                                                                                                  6),
                            "min_cosine_input": texts.inputs[worst], "cosines": [round(float(c), 6) for c in cosines],
                            "top1_agreement": None, "spearman": None}
     if texts.queries:
-        ranks = [_ranks(_unit(q) @ _unit(d).T) for q, d in (texts.split(reference), texts.split(candidate))]
+        ranks = [_ranks(unit(q) @ unit(d).T) for q, d in (texts.split(reference), texts.split(candidate))]
         out["top1_agreement"] = round(float((np.argmin(ranks[0], axis=1) == np.argmin(ranks[1], axis=1)).mean()), 6)
         out["spearman"] = round(float(np.mean([spearman(a, b) for a, b in zip(*ranks)])), 6)
     return out
@@ -226,10 +219,6 @@ def evaluate(reference: VectorPath, candidates: Sequence[VectorPath], texts: Tex
 COLUMNS = ("path", "kind", "dimension", "mean cosine", "min cosine", "top-1", "Spearman", "seconds")
 
 
-def _figure(value: Any, digits: int = 6) -> str:
-    return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
 def table(result: VectorEvaluation) -> str:
     """The plain-text table: the reference first, then each candidate's figures."""
     rows = [COLUMNS]
@@ -238,11 +227,10 @@ def table(result: VectorEvaluation) -> str:
         if name == result.reference:
             figures = ("reference", "-", "-", "-")
         else:
-            figures = (_figure(s["mean_cosine"]), _figure(s["min_cosine"]), _figure(s["top1_agreement"], 3),
-                       _figure(s["spearman"], 4))
-        rows.append((name, s["kind"], str(s["dimension"]), *figures, _figure(s["seconds"], 2)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+            figures = (figure(s["mean_cosine"], 6), figure(s["min_cosine"], 6), figure(s["top1_agreement"]),
+                       figure(s["spearman"], 4))
+        rows.append((name, s["kind"], str(s["dimension"]), *figures, figure(s["seconds"], 2)))
+    lines = aligned(rows)
     texts = result.texts
     lines.append(f"{len(texts.inputs)} inputs ({len(texts.texts)} texts, {len(texts.queries)} queries, "
                  f"{len(texts.documents)} documents); reference {result.reference}; cosine: each input's two vectors; "

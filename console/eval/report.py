@@ -23,7 +23,8 @@ PROMPT_FIELDS = ("candidate", "prompt", "unit", "exact", "first", "common", "ref
                  "before", "reference_next", "candidate_next")
 
 
-def _figure(value: Any, digits: int = 3) -> str:
+def figure(value: Any, digits: int = 3) -> str:
+    """A table's cell: '-' for None, a float to ``digits`` places."""
     if value is None:
         return "-"
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
@@ -39,17 +40,21 @@ def rows(result: Evaluation) -> list[tuple[Any, ...]]:
         else:
             unit = "/".join(s["units"])
             agreement = (f"{s['exact']}/{s['prompts']} ({s['exact_rate']:.0%})",
-                         f"{s['mean_common_prefix']:.1f} {unit}s", _figure(s["median_first_divergence"]))
-        out.append((name, s["kind"], *agreement, _figure(s.get("mean_nll")), _figure(s.get("perplexity"), 2),
-                    _figure(s.get("mean_kl"), 4), _figure(s["seconds"], 1)))
+                         f"{s['mean_common_prefix']:.1f} {unit}s", figure(s["median_first_divergence"]))
+        out.append((name, s["kind"], *agreement, figure(s.get("mean_nll")), figure(s.get("perplexity"), 2),
+                    figure(s.get("mean_kl"), 4), figure(s["seconds"], 1)))
     return out
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows of cells as lines, each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def table(result: Evaluation) -> str:
     """The plain-text table and the notes, for the terminal."""
-    lines = [COLUMNS, *rows(result)]
-    widths = [max(len(r[i]) for r in lines) for i in range(len(COLUMNS))]
-    text = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines]
+    text = aligned([COLUMNS, *rows(result)])
     footer = [f"{len(result.prompts)} prompts, up to {result.max_tokens} greedy tokens each; reference "
               f"{result.reference}; common prefix: mean; first divergence: median over the prompts that differ; "
               "NLL: mean per token of the reference's answers; KL: mean per token to the reference"]

@@ -97,10 +97,11 @@ class BenchRun:
     def __init__(self, options: BenchOptions) -> None:
         self.options = options
         self.quiet = options.quiet
-        self.images = read_folder(options.images) if options.images else ()  # bad inputs fail before any server
+        # bad inputs fail before any server; the input file and the images are read once for every side
+        self.images = read_folder(options.images) if options.images else ()
+        self.from_file = read_jsonl(options.input_file, options.output_tokens_mean) if options.input_file else []
         # an images run: --images, or an input file whose prompts bring images
-        self.with_images = bool(self.images) or bool(options.input_file and any(
-            r.images for r in read_jsonl(options.input_file)))
+        self.with_images = bool(self.images) or any(r.images for r in self.from_file)
         if self.with_images and options.turns > 1:
             raise UsageError("images go with single requests: a conversation's later turns (--turns) carry its "
                              "history as text, without its images")
@@ -133,7 +134,7 @@ class BenchRun:
         embeddings run's: ``--batch-size`` prompts each, a word a token without ``--tokenizer`` (the embedded chat
         model's tokenizer is not an embedding model's)."""
         if self.options.input_file:
-            requests: Any = read_jsonl(self.options.input_file, self.options.output_tokens_mean)
+            requests: Any = list(self.from_file)
         else:
             tokenizer = load_tokenizer(self.options.tokenizer, embedded and not self.embeddings)
             requests = SyntheticPrompts(self.options.input_tokens_mean, self.options.input_tokens_stddev,

@@ -170,9 +170,11 @@ def hang(*pieces: str) -> list[Step]:
     return [*({"text_output": [p]} for p in pieces), asyncio.Event()]
 
 
-def failure(message: str, *pieces: str) -> list[Step]:
-    """Responses for ``pieces``, then the model's error ``message``."""
-    return [*({"text_output": [p]} for p in pieces), ModelError(message)]
+def failure(message: str, *pieces: str, refused: bool | None = True) -> list[Step]:
+    """Responses for ``pieces``, then the model's error ``message`` with what its code says (``refused``: the
+    request's fault; False: the model's own; None: no code, as from a Triton without the ``triton_grpc_error``
+    mode)."""
+    return [*({"text_output": [p]} for p in pieces), ModelError(message, refused)]
 
 
 @contextlib.asynccontextmanager

@@ -9,13 +9,7 @@ class BadRequest(ValueError):
     """A request the backend refuses, with a one-line message meant for the client."""
 
 
-# A model's error reaches a client on Triton's gRPC stream as a message only (the stream carries no status), so the
-# backend's own failures (not the request's) begin with one of these words: their code, read by :func:`server_fault`.
+# The backend's own failures (not the request's) begin with these words; their Triton code (INTERNAL, where a bad
+# request's is INVALID_ARG) is what a client reads to tell them apart.
 GENERATION_FAILED = "generation failed"  # the engine failed while generating
 READ_FAILED = "the model failed"  # a bug of the backend's while reading a request
-SERVER_FAULTS = (GENERATION_FAILED, READ_FAILED)
-
-
-def server_fault(message: str) -> bool:
-    """Whether the backend's error ``message`` is its own failure (else the request's fault)."""
-    return message.startswith(SERVER_FAULTS)

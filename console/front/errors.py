@@ -2,17 +2,14 @@
 
 Every refusal of the front is an :class:`APIError`; the app's handlers turn it, and the framework's own
 errors (an unknown route, a wrong method), into that shape. The console's errors get their status from one table
-(:data:`STATUSES`, by class). An error on a model's gRPC stream carries only a message, no status
-(:class:`ModelError`, :func:`upstream_error`): one the model reported before it answered anything is the client's
-(400), unless the bundled backend's code says it is its own failure
-(:func:`backend_model.contract.errors.server_fault`).
+(:data:`STATUSES`, by class). A model's error on its stream is a :class:`ModelError` with the code Triton
+ended the stream with (:func:`upstream_error` says whose fault it is); nothing here reads an error's text.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from backend_model.contract.errors import server_fault
 from console.clients import Cancelled, ClientError, NotServed, Refused, ServerFault, Timeout, Unreachable
 
 INVALID = "invalid_request_error"
@@ -50,9 +47,16 @@ def from_client_error(exc: ClientError, param: str | None = None) -> APIError:
 
 
 class ModelError(Exception):
-    """An error a model sent on its stream: ``str()`` is its message."""
+    """An error a model sent for its request: ``str()`` is its message; ``refused`` is what its code says (True:
+    the request's fault, Triton's INVALID_ARG; False: the model's own; None: no code came, as from a Triton
+    without the ``triton_grpc_error`` mode)."""
+
+    def __init__(self, message: str, refused: bool | None = None) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
-def upstream_error(message: str, answered: bool) -> APIError:
-    """An error the model reported on its stream; ``answered``: text had come before it."""
-    return APIError(500 if answered or server_fault(message) else 400, message)
+def upstream_error(error: ModelError, answered: bool) -> APIError:
+    """A model's ``error`` as the front answers it: 400 when it refused the request before answering (its code
+    says so, or no code came), else 500 (its own failure, or one after text had come: ``answered``)."""
+    return APIError(500 if answered or error.refused is False else 400, str(error))

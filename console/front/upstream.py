@@ -35,7 +35,7 @@ from console.clients import (
 )
 from console.clients.embeddings import EmbeddingModel, Vectors, joined
 from console.clients.events import TextDelta
-from console.clients.failures import error_class, error_message
+from console.clients.failures import error_class, error_message, status_of
 from console.clients.interfaces import Outputs
 from console.clients.stream import Collected
 from console.clients.wire import MAX_NAME
@@ -43,6 +43,10 @@ from console.server.health import GRPC_KEY_HEADER
 
 from .errors import APIError, ModelError, from_client_error, upstream_error
 from .metrics_route import gauge_by_model, triton_page
+
+GRPC_ERROR_HEADER = "triton_grpc_error"  # asks Triton to end a stream on a model's error with the error's gRPC code
+MODEL_STATUSES = ("INVALID_ARGUMENT", "INTERNAL", "UNKNOWN")  # the codes of a model's own errors (a Python model's
+# TritonError: INVALID_ARG for a bad request, INTERNAL by default)
 
 if TYPE_CHECKING:
     from .protocol import Upstream
@@ -218,7 +222,9 @@ class TritonUpstream:
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield request
 
-        call = self.client.stream_infer(requests(), stream_timeout=timeout)
+        # in Triton's triton_grpc_error mode a model's error ends the call with the error's code (one call per request
+        # here); a Triton without the mode ignores the header and sends the error's message alone
+        call = self.client.stream_infer(requests(), stream_timeout=timeout, headers={GRPC_ERROR_HEADER: "true"})
         try:
             async for result, error in call:
                 if error is not None:
@@ -228,6 +234,9 @@ class TritonUpstream:
             raise from_client_error(exc) from None
         except grpc.RpcError as exc:
             details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            status = status_of(exc)
+            if status in MODEL_STATUSES:
+                raise ModelError(details or "the model failed", refused=status == "INVALID_ARGUMENT") from None
             raise from_client_error(error_class(exc)(f"tritonserver at {self.url}: {details}")) from None
         finally:
             call.cancel()  # a finished call ignores it; one in flight is cancelled on the server
@@ -311,7 +320,7 @@ class Generation:
                 self.responses += 1
                 yield list(self.collected.add(outputs, 0.0, once))
         except ModelError as exc:
-            raise upstream_error(str(exc), answered=bool(self.text)) from None
+            raise upstream_error(exc, answered=bool(self.text)) from None
         finally:
             if not self.responses:
                 self.waiting[adapter] -= 1

@@ -7,6 +7,7 @@ stream gets from the same model: the front sent the right prompt and controls, a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -22,6 +23,8 @@ from console.cli import main
 from console.clients import GenerationParams, Reply, info_from_config, stream
 from console.core.template import chat_prompts
 from console.front import front_server
+from console.front.errors import ModelError
+from console.front.upstream import TritonUpstream
 from console.server import free_port
 
 pytestmark = pytest.mark.server
@@ -118,6 +121,24 @@ def test_a_stream_ends_with_done_and_a_refused_one_gets_its_status(front) -> Non
         assert got[-1] == "[DONE]" and got[-2]["choices"][0]["finish_reason"] == "length"
         too_long = http.post("/completions", json={"model": STREAM, "prompt": "word " * 4000, "stream": True})
     assert too_long.status_code == 400 and "ctx_len" in too_long.json()["error"]["message"]
+
+
+def test_tritonserver_ends_a_refused_stream_with_the_models_code(embedded_server) -> None:
+    """The front reads whose fault a model's error is from its code (Triton's triton_grpc_error mode), not its words."""
+
+    async def refusal() -> ModelError:
+        upstream = TritonUpstream(embedded_server.grpc_url)
+        try:
+            info = await upstream.info(STREAM)
+            with pytest.raises(ModelError) as caught:
+                async for _ in upstream.responses(info, ["word " * 4000], GenerationParams(), 60):
+                    pass
+            return caught.value
+        finally:
+            await upstream.close()
+
+    error = asyncio.run(refusal())
+    assert error.refused is True and "ctx_len" in str(error)
 
 
 @pytest.mark.parametrize(("body", "status", "param", "words"), [

@@ -110,8 +110,14 @@ def test_a_models_refusal_is_the_clients_400() -> None:
 
 def test_the_backends_own_failure_is_a_500_by_its_code() -> None:
     upstream = FakeUpstream()
-    upstream.enqueue(failure("generation failed: the device is gone"))
+    upstream.enqueue(failure("the prompt is 9000 bytes", refused=False))  # its code, not its words, decides
     assert error(post(upstream, "/v1/completions", ASK))[0] == 500
+
+
+def test_a_models_error_without_a_code_before_any_text_is_the_clients_400() -> None:
+    upstream = FakeUpstream()
+    upstream.enqueue(failure("generation failed: the device is gone", refused=None))
+    assert error(post(upstream, "/v1/completions", ASK))[0] == 400
 
 
 def test_a_models_refusal_of_a_control_names_the_field_that_gave_it() -> None:
@@ -122,7 +128,7 @@ def test_a_models_refusal_of_a_control_names_the_field_that_gave_it() -> None:
 
 def test_an_error_after_text_ends_the_stream_with_an_error_event() -> None:
     upstream = FakeUpstream()
-    upstream.enqueue(failure("generation failed: boom", "Hel"))
+    upstream.enqueue(failure("generation failed: boom", "Hel", refused=False))
     response = post(upstream, "/v1/completions", {**ASK, "stream": True})
     chunks = events(response.text)
     assert response.status_code == 200 and chunks[0]["choices"][0]["text"] == "Hel"

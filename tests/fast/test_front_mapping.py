@@ -9,7 +9,7 @@ import pytest
 from console.clients import ModelInfo, Tensor, interface_of
 from console.clients import params as offered
 from console.front.command import api_key_for
-from console.front.errors import APIError, upstream_error
+from console.front.errors import APIError, ModelError, upstream_error
 from console.front.mapping import blame, check_model, parse
 from console.front.replies import Shape, chat_logprobs, completion_logprobs, finish_reason, usage
 from console.front.tokenizers import Tokenizers
@@ -117,9 +117,10 @@ def test_answer_shapes() -> None:
 
 
 def test_errors_say_whose_fault_and_the_key_rule() -> None:
-    assert upstream_error("the prompt is 9000 bytes", answered=False).status == 400
-    assert upstream_error("generation failed: boom", answered=False).status == 500
-    assert upstream_error("anything", answered=True).status == 500
+    assert upstream_error(ModelError("the prompt is 9000 bytes", refused=True), answered=False).status == 400
+    assert upstream_error(ModelError("the prompt is 9000 bytes"), answered=False).status == 400  # no code came
+    assert upstream_error(ModelError("generation failed: boom", refused=False), answered=False).status == 500
+    assert upstream_error(ModelError("the request is bad", refused=True), answered=True).status == 500
     assert api_key_for("127.0.0.1", None, False) is None and api_key_for("::1", "k", False) == "k"
     assert api_key_for("0.0.0.0", None, True) is None and api_key_for("0.0.0.0", "k", False) == "k"
     with pytest.raises(Exception, match="off loopback: give --api-key"):
@@ -187,7 +188,8 @@ def test_logprobs_and_structured_output_need_the_models_own_input_and_output() -
         with pytest.raises(APIError) as caught:
             check_model(parse({"model": "v", "messages": [{"role": "user", "content": "hi"}], **body}, True), vllm)
         assert caught.value.param == field and str(caught.value).startswith("model v (vllm interface)")
-    blamed = blame(job, upstream_error("structured_outputs cannot be compiled: x", answered=False))
+    refusal = ModelError("structured_outputs cannot be compiled: x", refused=True)
+    blamed = blame(job, upstream_error(refusal, answered=False))
     assert blamed.status == 400 and blamed.param == "guided_regex"
 
 

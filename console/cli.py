@@ -19,6 +19,7 @@ from console.commands.eval import eval_group
 from console.commands.headless import Output, run_embed
 from console.commands.headless import run as run_headless
 from console.commands.metrics import metrics_command
+from console.commands.openai import openai_command
 from console.commands.options import click_options, server_options
 from console.commands.repo import repo_group
 from console.commands.serve import serve
@@ -29,7 +30,6 @@ from console.core.adapters import MODEL_DEFAULT_HELP, URL_HELP, Adapter, adapter
 from console.core.attachments import read_images
 from console.core.controls import TIMEOUT_DEFAULTS, params_from_options
 from console.core.request import DEFAULT_IDLE_TIMEOUT, MODES, Settings
-from console.front.command import openai_command
 from console.infra.extras import missing
 from console.infra.signals import Terminated, install_signals, interrupted, signals_raise
 from console.infra.terminal import CONTEXT_SETTINGS, fail

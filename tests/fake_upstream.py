@@ -219,7 +219,7 @@ def error(response: httpx.Response) -> tuple[int, str | None, str | None]:
 @contextlib.contextmanager
 def front_on(upstream: FakeUpstream) -> Iterator[Any]:
     """The front on ``upstream``, served over loopback for the block (its ``base_url``: ``http://.../v1``)."""
-    from console.front.command import FrontServer
+    from console.front.http_server import FrontServer
     from console.server import free_port
 
     front = FrontServer(Front(upstream), "127.0.0.1", free_port())

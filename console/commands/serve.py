@@ -9,9 +9,9 @@ import click
 
 from backend_model.contract import devices
 from console.clients import ClientError
+from console.commands.openai import Beside, front_options
 from console.core.controller import ServerController
 from console.core.supervisor import Supervisor
-from console.front.command import Beside, front_options
 from console.front.media import MediaRules
 from console.infra.signals import Terminated, signals_raise
 from console.infra.terminal import CONTEXT_SETTINGS, fail

@@ -17,7 +17,7 @@ from tui_pilot import SIZE, run, table_rows, until
 
 from console.core.adapters import adapter_for
 from console.core.embeddings import embed
-from console.front.command import FrontServer
+from console.front.http_server import FrontServer
 from console.front.state import Front
 from console.server import free_port
 from console.tui.app import QaicConsoleApp

@@ -8,7 +8,7 @@ import pytest
 
 from console.clients import ModelInfo, Tensor, interface_of
 from console.clients import params as offered
-from console.front.command import api_key_for
+from console.commands.openai import api_key_for
 from console.front.errors import APIError, ModelError, upstream_error
 from console.front.mapping import blame, check_model, parse
 from console.front.replies import Shape, chat_logprobs, completion_logprobs, finish_reason, usage

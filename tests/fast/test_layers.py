@@ -108,6 +108,7 @@ def test_the_layers_contract_is_kept(layers: LayersContract, project_graph: grim
     ("repo_gen.writer", "console.server"),  # the generator up to the console
     ("backend_model.engine", "repo_gen.writer"),  # the backend up to the generator
     ("console.tui.app", "console.cli"),  # a front end up to the command group
+    ("console.front.http_server", "console.commands.openai"),  # a front end up to the command lines
     ("console.infra.terminal", "console.server.health"),  # what every command runs on, up to the server
 ])
 def test_a_planted_import_up_a_layer_breaks_the_contract(layers: LayersContract, project_graph: grimp.ImportGraph,

@@ -1,31 +1,25 @@
 """``qaic-console openai``: the OpenAI-compatible front before a running tritonserver, and what ``serve
---openai-port`` shares with it (the options, the key rule, the server thread)."""
+--openai-port`` shares with it (the options, the key rule, the front beside the server)."""
 
 from __future__ import annotations
 
 import functools
 import ipaddress
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from console.clients import ClientError, UsageError
 from console.commands.options import server_options
+from console.front.http_server import DRAIN, FrontServer, front_server
+from console.front.media import MB, MediaRules
+from console.front.toolcalls import PARSERS
+from console.infra.terminal import CONTEXT_SETTINGS
 from console.server.keys import FRONT_KEY_ENV, key_for
 
-from .media import MB, MediaRules
-from .toolcalls import PARSERS
-
-if TYPE_CHECKING:  # the app imports FastAPI: a command imports it when it serves
-    from .state import Front
-
 KEY_ENV = FRONT_KEY_ENV
-DRAIN = 5  # s open requests get to finish once the front stops (new connections are refused at once)
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
 def loopback(host: str) -> bool:
@@ -93,75 +87,6 @@ def media_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-class FrontServer:
-    """uvicorn serving the front's app on ``host:port``: in a thread of its own (:meth:`start`) or in the
-    calling one (:meth:`run`)."""
-
-    def __init__(self, front: Front, host: str, port: int, drain: int = DRAIN) -> None:
-        import uvicorn
-
-        from .app import create_app
-
-        self.front, self.host, self.port = front, host, port
-        config = uvicorn.Config(create_app(front), host=host, port=port, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=drain)
-        self.server = uvicorn.Server(config)
-        self.thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
-
-    def run(self, listening: Callable[[], None]) -> None:
-        """Serve in the calling thread until Ctrl-C or SIGTERM (uvicorn's handlers); ``listening()`` once it listens,
-        not before: an address said earlier would refuse the first connections."""
-        def tell() -> None:
-            if self._listening(lambda: self.server.should_exit, timeout=None):
-                listening()
-
-        threading.Thread(target=tell, name="qc-openai-front-listening", daemon=True).start()
-        self.server.run()
-
-    def start(self, timeout: float = 30.0) -> None:
-        """Serve in a thread; ClientError when it cannot listen."""
-        self.thread = threading.Thread(target=self.server.run, name="qc-openai-front", daemon=True)
-        self.thread.start()
-        thread = self.thread
-        if not self._listening(lambda: not thread.is_alive(), timeout):
-            self.stop()
-            raise UsageError(f"the OpenAI-compatible API cannot listen on {self.host}:{self.port}")
-
-    def _listening(self, ended: Callable[[], bool], timeout: float | None) -> bool:
-        """Whether uvicorn listens, waited for until ``ended()`` or ``timeout`` seconds (None: no limit)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.server.started and not ended() and (deadline is None or time.monotonic() < deadline):
-            time.sleep(0.02)
-        return bool(self.server.started)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        if self.thread is not None:
-            self.thread.join(15)
-            self.thread = None
-
-
-def front_server(triton_grpc: str, host: str, port: int, api_key: str | None,
-                 tokenizers: Sequence[str], metrics_url: str | None = None, tool_parser: str | None = None,
-                 drain: int = DRAIN, media: MediaRules | None = None,
-                 triton_key: Callable[[], str] = str) -> FrontServer:
-    """The front before the tritonserver at ``triton_grpc``; ``triton_key()``: the key of its repository API ('':
-    none known), which the runtime LoRA routes need (served with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``, as vLLM's)."""
-    from .routes import lora
-    from .state import Front
-    from .tokenizers import Tokenizers
-    from .upstream import TritonUpstream
-
-    front = Front(TritonUpstream(triton_grpc, metrics_url, triton_key), api_key, Tokenizers(tokenizers), tool_parser,
-                  media or MediaRules(), runtime_lora=lora.enabled())
-    return FrontServer(front, host, port, drain)
-
-
 class Beside:
     """``serve --openai-port``: the front beside the tritonserver ``serve`` runs (nothing when no port is given).
     Its options are checked when made (ClientError), before the server starts."""
@@ -207,8 +132,7 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
     """Serve an OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions, /v1/responses, /tokenize,
     /detokenize, /tokenizer_info, /metrics, /health) in front of a running tritonserver's LLM models, e.g.
     `qaic-console openai --url 127.0.0.1:8001 --port 9000`."""
-    from console.core.adapters.triton import TritonAdapter
-    from console.metrics.scrape import metrics_endpoint
+    from console.core.adapters import DEFAULT_KIND, adapter_for  # with the metrics' and the wire's libraries
     from console.server.ports import port_in_use
 
     try:
@@ -217,8 +141,7 @@ def openai_command(url: str | None, grpc_url: str | None, host: str, port: int, 
             raise UsageError(f"--port {port} is in use: give a free port")
         if not url and not grpc_url:
             raise UsageError("give --url (the tritonserver's address)")
-        triton = TritonAdapter.at(url or "", grpc_url)
-        triton.metrics_url = metrics_endpoint(metrics_url) if metrics_url else None
+        triton = adapter_for(url or "", DEFAULT_KIND, grpc_url, metrics_url)  # a tritonserver, whatever the URL
         grpc, _ = triton.url("stream")
         page, _ = triton.metrics()
         server = front_server(grpc, host, port, key, tokenizers, page, tool_parser, drain, media,  # its libraries first

@@ -352,8 +352,38 @@ class ResponseUsage(Reply):
     total_tokens: int | None
 
 
+class OutputText(Reply):
+    """A Responses message's text part."""
+
+    type: str
+    text: str
+    annotations: list[Any]
+    logprobs: list[Any]
+
+
+class OutputMessage(Reply):
+    """A Responses output item: the assistant's message (its content: none while it is in progress)."""
+
+    type: str
+    id: str
+    status: str
+    role: str
+    content: list[OutputText]
+
+
+class FunctionCallItem(Reply):
+    """A Responses output item: one tool call (its ``arguments`` grow while it streams)."""
+
+    type: str
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: str
+
+
 class ResponsesResponse(Reply):
-    """The Responses API's ``response`` object (its output items: :mod:`.responses`)."""
+    """The Responses API's ``response`` object (its output items made by :mod:`.responses`)."""
 
     id: str
     object: str
@@ -362,7 +392,7 @@ class ResponsesResponse(Reply):
     error: None
     incomplete_details: dict[str, str] | None
     model: str
-    output: list[dict[str, Any]]
+    output: list[OutputMessage | FunctionCallItem]
     parallel_tool_calls: bool
     tool_choice: Any
     tools: list[dict[str, Any]]

@@ -20,7 +20,17 @@ from typing import Any
 from . import mapping
 from .answer import Answer
 from .errors import APIError, bad_request
-from .protocol import STORED, ResponsesRequest, ResponsesResponse, ResponseUsage, UsageInfo, validated
+from .protocol import (
+    STORED,
+    FunctionCallItem,
+    OutputMessage,
+    OutputText,
+    ResponsesRequest,
+    ResponsesResponse,
+    ResponseUsage,
+    UsageInfo,
+    validated,
+)
 from .replies import sse
 
 CHAT_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text"}
@@ -149,15 +159,21 @@ def _usage(counts: UsageInfo) -> ResponseUsage:
                          total_tokens=counts.total_tokens)
 
 
-def _message(text: str, item_id: str, status: str = "completed") -> dict[str, Any]:
-    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status == "completed" \
-        else []
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
+def _output_text(text: str) -> OutputText:
+    return OutputText(type="output_text", text=text, annotations=[], logprobs=[])
 
 
-def _function_call(call: dict[str, Any], item_id: str, status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": item_id, "call_id": call["id"], "name": call["function"]["name"],
-            "arguments": call["function"]["arguments"] if status == "completed" else "", "status": status}
+def _message(text: str, item_id: str, status: str = "completed") -> OutputMessage:
+    return OutputMessage(type="message", id=item_id, status=status, role="assistant",
+                         content=[_output_text(text)] if status == "completed" else [])
+
+
+def _function_call(call: dict[str, Any], item_id: str, status: str = "completed") -> FunctionCallItem:
+    return FunctionCallItem(type="function_call", id=item_id, call_id=call["id"], name=call["function"]["name"],
+                            arguments=call["function"]["arguments"] if status == "completed" else "", status=status)
+
+
+Item = OutputMessage | FunctionCallItem
 
 
 class ResponseAnswer(Answer):
@@ -168,7 +184,7 @@ class ResponseAnswer(Answer):
         self.id, self.created = _new_id("resp"), int(time.time())
         self.sequence = 0
 
-    def response(self, status: str, output: list[dict[str, Any]], counts: UsageInfo | None) -> ResponsesResponse:
+    def response(self, status: str, output: list[Item], counts: UsageInfo | None) -> ResponsesResponse:
         tools = self.job.tools
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return ResponsesResponse(
@@ -189,7 +205,7 @@ class ResponseAnswer(Answer):
 
     async def whole(self) -> ResponsesResponse:
         text, calls = await self.outcome()
-        output = [_message(text, _new_id("msg"))] if text or not calls else []
+        output: list[Item] = [_message(text, _new_id("msg"))] if text or not calls else []
         output += [_function_call(call.openai(), _new_id("fc")) for call in calls]
         return self.response(self.status, output, await self.counts())
 
@@ -199,44 +215,44 @@ class ResponseAnswer(Answer):
         return f"event: {kind}\n".encode() + sse(data)
 
     async def events(self, first: str, pieces: AsyncGenerator[str, None]) -> AsyncGenerator[bytes, None]:
-        output: list[dict[str, Any]] = []
-        text_at: int | None = None  # the output index of the open message item
-        calls_at: dict[int, int] = {}  # a call's index -> its output index
+        output: list[Item] = []
+        message: OutputMessage | None = None  # the open message item, and its text so far
+        said = ""
+        calls: dict[int, FunctionCallItem] = {}  # a call's index -> its item
         try:
             yield self.event("response.created", response=self.response("in_progress", [], None).wire())
             yield self.event("response.in_progress", response=self.response("in_progress", [], None).wire())
             piece, last = first, False
             while True:
-                text, calls = self.read(piece, last)
+                text, deltas = self.read(piece, last)
                 if text:
-                    if text_at is None:
-                        text_at = len(output)
-                        output.append(_message("", _new_id("msg"), "in_progress"))
-                        yield self.event("response.output_item.added", output_index=text_at, item=output[text_at])
-                        yield self.event("response.content_part.added", item_id=output[text_at]["id"],
-                                         output_index=text_at, content_index=0,
-                                         part={"type": "output_text", "text": "", "annotations": []})
-                        output[text_at]["text"] = ""
-                    output[text_at]["text"] += text
-                    yield self.event("response.output_text.delta", item_id=output[text_at]["id"],
-                                     output_index=text_at, content_index=0, delta=text, logprobs=[])
-                for delta in calls:
-                    if "id" in delta:
-                        calls_at[delta["index"]] = len(output)
-                        output.append(_function_call(delta, _new_id("fc"), "in_progress"))
+                    if message is None:
+                        message = _message("", _new_id("msg"), "in_progress")
+                        output.append(message)
                         yield self.event("response.output_item.added", output_index=len(output) - 1,
-                                         item=output[-1])
-                    at = calls_at[delta["index"]]
-                    output[at]["arguments"] += delta["function"]["arguments"]
-                    yield self.event("response.function_call_arguments.delta", item_id=output[at]["id"],
-                                     output_index=at, delta=delta["function"]["arguments"])
+                                         item=message.wire())
+                        yield self.event("response.content_part.added", item_id=message.id,
+                                         output_index=len(output) - 1, content_index=0, part=_output_text("").wire())
+                    said += text
+                    yield self.event("response.output_text.delta", item_id=message.id,
+                                     output_index=output.index(message), content_index=0, delta=text, logprobs=[])
+                for delta in deltas:
+                    if "id" in delta:
+                        calls[delta["index"]] = call = _function_call(delta, _new_id("fc"), "in_progress")
+                        output.append(call)
+                        yield self.event("response.output_item.added", output_index=len(output) - 1,
+                                         item=call.wire())
+                    call = calls[delta["index"]]
+                    call.arguments += delta["function"]["arguments"]
+                    yield self.event("response.function_call_arguments.delta", item_id=call.id,
+                                     output_index=output.index(call), delta=delta["function"]["arguments"])
                 if last:
                     break
                 more = await anext(pieces, None)
                 last = more is None
                 piece = more or ""
             for at, item in enumerate(output):
-                for event in self.closing(at, item):
+                for event in self.closing(at, item, said):
                     yield event
             status = self.status
             yield self.event(f"response.{status}", response=self.response(status, output, await self.counts()).wire())
@@ -245,17 +261,17 @@ class ResponseAnswer(Answer):
         finally:
             await pieces.aclose()
 
-    def closing(self, at: int, item: dict[str, Any]) -> list[bytes]:
-        """The events that end an output item (made whole in place)."""
-        item["status"] = "completed"
-        if item["type"] == "function_call":
-            return [self.event("response.function_call_arguments.done", item_id=item["id"], output_index=at,
-                               name=item["name"], arguments=item["arguments"]),
-                    self.event("response.output_item.done", output_index=at, item=item)]
-        part = {"type": "output_text", "text": item.pop("text"), "annotations": [], "logprobs": []}
-        item["content"] = [part]
-        return [self.event("response.output_text.done", item_id=item["id"], output_index=at, content_index=0,
-                           text=part["text"], logprobs=[]),
-                self.event("response.content_part.done", item_id=item["id"], output_index=at, content_index=0,
-                           part=part),
-                self.event("response.output_item.done", output_index=at, item=item)]
+    def closing(self, at: int, item: Item, said: str) -> list[bytes]:
+        """The events that end output item ``at`` (made whole in place; ``said``: a message's text)."""
+        item.status = "completed"
+        if isinstance(item, FunctionCallItem):
+            return [self.event("response.function_call_arguments.done", item_id=item.id, output_index=at,
+                               name=item.name, arguments=item.arguments),
+                    self.event("response.output_item.done", output_index=at, item=item.wire())]
+        part = _output_text(said)
+        item.content = [part]
+        return [self.event("response.output_text.done", item_id=item.id, output_index=at, content_index=0,
+                           text=said, logprobs=[]),
+                self.event("response.content_part.done", item_id=item.id, output_index=at, content_index=0,
+                           part=part.wire()),
+                self.event("response.output_item.done", output_index=at, item=item.wire())]

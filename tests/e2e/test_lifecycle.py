@@ -28,6 +28,7 @@ from repo_gen.samples import write_samples
 
 pytestmark = pytest.mark.server
 MODEL = "smollm2_decoupled"
+GRACE = 25  # s a test stop waits before its kill: below the 30 s Triton waits by default for a request
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ["-c", "from console.entry import main; main()"]  # what the qaic-console script runs
 # a program started as `qaic-console serve ... &` in a script is: bash sets SIGINT to ignored, and Python keeps it
@@ -107,15 +108,16 @@ def test_stop_with_a_dead_stub_is_as_quick_as_a_normal_stop(repo: Path) -> None:
         (pid,) = server.stub_instances().values()
         os.kill(pid, signal.SIGKILL)
         t0 = time.monotonic()
-        server.stop()
+        server.stop(grace=GRACE)
         stopped_in = time.monotonic() - t0
         events.close()  # the client lets go only after the stop
     finally:
         server.stop(grace=0)
     assert not server.running and not server.stub_instances()
-    assert server.log.exit_expired.is_set()  # tritonserver gave up on the dead stub's request after its exit timeout
-    # ... of EXIT_TIMEOUT s, and was then killed, instead of waiting the 30 s of Triton's default for the request
-    assert stopped_in < 30, f"stopping took {stopped_in:.1f} s"
+    # tritonserver gives up on the dead stub's request after EXIT_TIMEOUT s and is killed then (or it found the stub
+    # dead first and ended by itself); with Triton's default of 30 s it would still wait at GRACE, and be killed there
+    assert stopped_in < GRACE - 5, f"stopping took {stopped_in:.1f} s (exit timeout seen: " \
+                                   f"{server.log.exit_expired.is_set()})"
 
 
 def test_a_start_after_a_killed_console_names_the_server_it_left(repo: Path, tmp_path: Path) -> None:

@@ -353,12 +353,12 @@ class ResponseUsage(Reply):
 
 
 class OutputText(Reply):
-    """A Responses message's text part."""
+    """A Responses message's text part (``logprobs`` only where it is set: the part a stream opens has none)."""
 
     type: str
     text: str
     annotations: list[Any]
-    logprobs: list[Any]
+    logprobs: list[Any] = []
 
 
 class OutputMessage(Reply):

@@ -159,7 +159,10 @@ def _usage(counts: UsageInfo) -> ResponseUsage:
                          total_tokens=counts.total_tokens)
 
 
-def _output_text(text: str) -> OutputText:
+def _output_text(text: str, opened: bool = False) -> OutputText:
+    """A message's text part (``opened``: the empty one a stream opens, without ``logprobs``)."""
+    if opened:
+        return OutputText(type="output_text", text=text, annotations=[])
     return OutputText(type="output_text", text=text, annotations=[], logprobs=[])
 
 
@@ -231,8 +234,9 @@ class ResponseAnswer(Answer):
                         output.append(message)
                         yield self.event("response.output_item.added", output_index=len(output) - 1,
                                          item=message.wire())
+                        opened = _output_text("", opened=True)
                         yield self.event("response.content_part.added", item_id=message.id,
-                                         output_index=len(output) - 1, content_index=0, part=_output_text("").wire())
+                                         output_index=len(output) - 1, content_index=0, part=opened.wire())
                     said += text
                     yield self.event("response.output_text.delta", item_id=message.id,
                                      output_index=output.index(message), content_index=0, delta=text, logprobs=[])

@@ -199,9 +199,13 @@ def test_with_a_console_serving_a_dead_backend_costs_one_request(repo: Path) -> 
         while (failure := next(events, None)) is not None and type(failure).__name__ == "TextDelta":
             controller.poll()
         noticed = time.monotonic() - killed
-        assert failure is not None and failure.kind == "server" and MODEL in failure.message, failure
-        assert "died" in failure.message or "was restarted" in failure.message
-        assert noticed < 30, noticed
+        assert failure is not None and noticed < 30, (failure, noticed)
+        if failure.kind == "connection":  # the stream was cut rather than ended with the model's error (once in a
+            # CI-style run: "socket closed"): the one request is lost all the same; the server must serve the next
+            assert "went away" in failure.message, failure
+        else:
+            assert failure.kind == "server" and MODEL in failure.message, failure
+            assert "died" in failure.message or "was restarted" in failure.message
         until(lambda: MODEL in controller.poll().infos, 300, "the model back")
         assert answer(url)  # the next request is served: nothing was restarted by hand
     finally:

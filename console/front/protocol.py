@@ -353,7 +353,7 @@ class ResponseUsage(Reply):
 
 
 class OutputText(Reply):
-    """A Responses message's text part (``logprobs`` only where it is set: the part a stream opens has none)."""
+    """A Responses message's text part (``logprobs`` only where it is set: the empty part a stream opens has none)."""
 
     type: str
     text: str
@@ -382,6 +382,9 @@ class FunctionCallItem(Reply):
     status: str
 
 
+OutputItem = OutputMessage | FunctionCallItem
+
+
 class ResponsesResponse(Reply):
     """The Responses API's ``response`` object (its output items made by :mod:`.responses`)."""
 
@@ -392,7 +395,7 @@ class ResponsesResponse(Reply):
     error: None
     incomplete_details: dict[str, str] | None
     model: str
-    output: list[OutputMessage | FunctionCallItem]
+    output: list[OutputItem]
     parallel_tool_calls: bool
     tool_choice: Any
     tools: list[dict[str, Any]]

@@ -23,6 +23,7 @@ from .errors import APIError, bad_request
 from .protocol import (
     STORED,
     FunctionCallItem,
+    OutputItem,
     OutputMessage,
     OutputText,
     ResponsesRequest,
@@ -159,10 +160,7 @@ def _usage(counts: UsageInfo) -> ResponseUsage:
                          total_tokens=counts.total_tokens)
 
 
-def _output_text(text: str, opened: bool = False) -> OutputText:
-    """A message's text part (``opened``: the empty one a stream opens, without ``logprobs``)."""
-    if opened:
-        return OutputText(type="output_text", text=text, annotations=[])
+def _output_text(text: str) -> OutputText:
     return OutputText(type="output_text", text=text, annotations=[], logprobs=[])
 
 
@@ -176,9 +174,6 @@ def _function_call(call: dict[str, Any], item_id: str, status: str = "completed"
                             arguments=call["function"]["arguments"] if status == "completed" else "", status=status)
 
 
-Item = OutputMessage | FunctionCallItem
-
-
 class ResponseAnswer(Answer):
     """One answer in the Responses API's shapes."""
 
@@ -187,7 +182,7 @@ class ResponseAnswer(Answer):
         self.id, self.created = _new_id("resp"), int(time.time())
         self.sequence = 0
 
-    def response(self, status: str, output: list[Item], counts: UsageInfo | None) -> ResponsesResponse:
+    def response(self, status: str, output: list[OutputItem], counts: UsageInfo | None) -> ResponsesResponse:
         tools = self.job.tools
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return ResponsesResponse(
@@ -208,7 +203,7 @@ class ResponseAnswer(Answer):
 
     async def whole(self) -> ResponsesResponse:
         text, calls = await self.outcome()
-        output: list[Item] = [_message(text, _new_id("msg"))] if text or not calls else []
+        output: list[OutputItem] = [_message(text, _new_id("msg"))] if text or not calls else []
         output += [_function_call(call.openai(), _new_id("fc")) for call in calls]
         return self.response(self.status, output, await self.counts())
 
@@ -218,10 +213,10 @@ class ResponseAnswer(Answer):
         return f"event: {kind}\n".encode() + sse(data)
 
     async def events(self, first: str, pieces: AsyncGenerator[str, None]) -> AsyncGenerator[bytes, None]:
-        output: list[Item] = []
-        message: OutputMessage | None = None  # the open message item, and its text so far
-        said = ""
-        calls: dict[int, FunctionCallItem] = {}  # a call's index -> its item
+        output: list[OutputItem] = []
+        text_at: int | None = None  # the output index of the open message item
+        said = ""  # its text so far
+        calls: dict[int, tuple[int, FunctionCallItem]] = {}  # a call's index -> its output index and item
         try:
             yield self.event("response.created", response=self.response("in_progress", [], None).wire())
             yield self.event("response.in_progress", response=self.response("in_progress", [], None).wire())
@@ -229,27 +224,27 @@ class ResponseAnswer(Answer):
             while True:
                 text, deltas = self.read(piece, last)
                 if text:
-                    if message is None:
-                        message = _message("", _new_id("msg"), "in_progress")
-                        output.append(message)
-                        yield self.event("response.output_item.added", output_index=len(output) - 1,
-                                         item=message.wire())
-                        opened = _output_text("", opened=True)
-                        yield self.event("response.content_part.added", item_id=message.id,
-                                         output_index=len(output) - 1, content_index=0, part=opened.wire())
+                    if text_at is None:
+                        text_at = len(output)
+                        output.append(_message("", _new_id("msg"), "in_progress"))
+                        yield self.event("response.output_item.added", output_index=text_at,
+                                         item=output[text_at].wire())
+                        opened = OutputText(type="output_text", text="", annotations=[])  # no logprobs yet
+                        yield self.event("response.content_part.added", item_id=output[text_at].id,
+                                         output_index=text_at, content_index=0, part=opened.wire())
                     said += text
-                    yield self.event("response.output_text.delta", item_id=message.id,
-                                     output_index=output.index(message), content_index=0, delta=text, logprobs=[])
+                    yield self.event("response.output_text.delta", item_id=output[text_at].id,
+                                     output_index=text_at, content_index=0, delta=text, logprobs=[])
                 for delta in deltas:
                     if "id" in delta:
-                        calls[delta["index"]] = call = _function_call(delta, _new_id("fc"), "in_progress")
-                        output.append(call)
+                        calls[delta["index"]] = (len(output), _function_call(delta, _new_id("fc"), "in_progress"))
+                        output.append(calls[delta["index"]][1])
                         yield self.event("response.output_item.added", output_index=len(output) - 1,
-                                         item=call.wire())
-                    call = calls[delta["index"]]
+                                         item=output[-1].wire())
+                    at, call = calls[delta["index"]]
                     call.arguments += delta["function"]["arguments"]
                     yield self.event("response.function_call_arguments.delta", item_id=call.id,
-                                     output_index=output.index(call), delta=delta["function"]["arguments"])
+                                     output_index=at, delta=delta["function"]["arguments"])
                 if last:
                     break
                 more = await anext(pieces, None)
@@ -265,7 +260,7 @@ class ResponseAnswer(Answer):
         finally:
             await pieces.aclose()
 
-    def closing(self, at: int, item: Item, said: str) -> list[bytes]:
+    def closing(self, at: int, item: OutputItem, said: str) -> list[bytes]:
         """The events that end output item ``at`` (made whole in place; ``said``: a message's text)."""
         item.status = "completed"
         if isinstance(item, FunctionCallItem):

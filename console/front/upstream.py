@@ -29,6 +29,7 @@ from console.clients import (
     GenerationParams,
     ModelInfo,
     NotServed,
+    Refused,
     Unreachable,
     info_from_config,
     interface_of,
@@ -234,9 +235,8 @@ class TritonUpstream:
             raise from_client_error(exc) from None
         except grpc.RpcError as exc:
             details = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-            status = status_of(exc)
-            if status in MODEL_STATUSES:
-                raise ModelError(details or "the model failed", refused=status == "INVALID_ARGUMENT") from None
+            if status_of(exc) in MODEL_STATUSES:  # whose fault: the code's class, as every client reads it
+                raise ModelError(details or "the model failed", refused=error_class(exc) is Refused) from None
             raise from_client_error(error_class(exc)(f"tritonserver at {self.url}: {details}")) from None
         finally:
             call.cancel()  # a finished call ignores it; one in flight is cancelled on the server

@@ -107,6 +107,9 @@ def lora_folders() -> dict[str, Path]:
     return lora_adapters.make_adapters(kept("lora-adapters", key, lora_adapters.make_adapters))
 
 
+_SHARED_SERVERS: list = []  # this worker's session-wide tritonservers, checked after every test
+
+
 @pytest.fixture(scope="session")
 def embedded_server(embedded_repo: Path):
     """One real tritonserver serving the embedded samples for the whole session."""
@@ -114,8 +117,24 @@ def embedded_server(embedded_repo: Path):
 
     server = TritonServer(embedded_repo)
     server.start(timeout=SERVER_START)
+    _SHARED_SERVERS.append(server)
     yield server
+    _SHARED_SERVERS.remove(server)
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _shared_servers_outlive_each_test() -> Iterator[None]:
+    """A session-wide server that ended during a test fails that test, with how it ended and its log's last lines,
+    and starts again for the tests after it (they would all fail on a refused connection, naming nothing)."""
+    yield
+    for server in _SHARED_SERVERS:
+        if not server.running:
+            cause, tail = server.exit_cause(), server.log_tail(30)
+            server.stop(grace=0)
+            server.start(timeout=SERVER_START)
+            pytest.fail(f"the session's tritonserver ended during this test, {cause}; started again for the next "
+                        "tests. Its log's last lines:\n" + "\n".join(tail), pytrace=False)
 
 
 @pytest.fixture(scope="session")

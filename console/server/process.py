@@ -98,6 +98,8 @@ class TritonServer:
         self._lifeline: int | None = None  # write end of the guard's pipe
         self._regions: set[Path] = set()  # the stubs' shared memory seen while they ran: removed when it is down
         self._regions_lock = threading.Lock()
+        self._stop_lock = threading.RLock()
+        self._taken_down = False  # stopped since the last launch: its pid and group may be another's by now
         self._key = ""  # the restricted APIs' key of this launch (never logged; see guard)
 
     # ---- endpoints and state
@@ -213,6 +215,7 @@ class TritonServer:
 
     def _launch(self, backend_dir: Path | None, env: dict[str, str], timeout: float) -> TritonServer:
         read_end, self._lifeline = os.pipe()
+        self._taken_down = False
         os.set_inheritable(read_end, True)
         self._key = secrets.token_urlsafe(32)
         os.write(self._lifeline, f"{self._key}\n".encode())  # the guard's first line: the key, out of every argv
@@ -274,9 +277,15 @@ class TritonServer:
         connections to close: close HTTP clients before stopping, or the grace period runs out.
         Returns the server's exit code (negative: killed by that signal).
         """
-        proc = self._proc
-        if proc is None:
-            return None
+        with self._stop_lock:  # once: a second stop could signal a group whose id the system gave out again
+            proc = self._proc
+            if proc is None or self._taken_down:
+                return proc.returncode if proc else None
+            self._take_down(proc, grace)
+            self._taken_down = True
+        return proc.returncode
+
+    def _take_down(self, proc: subprocess.Popen[str], grace: float) -> None:
         with self._regions_lock:
             regions, self._regions = self._regions, set()
         take_down(proc, time.monotonic() + grace, self.log.exit_expired, regions)
@@ -288,7 +297,6 @@ class TritonServer:
             os.close(self._lifeline)
             self._lifeline = None
         _LIVE.discard(self)
-        return proc.returncode
 
     def __enter__(self) -> TritonServer:
         if not self.running:

@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 from console.clients.failures import GONE, WRONG_PORT, error_message
 from console.commands.serve import SERVE_RISK
 from console.core.supervisor import RETRIES, pauses
-from console.server import guard, keys, logparse
+from console.server import TritonServer, guard, keys, logparse, process
 from console.server.health import ServerHandle
 from console.server.ports import beyond_loopback
 from console.server.procs import cmdline, group_members, parent
@@ -81,6 +81,21 @@ def test_the_secret_reaches_the_child_and_leaves_its_command_line() -> None:
         wait_until(lambda: secret not in " ".join(cmdline(child)), 10, "the secret overwritten")
         assert guard.SECRET not in " ".join(cmdline(child)) and len(cmdline(child)) == 4  # its place, its length
         assert secret not in " ".join(cmdline(proc.pid))  # the guard's own arguments never held it
+
+
+def test_a_server_is_taken_down_once_however_often_it_is_stopped(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # its group id is the guard's pid: once the guard is gone the system may give it to another session (pids wrap
+    # at 32768 here within a test run), and a second SIGKILL to it would take down someone else's server
+    taken: list[int] = []
+    monkeypatch.setattr(process, "take_down", lambda proc, *args: taken.append(proc.pid))
+    server = TritonServer(tmp_path)
+    with guarded(sys.executable, "-c", CHILD, "x") as proc:
+        server._proc = proc  # type: ignore[assignment]
+        server.stop(grace=0)
+        server.stop(grace=0)
+        assert server.stop() == proc.returncode
+    assert taken == [proc.pid]
 
 
 def test_exit_causes_name_the_signal_and_an_aborts_exception() -> None:

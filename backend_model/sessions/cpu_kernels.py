@@ -113,9 +113,9 @@ def pack_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Asymmetric 4-bit groups: w = (q - 8) * scale + zero, with q in [0, 15] per 32 inputs."""
     n, k = w.shape
     groups = w.reshape(n, k // INT4_GROUP, INT4_GROUP)
-    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
-    scale = ((high - low) / 15).clamp(min=1e-10)
-    q = ((groups - low) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+    low, high = torch.aminmax(groups, dim=-1, keepdim=True)
+    scale = ((high - low) / 15).clamp_(min=1e-10)
+    q = (groups - low).div_(scale).round_().clamp_(0, 15).to(torch.int32).reshape(n, k)  # in place: half the time
     zero = low + 8 * scale
     scales_zeros = torch.stack([scale.reshape(n, -1), zero.reshape(n, -1)], dim=-1).transpose(0, 1)
     return torch._convert_weight_to_int4pack_for_cpu(q, 1), scales_zeros.contiguous().to(torch.bfloat16)

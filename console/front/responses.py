@@ -237,10 +237,11 @@ class ResponseAnswer(Answer):
                                      output_index=text_at, content_index=0, delta=text, logprobs=[])
                 for delta in deltas:
                     if "id" in delta:
-                        calls[delta["index"]] = (len(output), _function_call(delta, _new_id("fc"), "in_progress"))
-                        output.append(calls[delta["index"]][1])
+                        opened_call = _function_call(delta, _new_id("fc"), "in_progress")
+                        calls[delta["index"]] = (len(output), opened_call)
+                        output.append(opened_call)
                         yield self.event("response.output_item.added", output_index=len(output) - 1,
-                                         item=output[-1].wire())
+                                         item=opened_call.wire())
                     at, call = calls[delta["index"]]
                     call.arguments += delta["function"]["arguments"]
                     yield self.event("response.function_call_arguments.delta", item_id=call.id,

@@ -95,11 +95,10 @@ class TritonServer:
         self.backends = tuple(backends)
         self._proc: subprocess.Popen[str] | None = None
         self.log = ServerLog()
-        self._lifeline: int | None = None  # write end of the guard's pipe
+        self._lifeline: int | None = None  # write end of the guard's pipe, from a launch until the server is down
         self._regions: set[Path] = set()  # the stubs' shared memory seen while they ran: removed when it is down
         self._regions_lock = threading.Lock()
         self._stop_lock = threading.RLock()
-        self._taken_down = False  # stopped since the last launch: its pid and group may be another's by now
         self._key = ""  # the restricted APIs' key of this launch (never logged; see guard)
 
     # ---- endpoints and state
@@ -215,7 +214,6 @@ class TritonServer:
 
     def _launch(self, backend_dir: Path | None, env: dict[str, str], timeout: float) -> TritonServer:
         read_end, self._lifeline = os.pipe()
-        self._taken_down = False
         os.set_inheritable(read_end, True)
         self._key = secrets.token_urlsafe(32)
         os.write(self._lifeline, f"{self._key}\n".encode())  # the guard's first line: the key, out of every argv
@@ -277,26 +275,21 @@ class TritonServer:
         connections to close: close HTTP clients before stopping, or the grace period runs out.
         Returns the server's exit code (negative: killed by that signal).
         """
-        with self._stop_lock:  # once: a second stop could signal a group whose id the system gave out again
+        with self._stop_lock:
             proc = self._proc
-            if proc is None or self._taken_down:
+            if proc is None or self._lifeline is None:  # once per launch: later, its group id may be another's
                 return proc.returncode if proc else None
-            self._take_down(proc, grace)
-            self._taken_down = True
-        return proc.returncode
-
-    def _take_down(self, proc: subprocess.Popen[str], grace: float) -> None:
-        with self._regions_lock:
-            regions, self._regions = self._regions, set()
-        take_down(proc, time.monotonic() + grace, self.log.exit_expired, regions)
-        keys.forget(self.http_port or 0, proc.pid)
-        self.log.join(timeout=5)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        if self._lifeline is not None:
+            with self._regions_lock:
+                regions, self._regions = self._regions, set()
+            take_down(proc, time.monotonic() + grace, self.log.exit_expired, regions)
+            keys.forget(self.http_port or 0, proc.pid)
+            self.log.join(timeout=5)
+            if proc.stdout is not None:
+                proc.stdout.close()
             os.close(self._lifeline)
             self._lifeline = None
-        _LIVE.discard(self)
+            _LIVE.discard(self)
+        return proc.returncode
 
     def __enter__(self) -> TritonServer:
         if not self.running:

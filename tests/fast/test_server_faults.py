@@ -91,6 +91,8 @@ def test_a_server_is_taken_down_once_however_often_it_is_stopped(tmp_path: Path,
     monkeypatch.setattr(process, "take_down", lambda proc, *args: taken.append(proc.pid))
     server = TritonServer(tmp_path)
     with guarded(sys.executable, "-c", CHILD, "x") as proc:
+        read_end, server._lifeline = os.pipe()  # as a launch leaves them
+        os.close(read_end)
         server._proc = proc  # type: ignore[assignment]
         server.stop(grace=0)
         server.stop(grace=0)

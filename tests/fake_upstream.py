@@ -172,8 +172,7 @@ def hang(*pieces: str) -> list[Step]:
 
 def failure(message: str, *pieces: str, refused: bool | None = True) -> list[Step]:
     """Responses for ``pieces``, then the model's error ``message`` with what its code says (``refused``: the
-    request's fault; False: the model's own; None: no code, as from a Triton without the ``triton_grpc_error``
-    mode)."""
+    request's fault; False: the model's own; None: no code, as from a tritonserver older than 2.68)."""
     return [*({"text_output": [p]} for p in pieces), ModelError(message, refused)]
 
 

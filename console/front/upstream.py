@@ -46,8 +46,19 @@ from .errors import APIError, ModelError, from_client_error, upstream_error
 from .metrics_route import gauge_by_model, triton_page
 
 GRPC_ERROR_HEADER = "triton_grpc_error"  # asks Triton to end a stream on a model's error with the error's gRPC code
+GRPC_ERROR_SAFE = (2, 68, 0)  # the first Triton whose triton_grpc_error mode cannot crash it (server PR #8708): an
+# earlier one may free a stream's state twice when a model's error ends it, and dies of SIGSEGV
 MODEL_STATUSES = ("INVALID_ARGUMENT", "INTERNAL", "UNKNOWN")  # the codes of a model's own errors (a Python model's
 # TritonError: INVALID_ARG for a bad request, INTERNAL by default)
+
+
+def error_codes_safe(version: str) -> bool:
+    """Whether a tritonserver of ``version`` (its metadata's, e.g. ``2.59.0``) can take the ``triton_grpc_error``
+    mode."""
+    try:
+        return tuple(int(part) for part in version.split(".")[:3]) >= GRPC_ERROR_SAFE
+    except ValueError:
+        return False
 
 if TYPE_CHECKING:
     from .protocol import Upstream
@@ -101,6 +112,7 @@ class TritonUpstream:
         self._client: aio.InferenceServerClient | None = None
         self._infos: dict[str, ModelInfo] = {}
         self._restricted = False  # its repository index did not answer when its statistics did: read those since
+        self._error_headers: dict[str, str] | None = None  # what a stream asks of it (read once: see error_headers)
 
     @property
     def client(self) -> aio.InferenceServerClient:
@@ -123,6 +135,17 @@ class TritonUpstream:
 
     def _unreachable(self, exc: Exception) -> APIError:
         return APIError(503, error_message(exc, self.url, "gRPC"))
+
+    async def error_headers(self) -> dict[str, str]:
+        """The headers of a stream: the ``triton_grpc_error`` mode (a model's error ends the call with its code) on a
+        tritonserver whose version has it safe, else none (the error's message comes alone)."""
+        if self._error_headers is None:
+            try:
+                version = (await self.client.get_server_metadata(as_json=True, client_timeout=10))["version"]
+            except (InferenceServerException, KeyError):
+                return {}  # asked again next time
+            self._error_headers = {GRPC_ERROR_HEADER: "true"} if error_codes_safe(version) else {}
+        return self._error_headers
 
     async def live(self) -> bool:
         try:
@@ -223,9 +246,8 @@ class TritonUpstream:
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield request
 
-        # in Triton's triton_grpc_error mode a model's error ends the call with the error's code (one call per request
-        # here); a Triton without the mode ignores the header and sends the error's message alone
-        call = self.client.stream_infer(requests(), stream_timeout=timeout, headers={GRPC_ERROR_HEADER: "true"})
+        headers = await self.error_headers()
+        call = self.client.stream_infer(requests(), stream_timeout=timeout, headers=headers or None)
         try:
             async for result, error in call:
                 if error is not None:

@@ -13,6 +13,7 @@ from console.front.errors import APIError, ModelError, upstream_error
 from console.front.mapping import blame, check_model, parse
 from console.front.replies import Shape, chat_logprobs, completion_logprobs, finish_reason, usage
 from console.front.tokenizers import Tokenizers
+from console.front.upstream import error_codes_safe
 
 
 def refusal(body: dict, chat: bool = False) -> APIError:
@@ -114,6 +115,11 @@ def test_answer_shapes() -> None:
     assert chat_logprobs(halves).content[1].bytes == [172]
     assert [finish_reason(r) for r in ("eos", "stop", "length", "ctx_len", "", None)] == \
         ["stop", "stop", "length", "length", "stop", "stop"]
+
+
+def test_error_codes_are_asked_only_of_a_tritonserver_whose_mode_cannot_crash_it() -> None:
+    assert [error_codes_safe(v) for v in ("2.59.0", "2.67.9", "2.68.0", "2.71.0", "3.0", "dev", "")] == \
+        [False, False, True, True, True, False, False]
 
 
 def test_errors_say_whose_fault_and_the_key_rule() -> None:

@@ -112,10 +112,12 @@ _SHARED_SERVERS: list = []  # this worker's session-wide tritonservers, checked 
 
 @pytest.fixture(scope="session")
 def embedded_server(embedded_repo: Path):
-    """One real tritonserver serving the embedded samples for the whole session."""
-    from console.server import TritonServer
+    """One real tritonserver serving the embedded samples for the whole session, on ports picked once (a restart
+    after it died keeps them, so fronts and clients made before still reach it)."""
+    from console.server import TritonServer, free_ports
 
-    server = TritonServer(embedded_repo)
+    http, grpc, metrics = free_ports(3)
+    server = TritonServer(embedded_repo, http_port=http, grpc_port=grpc, metrics_port=metrics)
     server.start(timeout=SERVER_START)
     _SHARED_SERVERS.append(server)
     yield server

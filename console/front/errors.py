@@ -49,7 +49,7 @@ def from_client_error(exc: ClientError, param: str | None = None) -> APIError:
 class ModelError(Exception):
     """An error a model sent for its request: ``str()`` is its message; ``refused`` is what its code says (True:
     the request's fault, Triton's INVALID_ARG; False: the model's own; None: no code came, as from a tritonserver
-    the front does not ask for codes: see :func:`~.upstream.error_codes_safe`)."""
+    the front does not ask for codes: see :func:`console.server.health.error_codes_safe`)."""
 
     def __init__(self, message: str, refused: bool | None = None) -> None:
         super().__init__(message)

@@ -40,25 +40,14 @@ from console.clients.failures import error_class, error_message, status_of
 from console.clients.interfaces import Outputs
 from console.clients.stream import Collected
 from console.clients.wire import MAX_NAME
-from console.server.health import GRPC_KEY_HEADER
+from console.server.health import GRPC_KEY_HEADER, error_codes_safe
 
 from .errors import APIError, ModelError, from_client_error, upstream_error
 from .metrics_route import gauge_by_model, triton_page
 
 GRPC_ERROR_HEADER = "triton_grpc_error"  # asks Triton to end a stream on a model's error with the error's gRPC code
-GRPC_ERROR_SAFE = (2, 68, 0)  # the first Triton whose triton_grpc_error mode cannot crash it (server PR #8708): an
-# earlier one may free a stream's state twice when a model's error ends it, and dies of SIGSEGV
 MODEL_STATUSES = ("INVALID_ARGUMENT", "INTERNAL", "UNKNOWN")  # the codes of a model's own errors (a Python model's
 # TritonError: INVALID_ARG for a bad request, INTERNAL by default)
-
-
-def error_codes_safe(version: str) -> bool:
-    """Whether a tritonserver of ``version`` (its metadata's, e.g. ``2.59.0``) can take the ``triton_grpc_error``
-    mode."""
-    try:
-        return tuple(int(part) for part in version.split(".")[:3]) >= GRPC_ERROR_SAFE
-    except ValueError:
-        return False
 
 if TYPE_CHECKING:
     from .protocol import Upstream

@@ -18,6 +18,23 @@ KEY_HEADER = "qaic-console-key"  # the header (gRPC: triton-grpc-protocol-<it>) 
 GRPC_KEY_HEADER = f"triton-grpc-protocol-{KEY_HEADER}"  # the same on gRPC
 RESTRICTED = 403  # what Triton answers a restricted API's request without the key
 SENDER_FOR_BATCH = (2, 47)  # Triton 24.06: a non-decoupled Python model may answer through its response sender
+ERROR_CODES_SAFE = (2, 68)  # Triton 2.68: its triton_grpc_error mode (a model's error ends a gRPC stream with the
+# error's code) no longer frees the stream's state twice and dies of SIGSEGV (server PR #8708)
+
+
+def at_least(version: str, minimum: tuple[int, ...]) -> bool | None:
+    """Whether the server ``version`` (``GET /v2``'s, e.g. ``2.51.0``) is ``minimum`` or later; None when it is not
+    a version that says."""
+    try:
+        found = tuple(int(p) for p in version.split(".")[:len(minimum)])
+    except ValueError:
+        return None
+    return found >= minimum if len(found) == len(minimum) else None
+
+
+def error_codes_safe(version: str) -> bool:
+    """Whether a tritonserver of ``version`` can take the ``triton_grpc_error`` mode (unknown: no)."""
+    return at_least(version, ERROR_CODES_SAFE) is True
 
 
 def version_note(version: str) -> str:
@@ -26,11 +43,7 @@ def version_note(version: str) -> str:
     The bundled backend's batch (non-decoupled) models answer through the response sender, which the
     Python backend allows from Triton 2.47 (24.06) on; decoupled (stream) models work on older servers.
     """
-    try:
-        found = tuple(int(p) for p in version.split(".")[:2])
-    except ValueError:
-        return ""
-    if len(found) < 2 or found >= SENDER_FOR_BATCH:
+    if at_least(version, SENDER_FOR_BATCH) is not False:
         return ""
     return (f"tritonserver {version} is older than 2.47 (24.06): batch (non-decoupled) models of the bundled "
             "backend cannot answer on it (their response sender needs 24.06+); use decoupled models (stream "

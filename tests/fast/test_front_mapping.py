@@ -13,7 +13,7 @@ from console.front.errors import APIError, ModelError, upstream_error
 from console.front.mapping import blame, check_model, parse
 from console.front.replies import Shape, chat_logprobs, completion_logprobs, finish_reason, usage
 from console.front.tokenizers import Tokenizers
-from console.front.upstream import error_codes_safe
+from console.server.health import error_codes_safe
 
 
 def refusal(body: dict, chat: bool = False) -> APIError:

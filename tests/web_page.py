@@ -55,6 +55,11 @@ class Web:
                     f"never held {list(needles)}", timeout)
         return self.text(selector)
 
+    def wait_value(self, selector: str, value: str, timeout: int = WAIT_MS) -> None:
+        """Until the field's value is ``value`` (on a timeout, see :meth:`_until`)."""
+        self._until("([sel, v]) => document.querySelector(sel)?.value === v", [selector, value], selector,
+                    f"never held the value {value!r}", timeout)
+
     def wait_points(self, plot: str, count: int, timeout: int = WAIT_MS) -> None:
         """Until the plot draws ``count`` points (on a timeout, see :meth:`_until`)."""
         self._until("([sel, n]) => document.querySelectorAll(sel + ' .mark-symbol path').length === n",

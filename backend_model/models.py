@@ -105,7 +105,7 @@ def prepare_embedded(storage: str = "fp32", progress: Progress = print) -> Path:
         if (folder / "config.json").is_file():
             return folder
         t0 = time.perf_counter()
-        progress(f"preparing the embedded model {gguf.name} (once; about 30 s) ...")
+        progress(f"preparing the embedded model {gguf.name} (once; under a minute) ...")
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -38,8 +38,7 @@ def test_the_web_console_chats_through_the_front_and_stop_cancels_on_triton(web:
     web.wait_text("#qc-status", "connected", "OpenAI")
     web.wait_text("#qc-models", STREAM)
     web.tab("Chat")
-    page.wait_for_function("n => document.querySelector('#qc-model input').value === n", arg=STREAM,
-                           timeout=WAIT_MS)  # the embedded stream sample is the default where it is served
+    web.wait_value("#qc-model input", STREAM)  # the embedded stream sample is the default where it is served
     web.fill("max-tokens", "10")
     web.send(QUESTION)
     assert web.answers()[-1].startswith(direct(front, [{"role": "user", "content": QUESTION}], 10))

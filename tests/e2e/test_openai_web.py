@@ -30,8 +30,7 @@ def test_connect_by_v1_url_and_chat_through_the_servers_template(web: Web, llama
     assert web.table("#qc-models")[0][:3] == [LLAMA_MODEL, "READY", "openai"]
     assert "its log is where it runs" in page.locator("#qc-log textarea").input_value()
     web.tab("Chat")
-    page.wait_for_function("n => document.querySelector('#qc-model input').value === n", arg=LLAMA_MODEL,
-                           timeout=WAIT_MS)
+    web.wait_value("#qc-model input", LLAMA_MODEL)
     assert "OpenAI-compatible" in web.text("#qc-model-note")
     web.fill("max-tokens", "10")
     web.fill("temperature", "0")

@@ -96,8 +96,7 @@ def test_server_tab_starts_chosen_models_and_shows_the_served_repository(web: We
     assert snap.http_url in status and snap.grpc_url in status
 
     # the Repository box shows what is served; the Start button is no longer the highlighted one
-    page.wait_for_function("v => document.querySelector('#qc-repo-path textarea, #qc-repo-path input').value === v",
-                           arg=str(web_repo), timeout=WAIT_MS)
+    web.wait_value("#qc-repo-path textarea, #qc-repo-path input", str(web_repo))
     start = page.locator("#qc-start")
     page.wait_for_function("!document.querySelector('#qc-start').classList.contains('primary')", timeout=WAIT_MS)
     assert "secondary" in start.get_attribute("class") and start.is_disabled()
@@ -113,8 +112,7 @@ def test_server_tab_starts_chosen_models_and_shows_the_served_repository(web: We
 
     # the URL fields say where it answers
     for field, url in (("#qc-http-url", snap.http_url), ("#qc-grpc-url", snap.grpc_url)):
-        page.wait_for_function("([f, v]) => document.querySelector(f + ' textarea, ' + f + ' input').value === v",
-                               arg=[field, url], timeout=WAIT_MS)
+        web.wait_value(f"{field} textarea, {field} input", url)
 
     # the log: harmless GPU noise hidden (said once), condensed (no tables), scrolled to its last line
     log = page.locator("#qc-log textarea")

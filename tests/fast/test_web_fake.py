@@ -114,8 +114,7 @@ def test_history_is_per_mode_and_never_sent_with_several_prompts(web: Web) -> No
     web.model("smollm2_kv")
     web.send("What is my name?")
     web.mode("stream")
-    web.page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'",
-                               timeout=WAIT_MS)
+    web.wait_value("#qc-model input", "smollm2_decoupled")
     web.send("What is my name?|Say hi.")
     turns = web.export()["turns"][-4:]
     sent = [[r["sent"] for r in t["replies"]] for t in turns]
@@ -129,8 +128,7 @@ def test_each_mode_starts_on_its_own_default_model_and_keeps_the_one_picked(web:
     """Batch starts on smollm2_kv, as the TUI's Batch pane, headless and bench do (not the stream model, which also
     answers batch); a model picked in a mode is that mode's again after the other mode."""
     def shown(name: str) -> None:
-        web.page.wait_for_function("n => document.querySelector('#qc-model input').value === n", arg=name,
-                                   timeout=WAIT_MS)
+        web.wait_value("#qc-model input", name)
 
     web.mode("stream")
     shown("smollm2_decoupled")
@@ -201,8 +199,7 @@ def test_controls_are_checked_zero_is_sent_and_ignored_ones_are_named(web: Web, 
 def test_retry_sends_the_last_prompts_again(web: Web) -> None:
     web.clear()
     web.mode("stream")
-    web.page.wait_for_function("document.querySelector('#qc-model input').value === 'smollm2_decoupled'",
-                               timeout=WAIT_MS)
+    web.wait_value("#qc-model input", "smollm2_decoupled")
     web.fill("max-tokens", "4")
     web.send("Say hi.|Say bye.")
     old = web.request_id()

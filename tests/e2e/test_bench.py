@@ -227,8 +227,10 @@ def test_the_breakdown_splits_a_decode_step_of_the_demo_engine_at_each_row_count
     result = breakdown(rows=(1, 3), steps=3, threads=1, llama=available())
     for n in (1, 3):
         parts = result[f"rows_{n}"]
-        assert parts["rows"] == n and parts["position"] > 0 and parts["forward_ms"] > parts["matmuls_ms"] > 0
-        assert parts["step_ms"] >= parts["forward_ms"] and parts["attention_ms"] > 0 and parts["sampling_ms"] > 0
+        assert parts["rows"] == n and parts["position"] > 0 and parts["matmuls_ms"] > 0 and parts["attention_ms"] > 0
+        # the step holds its forward pass in the same runs; the parts apart are other runs, so a neighbour's load
+        # may put a part above the forward pass that holds it (the report shows that difference as it is)
+        assert parts["step_ms"] >= parts["forward_ms"] > 0 and parts["sampling_ms"] > 0
         assert parts["tokens_per_s"] == pytest.approx(1000 * n / parts["step_ms"], rel=0.01)
         if available():  # llama.cpp evaluated as many tokens a call as the step had rows
             assert parts["llama_cpp_tokens_per_s"] == pytest.approx(1000 * n / parts["llama_cpp_ms"], rel=0.01)

@@ -5,7 +5,9 @@ lines (no hub).
 
 lm-eval runs from its own venv (``scripts/setup-lm-eval.sh``: its pins fight the project's; pip's cache makes a second
 build quick). Each choice's log-likelihood through the front is compared with the in-process CPU engine's (fp32, the
-sample's dimensions) for the tokens lm-eval sent, and the accuracies with the ``hf`` model's.
+sample's dimensions) for the tokens lm-eval sent, and the accuracies with the ``hf`` model's. The ``hf`` run is
+kept in the console's cache under a key of the weights, the task and lm-eval's venv (``hf_scores``): a later run on
+the same ones reads what it scored, as the other tests' transformers references are read.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import computed_key, kept
 
 from backend_model.models import prepare_embedded
 from console.clients import GenerationParams, stream
@@ -107,12 +110,36 @@ def start(lm_eval: Path, tasks: Path, out: Path, model: str, model_args: str, na
 def finished(run: subprocess.Popen, out: Path, names: str) -> dict:
     """A started run's results and logged samples by task, once it ended."""
     assert run.wait(timeout=900) == 0, (out / "stderr.txt").read_text()[-3000:]
+    return read(out, names)
+
+
+def read(out: Path, names: str) -> dict:
+    """An ended run's results and logged samples by task."""
     results = json.loads(max(out.rglob("results_*.json")).read_text())
     samples = {}
     for task in names.split(","):
         lines = max(out.rglob(f"samples_{task}_*.jsonl")).read_text().splitlines()
         samples[task] = sorted((json.loads(line) for line in lines), key=lambda s: s["doc_id"])
     return {"results": results["results"], "samples": samples}
+
+
+def hf_scores(lm_eval: Path, tasks: Path, folder: Path) -> dict:
+    """lm-eval's own ``hf`` model on the embedded weights, on the multiple-choice task: run once, beside the served
+    run, and kept in the console's cache under a key of the weights, the task and lm-eval's venv (``kept``), so a
+    later run on the same ones reads what it scored."""
+    versions = subprocess.run([str(lm_eval.parent / "python"), "-c", "from importlib.metadata import version; "
+                               "print([version(d) for d in ('lm-eval', 'torch', 'transformers', 'datasets')])"],
+                              capture_output=True, text=True, check=True).stdout
+    key = computed_key(folder.name, MC_TASK, json.dumps(QUESTIONS), versions)
+
+    def make(out: Path) -> None:
+        run = start(lm_eval, tasks, out / "hf", "hf", f"pretrained={folder},dtype=float32", "qaic_mc")
+        try:
+            finished(run, out / "hf", "qaic_mc")
+        finally:
+            run.kill()
+
+    return read(kept("lm-eval-hf", key, make) / "hf", "qaic_mc")
 
 
 def loglikelihoods(samples: list[dict]) -> list[list[float]]:
@@ -143,17 +170,14 @@ def test_lm_eval_local_completions_scores_as_the_engine_and_agrees_with_its_hf_m
                                                                                        embedded_server,
                                                                                        tmp_path) -> None:
     folder = prepare_embedded(progress=lambda message: None)
-    runs = {"hf": start(lm_eval, tasks, tmp_path / "hf", "hf", f"pretrained={folder},dtype=float32", "qaic_mc"),
-            "served": start(lm_eval, tasks, tmp_path / "served", "local-completions",
-                            f"model={FP32},base_url={front.base_url}/completions,tokenizer_backend=huggingface,"
-                            f"tokenizer={folder},max_length={CTX_LEN},num_concurrent=1,max_retries=1",
-                            "qaic_mc,qaic_gen")}  # at once: each waits on its own work
+    run = start(lm_eval, tasks, tmp_path / "served", "local-completions",
+                f"model={FP32},base_url={front.base_url}/completions,tokenizer_backend=huggingface,"
+                f"tokenizer={folder},max_length={CTX_LEN},num_concurrent=1,max_retries=1", "qaic_mc,qaic_gen")
     try:
-        served = finished(runs["served"], tmp_path / "served", "qaic_mc,qaic_gen")
-        hf = finished(runs["hf"], tmp_path / "hf", "qaic_mc")
+        hf = hf_scores(lm_eval, tasks, folder)  # while the served run waits on its own work
+        served = finished(run, tmp_path / "served", "qaic_mc,qaic_gen")
     finally:
-        for process in runs.values():
-            process.kill()
+        run.kill()
     got, want = served["results"]["qaic_mc"], hf["results"]["qaic_mc"]
     print(f"lm-eval qaic_mc ({len(QUESTIONS)} questions): local-completions acc {got['acc,none']:.3f} acc_norm "
           f"{got['acc_norm,none']:.3f}; hf acc {want['acc,none']:.3f} acc_norm {want['acc_norm,none']:.3f}")

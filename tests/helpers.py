@@ -240,15 +240,16 @@ def kept(name: str, key: str, make: Callable[[Path], None]) -> Path:
     return folder
 
 
-def computed_key(*parts: str) -> str:
+def computed_key(*parts: str, threads: int | None = None) -> str:
     """A short hash of ``parts`` (the inputs, the code and any other library of a computation on the CPU) and of what
-    else decides its numbers: the versions of torch and transformers, torch's threads and the CPU's instruction sets."""
+    else decides its numbers: the versions of torch and transformers, torch's threads (``threads``: another process's;
+    by default this one's) and the CPU's instruction sets."""
     from importlib.metadata import version
 
     import torch
 
     cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    machine = [version("torch"), version("transformers"), str(torch.get_num_threads()), cpu]
+    machine = [version("torch"), version("transformers"), str(threads or torch.get_num_threads()), cpu]
     return hashlib.sha256("\n".join([*parts, *machine]).encode()).hexdigest()[:16]
 
 

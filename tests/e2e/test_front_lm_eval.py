@@ -12,6 +12,7 @@ the same ones reads what it scored, as the other tests' transformers references 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -125,15 +126,19 @@ def read(out: Path, names: str) -> dict:
 
 def hf_scores(lm_eval: Path, tasks: Path, folder: Path) -> dict:
     """lm-eval's own ``hf`` model on the embedded weights, on the multiple-choice task: run once, beside the served
-    run, and kept in the console's cache under a key of the weights, the task and lm-eval's venv (``kept``), so a
-    later run on the same ones reads what it scored."""
-    versions = subprocess.run([str(lm_eval.parent / "python"), "-c", "from importlib.metadata import version; "
-                               "print([version(d) for d in ('lm-eval', 'torch', 'transformers', 'datasets')])"],
-                              capture_output=True, text=True, check=True).stdout
-    key = computed_key(folder.name, MC_TASK, json.dumps(QUESTIONS), versions)
+    run, and kept in the console's cache under a key of the weights, the task, the command and lm-eval's venv
+    (``kept``), so a later run on the same ones reads what it scored."""
+    venv = subprocess.run([str(lm_eval.parent / "python"), "-c", "import json, torch; from importlib.metadata import "
+                           "version; print(json.dumps([torch.get_num_threads(), "
+                           "[version(d) for d in ('lm-eval', 'torch', 'transformers', 'datasets')]]))"],
+                          capture_output=True, text=True, check=True).stdout
+    threads, versions = json.loads(venv)
+    model_args = f"pretrained={folder},dtype=float32"
+    key = computed_key(model_args, MC_TASK, json.dumps(QUESTIONS), inspect.getsource(start), json.dumps(versions),
+                       threads=threads)  # the lm-eval process's threads, not this one's
 
     def make(out: Path) -> None:
-        run = start(lm_eval, tasks, out / "hf", "hf", f"pretrained={folder},dtype=float32", "qaic_mc")
+        run = start(lm_eval, tasks, out / "hf", "hf", model_args, "qaic_mc")
         try:
             finished(run, out / "hf", "qaic_mc")
         finally:

@@ -249,7 +249,8 @@ def computed_key(*parts: str, threads: int | None = None) -> str:
     import torch
 
     cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    machine = [version("torch"), version("transformers"), str(threads or torch.get_num_threads()), cpu]
+    threads = torch.get_num_threads() if threads is None else threads
+    machine = [version("torch"), version("transformers"), str(threads), cpu]
     return hashlib.sha256("\n".join([*parts, *machine]).encode()).hexdigest()[:16]
 
 

@@ -5,9 +5,8 @@ lines (no hub).
 
 lm-eval runs from its own venv (``scripts/setup-lm-eval.sh``: its pins fight the project's; pip's cache makes a second
 build quick). Each choice's log-likelihood through the front is compared with the in-process CPU engine's (fp32, the
-sample's dimensions) for the tokens lm-eval sent, and the accuracies with the ``hf`` model's. The ``hf`` run is
-kept in the console's cache under a key of the weights, the task and lm-eval's venv (``hf_scores``): a later run on
-the same ones reads what it scored, as the other tests' transformers references are read.
+sample's dimensions) for the tokens lm-eval sent, and the accuracies with the ``hf`` model's, whose run is kept
+between runs (``hf_scores``).
 """
 
 from __future__ import annotations

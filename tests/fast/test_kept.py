@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import computed_key, kept
 
 
@@ -47,7 +48,5 @@ def test_the_key_names_its_parts() -> None:
     assert computed_key("weights-1", "code") == computed_key("weights-1", "code")
     assert computed_key("weights-1", "code") != computed_key("weights-2", "code")
     assert len(computed_key("a")) == 16
-    import torch
-
     assert computed_key("a") == computed_key("a", threads=torch.get_num_threads())  # by default, this process's
     assert computed_key("a", threads=1) != computed_key("a", threads=3)  # another process's, when it computes
